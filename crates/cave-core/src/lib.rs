@@ -1,0 +1,3 @@
+//! core
+mod parser;
+pub use parser::{FenceParser, Parsed};

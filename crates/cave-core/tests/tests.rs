@@ -1,0 +1,2 @@
+//! Integration tests of cave-core: one binary, one module per concern.
+mod parser;
