@@ -1,3 +1,102 @@
-//! core
+//! The core of cave-agent: an LLM that operates a live, stateful Python runtime.
+//!
+//! The model writes one Python block per turn; the block runs in a persistent namespace the
+//! host controls; what it prints goes back to the model; the host reads the objects the code
+//! changed. This crate holds the vocabulary, the seams and the one agent loop. It knows no
+//! Python interpreter, no HTTP and no syntax tree: those live behind its traits.
+//!
+//! # Brief overview
+//!
+//! - [`Agent`] (built with [`Agent::builder`]) runs prompts: [`Agent::stream`] yields
+//!   [`Event`]s and [`Agent::run`] drains them into an [`AgentResponse`].
+//! - [`Model`] is a chat model that streams [`Delta`]s (implemented in `cave-models`).
+//! - [`Runtime`] is the Python namespace (implemented in `cave-runtime-inproc` and
+//!   `cave-runtime-kernel`); [`Resources`] is what a host injects into it, and [`Value`] what
+//!   crosses it, converted with serde by [`to_value`] and [`from_value`].
+//! - [`CodePolicy`] screens code before it runs (`cave-security`); [`Compactor`] and
+//!   [`TokenEstimator`] keep the history within the context window (`cave-compact`).
+//! - [`FenceParser`] finds the first closed code block in a streamed answer.
+//! - [`Message`] is the history, serializable, and [`prompt`] holds every model-facing text.
+//!
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+//! use cave_core::testing::{Reply, ScriptedModel};
+//! use cave_core::{Agent, Description, DiscardOutput, Execution, OutputSink, Resources};
+//! use cave_core::{Runtime, RuntimeError, StopReason, Value};
+//!
+//! /// A stand-in runtime that "prints" the code it is given.
+//! struct Echo;
+//! #[async_trait::async_trait]
+//! impl Runtime for Echo {
+//!     async fn execute(&self, code: &str, _: &dyn OutputSink) -> Result<Execution, RuntimeError> {
+//!         Ok(Execution::ok(format!("ran {code}\n")))
+//!     }
+//!     fn register(&self, _: Resources) -> Result<(), RuntimeError> { Ok(()) }
+//!     fn describe(&self) -> Description { Description::default() }
+//!     async fn retrieve(&self, n: &str) -> Result<Value, RuntimeError> { Err(RuntimeError::Unbound { name: n.into() }) }
+//!     async fn update(&self, n: &str, _: Value) -> Result<(), RuntimeError> { Err(RuntimeError::Unbound { name: n.into() }) }
+//!     async fn get(&self, n: &str) -> Result<Value, RuntimeError> { Err(RuntimeError::Unbound { name: n.into() }) }
+//!     async fn bind_unique(&self, p: &str, _: Value, s: u64) -> Result<String, RuntimeError> { Ok(format!("{p}_{s}")) }
+//!     async fn reset(&self) -> Result<(), RuntimeError> { Ok(()) }
+//! }
+//!
+//! let model = ScriptedModel::new([Reply::text("```python\nprint(6 * 7)\n```"), Reply::text("It is 42.")]);
+//! let mut agent = Agent::builder(model, Echo).build().unwrap();
+//! let response = agent.run("What is 6 times 7?").await;
+//! assert_eq!(response.stop_reason, StopReason::Completed);
+//! assert_eq!(response.content, "It is 42.");
+//! assert_eq!(response.code_snippets, ["print(6 * 7)"]);
+//! # });
+//! ```
+//!
+//! # Feature flags
+//!
+//! - `testing`: [`testing::ScriptedModel`], a scripted [`Model`] for testing agents offline.
+#![deny(missing_docs)]
+#![warn(unreachable_pub, missing_debug_implementations)]
+
+mod agent;
+mod compact;
+mod event;
+mod message;
+mod model;
 mod parser;
+mod policy;
+pub mod prompt;
+mod resource;
+mod runtime;
+mod shape;
+#[cfg(feature = "testing")]
+pub mod testing;
+mod usage;
+mod value;
+
+pub use agent::{
+    Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES,
+};
+pub use compact::{
+    CharEstimator, Compactor, NoCompaction, Prepared, TokenAnchor, TokenEstimator, estimate_history,
+};
+pub use event::{Event, Status, StopReason};
+pub use message::{ChatMessage, ChatRole, Message};
+pub use model::{
+    ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
+};
 pub use parser::{FenceParser, Parsed};
+pub use policy::{CodePolicy, Violation};
+pub use resource::{
+    Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
+    NameKind, NameProblem, ObjectBinding, Param, ParamKind, Resource, Resources, Signature,
+    TypeSchema, TypeShape, Variable, is_identifier, normalize_name, validate_name,
+};
+pub use runtime::{
+    Description, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, OutputSink,
+    Runtime, RuntimeError, RuntimeExt, downcast_object,
+};
+pub use shape::{highest_persisted_index, persisted_marker, preview, strip_persisted_preview};
+pub use tokio_util::sync::CancellationToken;
+pub use usage::Usage;
+pub use value::{Value, ValueError, from_value, to_value};
+
+#[doc(no_inline)]
+pub use async_trait::async_trait;

@@ -1,2 +1,4 @@
 //! Integration tests of cave-core: one binary, one module per concern.
+mod agent;
 mod parser;
+mod support;

@@ -1,0 +1,497 @@
+//! The agent: one loop that streams the model, runs its first code block, and feeds the output
+//! back, until the model answers or a limit stops it.
+
+mod emit;
+mod run;
+
+pub use emit::EventStream;
+
+use crate::prompt::{self, TemplateError};
+use crate::{
+    CodePolicy, Compactor, Event, Message, Model, ModelInfo, NameError, NameKind, NoCompaction,
+    Runtime, StopReason, TokenAnchor, Usage, highest_persisted_index, validate_name,
+};
+use futures_util::StreamExt;
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio_util::sync::CancellationToken;
+
+/// How many times in a run an answer cut off by the output cap (or a broken stream) is resumed.
+pub const MAX_OUTPUT_RECOVERIES: u32 = 3;
+
+/// An LLM operating a live Python runtime.
+///
+/// Build one with [`Agent::builder`]. [`stream`](Agent::stream) runs a prompt and yields
+/// [`Event`]s; [`run`](Agent::run) drains the same stream into an [`AgentResponse`]. The agent
+/// keeps the conversation across runs; the runtime keeps the objects.
+pub struct Agent {
+    model: Arc<dyn Model>,
+    model_info: ModelInfo,
+    runtime: Arc<dyn Runtime>,
+    policy: Option<Arc<dyn CodePolicy>>,
+    compactor: Arc<dyn Compactor>,
+    config: Config,
+    history: Vec<Message>,
+    persisted_floor: u64,
+    anchor: Option<TokenAnchor>,
+}
+
+/// The agent's resolved settings (see [`AgentBuilder`] for each).
+#[derive(Clone, Debug)]
+struct Config {
+    max_steps: u32,
+    max_run_time: Option<Duration>,
+    max_total_tokens: Option<u64>,
+    max_input_tokens: Option<u64>,
+    max_output_tokens: Option<u64>,
+    max_exec_timeout: Option<Duration>,
+    max_exec_output: usize,
+    exec_output_preview_chars: usize,
+    persisted_output_prefix: String,
+    stream_idle_timeout: Option<Duration>,
+    instructions: String,
+    /// Already formatted with the block identifier.
+    system_instructions: String,
+    prompt_template: String,
+    python_block_identifier: String,
+}
+
+impl Agent {
+    /// Starts building an agent for this model and runtime.
+    ///
+    /// Keep a clone of the runtime (e.g. pass an `Arc`) to retrieve objects after a run.
+    pub fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> AgentBuilder {
+        AgentBuilder::new(Arc::new(model), Arc::new(runtime))
+    }
+
+    /// Runs `prompt`, yielding events as they happen; the last one is always `Stopped`.
+    pub fn stream(&mut self, prompt: impl Into<String>) -> EventStream<'_> {
+        self.stream_until(prompt, CancellationToken::new())
+    }
+
+    /// Like [`stream`](Agent::stream); cancelling `cancel` stops the run with
+    /// `stopped{cancelled}` (the execution in flight is interrupted where the runtime can).
+    pub fn stream_until(
+        &mut self,
+        prompt: impl Into<String>,
+        cancel: CancellationToken,
+    ) -> EventStream<'_> {
+        let emitter = emit::Emitter::default();
+        let prompt = prompt.into();
+        EventStream::new(emitter.clone(), run::drive(self, prompt, cancel, emitter))
+    }
+
+    /// Runs `prompt` to its end: [`stream`](Agent::stream), drained.
+    pub async fn run(&mut self, prompt: impl Into<String>) -> AgentResponse {
+        self.run_until(prompt, CancellationToken::new()).await
+    }
+
+    /// Like [`run`](Agent::run), cancellable.
+    pub async fn run_until(
+        &mut self,
+        prompt: impl Into<String>,
+        cancel: CancellationToken,
+    ) -> AgentResponse {
+        AgentResponse::collect(self.stream_until(prompt, cancel)).await
+    }
+
+    /// The conversation so far (system prompt first, once a run has started).
+    pub fn history(&self) -> &[Message] {
+        &self.history
+    }
+
+    /// Appends a message to the conversation.
+    pub fn push_message(&mut self, message: Message) {
+        self.history.push(message);
+    }
+
+    /// Takes the conversation out (to save it, or to seed another agent).
+    pub fn take_history(&mut self) -> Vec<Message> {
+        std::mem::take(&mut self.history)
+    }
+
+    /// The runtime the model's code runs in.
+    pub fn runtime(&self) -> &Arc<dyn Runtime> {
+        &self.runtime
+    }
+
+    /// What the model declared about itself.
+    pub fn model_info(&self) -> &ModelInfo {
+        &self.model_info
+    }
+
+    /// The system prompt as the next run will send it.
+    pub fn system_prompt(&self) -> String {
+        let description = self.runtime.describe();
+        let now = prompt::utc_hour_now();
+        let c = &self.config;
+        let mut system_instructions = c.system_instructions.clone();
+        if let Some(t) = c.max_exec_timeout {
+            system_instructions.push_str(&prompt::exec_time_limit_line(t.as_secs_f64()));
+        }
+        let values = [
+            ("instructions", c.instructions.as_str()),
+            ("system_instructions", system_instructions.as_str()),
+            ("functions", description.functions.as_str()),
+            ("variables", description.variables.as_str()),
+            ("types", description.types.as_str()),
+            ("skills", prompt::NO_SKILLS),
+            ("current_time", now.as_str()),
+        ];
+        // The template was checked when the agent was built; rendering cannot fail here.
+        prompt::render_template(&c.prompt_template, &values).unwrap_or_else(|e| {
+            tracing::error!(error = %e, "system prompt template failed after validation");
+            c.prompt_template.clone()
+        })
+    }
+}
+
+impl fmt::Debug for Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Agent")
+            .field("model", &self.model_info.id)
+            .field("config", &self.config)
+            .field("history_len", &self.history.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Builds an [`Agent`]; [`build`](AgentBuilder::build) checks the settings.
+#[derive(Clone)]
+pub struct AgentBuilder {
+    model: Arc<dyn Model>,
+    runtime: Arc<dyn Runtime>,
+    policy: Option<Arc<dyn CodePolicy>>,
+    compactor: Option<Arc<dyn Compactor>>,
+    max_steps: u32,
+    max_run_time: Option<Duration>,
+    max_total_tokens: Option<u64>,
+    max_input_tokens: Option<u64>,
+    max_output_tokens: Option<u64>,
+    max_exec_timeout: Option<Duration>,
+    max_exec_output: usize,
+    exec_output_preview_chars: usize,
+    persisted_output_prefix: String,
+    stream_idle_timeout: Option<Duration>,
+    instructions: String,
+    system_instructions: String,
+    prompt_template: String,
+    python_block_identifier: String,
+    history: Vec<Message>,
+}
+
+impl AgentBuilder {
+    fn new(model: Arc<dyn Model>, runtime: Arc<dyn Runtime>) -> Self {
+        Self {
+            model,
+            runtime,
+            policy: None,
+            compactor: None,
+            max_steps: 10,
+            max_run_time: None,
+            max_total_tokens: None,
+            max_input_tokens: None,
+            max_output_tokens: None,
+            max_exec_timeout: None,
+            max_exec_output: 5000,
+            exec_output_preview_chars: 2000,
+            persisted_output_prefix: "_output".to_owned(),
+            stream_idle_timeout: Some(Duration::from_secs(120)),
+            instructions: prompt::DEFAULT_INSTRUCTIONS.to_owned(),
+            system_instructions: prompt::DEFAULT_SYSTEM_INSTRUCTIONS.to_owned(),
+            prompt_template: prompt::DEFAULT_SYSTEM_PROMPT_TEMPLATE.to_owned(),
+            python_block_identifier: "python".to_owned(),
+            history: Vec::new(),
+        }
+    }
+
+    /// Model calls per run, recovery calls included (default 10).
+    pub fn max_steps(&mut self, steps: u32) -> &mut Self {
+        self.max_steps = steps;
+        self
+    }
+    /// Wall time per run, checked between steps (default none).
+    pub fn max_run_time(&mut self, limit: Duration) -> &mut Self {
+        self.max_run_time = Some(limit);
+        self
+    }
+    /// Tokens per run, prompt and completion together, checked between steps.
+    pub fn max_total_tokens(&mut self, tokens: u64) -> &mut Self {
+        self.max_total_tokens = Some(tokens);
+        self
+    }
+    /// Prompt tokens per run, checked between steps.
+    pub fn max_input_tokens(&mut self, tokens: u64) -> &mut Self {
+        self.max_input_tokens = Some(tokens);
+        self
+    }
+    /// Completion tokens per run, checked between steps.
+    pub fn max_output_tokens(&mut self, tokens: u64) -> &mut Self {
+        self.max_output_tokens = Some(tokens);
+        self
+    }
+    /// Time limit per execution; needs a runtime that can be interrupted.
+    pub fn max_exec_timeout(&mut self, limit: Duration) -> &mut Self {
+        self.max_exec_timeout = Some(limit);
+        self
+    }
+    /// Longest output (in characters) sent to the model inline (default 5000); longer output
+    /// is stored in the runtime and the model gets a marker with a preview.
+    pub fn max_exec_output(&mut self, chars: usize) -> &mut Self {
+        self.max_exec_output = chars;
+        self
+    }
+    /// Length of that preview in characters (default 2000; 0 for none).
+    pub fn exec_output_preview_chars(&mut self, chars: usize) -> &mut Self {
+        self.exec_output_preview_chars = chars;
+        self
+    }
+    /// Prefix of the variables large output is stored in (default `_output`: `_output_1`, …).
+    pub fn persisted_output_prefix(&mut self, prefix: impl Into<String>) -> &mut Self {
+        self.persisted_output_prefix = prefix.into();
+        self
+    }
+    /// Longest wait for the model's next delta, connecting included (default 120 s).
+    pub fn stream_idle_timeout(&mut self, limit: Option<Duration>) -> &mut Self {
+        self.stream_idle_timeout = limit;
+        self
+    }
+    /// Who the agent is (the prompt's first paragraph).
+    pub fn instructions(&mut self, text: impl Into<String>) -> &mut Self {
+        self.instructions = text.into();
+        self
+    }
+    /// How the agent works; `{python_block_identifier}` is replaced, `{{`/`}}` are braces.
+    pub fn system_instructions(&mut self, text: impl Into<String>) -> &mut Self {
+        self.system_instructions = text.into();
+        self
+    }
+    /// The system prompt's layout (see [`prompt::DEFAULT_SYSTEM_PROMPT_TEMPLATE`]).
+    pub fn prompt_template(&mut self, template: impl Into<String>) -> &mut Self {
+        self.prompt_template = template.into();
+        self
+    }
+    /// The fence tag of executable blocks (default `python`).
+    pub fn python_block_identifier(&mut self, tag: impl Into<String>) -> &mut Self {
+        self.python_block_identifier = tag.into();
+        self
+    }
+    /// The conversation to continue (e.g. a saved history).
+    pub fn history(&mut self, messages: Vec<Message>) -> &mut Self {
+        self.history = messages;
+        self
+    }
+    /// Checks every cell before it runs.
+    pub fn policy(&mut self, policy: impl CodePolicy + 'static) -> &mut Self {
+        self.policy = Some(Arc::new(policy));
+        self
+    }
+    /// Keeps the history inside the context window (default: never compacts).
+    pub fn compactor(&mut self, compactor: impl Compactor + 'static) -> &mut Self {
+        self.compactor = Some(Arc::new(compactor));
+        self
+    }
+
+    /// Checks the settings and builds the agent.
+    pub fn build(&self) -> Result<Agent, BuildError> {
+        if self.max_exec_timeout.is_some() && self.runtime.interrupter().is_none() {
+            return Err(BuildError::ExecTimeoutNeedsInterrupt);
+        }
+        if self.max_exec_timeout.is_some_and(|t| t.is_zero()) {
+            return Err(BuildError::ZeroExecTimeout);
+        }
+        let tag = &self.python_block_identifier;
+        if tag.is_empty() || tag.chars().any(|c| c.is_whitespace() || c == '`') {
+            return Err(BuildError::BlockIdentifier {
+                identifier: tag.clone(),
+            });
+        }
+        let prefix = &self.persisted_output_prefix;
+        let prefix = validate_name(NameKind::Prefix, &format!("{prefix}_1"))
+            .map(|name| name[..name.len() - 2].to_owned())
+            .map_err(|source| BuildError::PersistedOutputPrefix {
+                prefix: prefix.clone(),
+                source,
+            })?;
+        let system_instructions = prompt::render_template(
+            &self.system_instructions,
+            &[("python_block_identifier", tag)],
+        )
+        .map_err(|source| BuildError::Template {
+            which: "system_instructions",
+            source,
+        })?;
+        let known: Vec<(&str, &str)> = prompt::TEMPLATE_PLACEHOLDERS
+            .iter()
+            .map(|&k| (k, ""))
+            .collect();
+        prompt::render_template(&self.prompt_template, &known).map_err(|source| {
+            BuildError::Template {
+                which: "prompt_template",
+                source,
+            }
+        })?;
+
+        let model_info = self.model.info();
+        let compactor = self
+            .compactor
+            .clone()
+            .unwrap_or_else(|| Arc::new(NoCompaction));
+        if let Some(tokens) = model_info.max_output_tokens {
+            compactor.adopt_output_reserve(tokens);
+        }
+        Ok(Agent {
+            model: self.model.clone(),
+            model_info,
+            runtime: self.runtime.clone(),
+            policy: self.policy.clone(),
+            compactor,
+            persisted_floor: highest_persisted_index(&self.history, &prefix) + 1,
+            config: Config {
+                max_steps: self.max_steps,
+                max_run_time: self.max_run_time,
+                max_total_tokens: self.max_total_tokens,
+                max_input_tokens: self.max_input_tokens,
+                max_output_tokens: self.max_output_tokens,
+                max_exec_timeout: self.max_exec_timeout,
+                max_exec_output: self.max_exec_output,
+                exec_output_preview_chars: self.exec_output_preview_chars,
+                persisted_output_prefix: prefix,
+                stream_idle_timeout: self.stream_idle_timeout,
+                instructions: self.instructions.clone(),
+                system_instructions,
+                prompt_template: self.prompt_template.clone(),
+                python_block_identifier: tag.clone(),
+            },
+            history: self.history.clone(),
+            anchor: None,
+        })
+    }
+}
+
+impl fmt::Debug for AgentBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("AgentBuilder")
+            .field("model", &self.model.info().id)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The agent's settings do not hold together.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// `max_exec_timeout` was set but the runtime cannot stop running code.
+    #[error(
+        "max_exec_timeout needs a runtime that can stop running code, and this runtime cannot; \
+use a runtime whose interrupter() is Some (the kernel runtime, or the in-process runtime) or drop the limit"
+    )]
+    ExecTimeoutNeedsInterrupt,
+    /// `max_exec_timeout` was zero.
+    #[error("max_exec_timeout must be longer than zero")]
+    ZeroExecTimeout,
+    /// The persisted-output prefix cannot start a Python identifier.
+    #[error(
+        "persisted_output_prefix must be able to start a Python identifier, and '{prefix}' cannot: \
+it would name the variable '{prefix}_1' ({source})"
+    )]
+    PersistedOutputPrefix {
+        /// The prefix given.
+        prefix: String,
+        /// Why the name is refused.
+        source: NameError,
+    },
+    /// The fence tag is empty or contains whitespace or backticks.
+    #[error(
+        "python_block_identifier must be a non-empty tag without whitespace or backticks, not {identifier:?}"
+    )]
+    BlockIdentifier {
+        /// The tag given.
+        identifier: String,
+    },
+    /// A prompt template does not render.
+    #[error("{which} does not render: {source}")]
+    Template {
+        /// Which setting.
+        which: &'static str,
+        /// Why.
+        source: TemplateError,
+    },
+}
+
+/// The outcome of a run, as [`Agent::run`] returns it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct AgentResponse {
+    /// The final answer, or the last thing the model said.
+    pub content: String,
+    /// Why the run stopped.
+    pub stop_reason: StopReason,
+    /// Model calls made.
+    pub steps: u32,
+    /// Tokens spent.
+    pub usage: Usage,
+    /// Wall time.
+    pub elapsed: Duration,
+    /// The code that ran, in order.
+    pub code_snippets: Vec<String>,
+    /// What failed, for the error stop reasons.
+    pub error: Option<String>,
+}
+
+impl AgentResponse {
+    /// Returns true if and only if the model gave its final answer.
+    pub fn completed(&self) -> bool {
+        self.stop_reason == StopReason::Completed
+    }
+
+    /// Drains a run's events into its response.
+    pub async fn collect(mut events: EventStream<'_>) -> AgentResponse {
+        let mut code_snippets = Vec::new();
+        while let Some(event) = events.next().await {
+            match event {
+                Event::Code { code } => code_snippets.push(code),
+                Event::Stopped {
+                    content,
+                    stop_reason,
+                    steps,
+                    elapsed,
+                    usage,
+                    error,
+                } => {
+                    return AgentResponse {
+                        content,
+                        stop_reason,
+                        steps,
+                        usage,
+                        elapsed: Duration::from_secs_f64(elapsed),
+                        code_snippets,
+                        error,
+                    };
+                }
+                _ => {}
+            }
+        }
+        // The loop always ends with `Stopped`; this is a defect if it ever happens.
+        AgentResponse {
+            content: String::new(),
+            stop_reason: StopReason::InternalError,
+            steps: 0,
+            usage: Usage::default(),
+            elapsed: Duration::ZERO,
+            code_snippets,
+            error: Some("the event stream ended without a stopped event".to_owned()),
+        }
+    }
+}
+
+impl fmt::Display for AgentResponse {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "AgentResponse(stop_reason={}, steps={}, tokens={}, content={})",
+            self.stop_reason, self.steps, self.usage.total_tokens, self.content
+        )
+    }
+}

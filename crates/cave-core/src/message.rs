@@ -1,0 +1,139 @@
+//! The conversation history: typed messages, and what goes on the wire.
+
+use serde::{Deserialize, Serialize};
+
+/// One message of the history the agent keeps.
+///
+/// The kinds are distinct so that later stages never guess from text: a summary is known by
+/// its type, and a code message is always followed by its execution result. The history
+/// serializes with serde (`{"type": "code", "content": "..."}`) and is a stable format.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Message {
+    /// The system prompt (rebuilt at every run).
+    System {
+        /// Prompt text.
+        content: String,
+    },
+    /// A user's prompt, or a note the agent sends as the user (recovery, interruption).
+    User {
+        /// Message text.
+        content: String,
+    },
+    /// An assistant answer without a code block.
+    Assistant {
+        /// Message text.
+        content: String,
+    },
+    /// An assistant turn whose first code block was executed; text ends at the closing fence.
+    Code {
+        /// Message text, up to and including the closing fence.
+        content: String,
+    },
+    /// What the execution of the preceding code message returned, as shown to the model.
+    ExecutionResult {
+        /// Message text.
+        content: String,
+    },
+    /// A summary of earlier history, sent as the user.
+    Summary {
+        /// The text sent to the model (the summary in its wrapper).
+        content: String,
+        /// The summary alone.
+        body: String,
+    },
+    /// The assistant's acknowledgement of a summary.
+    SummaryAcknowledgement {
+        /// Message text.
+        content: String,
+    },
+}
+
+/// The role a message has on the wire.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChatRole {
+    /// System instructions.
+    System,
+    /// The user (also execution results and summaries).
+    User,
+    /// The assistant (also code messages and summary acknowledgements).
+    Assistant,
+}
+
+/// A message as sent to a chat model: a role and plain text.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Wire role.
+    pub role: ChatRole,
+    /// Text.
+    pub content: String,
+}
+
+impl Message {
+    /// A system message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Message::System {
+            content: content.into(),
+        }
+    }
+    /// A user message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Message::User {
+            content: content.into(),
+        }
+    }
+    /// An assistant message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Message::Assistant {
+            content: content.into(),
+        }
+    }
+    /// A code message.
+    pub fn code(content: impl Into<String>) -> Self {
+        Message::Code {
+            content: content.into(),
+        }
+    }
+    /// An execution result message.
+    pub fn execution_result(content: impl Into<String>) -> Self {
+        Message::ExecutionResult {
+            content: content.into(),
+        }
+    }
+
+    /// The text sent to the model.
+    pub fn content(&self) -> &str {
+        match self {
+            Message::System { content }
+            | Message::User { content }
+            | Message::Assistant { content }
+            | Message::Code { content }
+            | Message::ExecutionResult { content }
+            | Message::Summary { content, .. }
+            | Message::SummaryAcknowledgement { content } => content,
+        }
+    }
+
+    /// The role this message has on the wire.
+    pub fn chat_role(&self) -> ChatRole {
+        match self {
+            Message::System { .. } => ChatRole::System,
+            Message::User { .. } | Message::ExecutionResult { .. } | Message::Summary { .. } => {
+                ChatRole::User
+            }
+            Message::Assistant { .. }
+            | Message::Code { .. }
+            | Message::SummaryAcknowledgement { .. } => ChatRole::Assistant,
+        }
+    }
+
+    /// This message as sent to a chat model.
+    pub fn to_chat(&self) -> ChatMessage {
+        ChatMessage {
+            role: self.chat_role(),
+            content: self.content().to_owned(),
+        }
+    }
+}

@@ -1,0 +1,253 @@
+//! The `Model` seam: a chat model that streams.
+
+use crate::{ChatMessage, Usage};
+use async_trait::async_trait;
+use futures_core::Stream;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A chat model that streams its answer.
+///
+/// One required method, [`stream`](Model::stream), and [`info`](Model::info) for what the agent
+/// needs to know about it. Implementations do their own retries before the first output and
+/// map provider failures into [`ModelError`] kinds; the agent routes on those kinds (a prompt
+/// that is too long is compacted and retried, an answer cut mid-stream is resumed).
+#[async_trait]
+pub trait Model: Send + Sync {
+    /// Sends the request and returns the stream of deltas.
+    ///
+    /// An error here (or as the stream's first item) means nothing was generated.
+    async fn stream(&self, request: ChatRequest) -> Result<DeltaStream, ModelError>;
+
+    /// What the agent needs to know about this model.
+    fn info(&self) -> ModelInfo;
+}
+
+/// The deltas of one streamed answer. Dropping it closes the underlying connection.
+pub type DeltaStream = Pin<Box<dyn Stream<Item = Result<Delta, ModelError>> + Send>>;
+
+/// A request to a chat model: the conversation, already in wire form.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct ChatRequest {
+    /// The messages, system prompt first.
+    pub messages: Vec<ChatMessage>,
+}
+
+impl ChatRequest {
+    /// A request for these messages.
+    pub fn new(messages: Vec<ChatMessage>) -> Self {
+        Self { messages }
+    }
+}
+
+/// What a model declares about itself.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ModelInfo {
+    /// The model's identifier, e.g. `gpt-4o`.
+    pub id: String,
+    /// The output-token cap it is called with, if any (compaction reserves room for it).
+    pub max_output_tokens: Option<u32>,
+    /// The provider may withdraw an answer after streaming it (Azure-style asynchronous
+    /// content filtering): the agent then reads the whole answer before running its code.
+    pub filters_asynchronously: bool,
+}
+
+impl ModelInfo {
+    /// Info with this identifier and no declarations.
+    pub fn new(id: impl Into<String>) -> Self {
+        Self {
+            id: id.into(),
+            ..Self::default()
+        }
+    }
+    /// Declares the output-token cap.
+    pub fn with_max_output_tokens(mut self, tokens: Option<u32>) -> Self {
+        self.max_output_tokens = tokens;
+        self
+    }
+    /// Declares asynchronous content filtering.
+    pub fn with_filters_asynchronously(mut self, yes: bool) -> Self {
+        self.filters_asynchronously = yes;
+        self
+    }
+}
+
+/// Why a model stopped generating.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum FinishReason {
+    /// A natural end.
+    Stop,
+    /// The output-token cap cut the answer.
+    Length,
+    /// The provider filtered the answer.
+    ContentFilter,
+    /// Any other reason the provider gave.
+    Other(String),
+}
+
+impl FinishReason {
+    /// Maps a provider's finish reason string.
+    pub fn from_provider(reason: &str) -> Self {
+        match reason {
+            "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
+            "length" | "max_tokens" => FinishReason::Length,
+            "content_filter" => FinishReason::ContentFilter,
+            other => FinishReason::Other(other.to_owned()),
+        }
+    }
+}
+
+/// One piece of a streamed answer. Every field is optional; several may come together.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Delta {
+    /// Answer text (empty if none).
+    pub text: String,
+    /// Reasoning text (empty if none).
+    pub reasoning: String,
+    /// Refusal text (empty if none); a refusal is the answer when no text came.
+    pub refusal: String,
+    /// Set on the terminal delta.
+    pub finish_reason: Option<FinishReason>,
+    /// Set when the provider reports usage (usually on the terminal delta).
+    pub usage: Option<Usage>,
+    /// The model is waiting this long before retrying a failed connection: the agent's idle
+    /// watchdog extends its deadline by it.
+    pub backoff: Option<Duration>,
+}
+
+impl Delta {
+    /// A delta of answer text.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            ..Self::default()
+        }
+    }
+    /// A delta of reasoning.
+    pub fn reasoning(text: impl Into<String>) -> Self {
+        Self {
+            reasoning: text.into(),
+            ..Self::default()
+        }
+    }
+    /// A delta of refusal text.
+    pub fn refusal(text: impl Into<String>) -> Self {
+        Self {
+            refusal: text.into(),
+            ..Self::default()
+        }
+    }
+    /// A terminal delta.
+    pub fn finish(reason: FinishReason) -> Self {
+        Self {
+            finish_reason: Some(reason),
+            ..Self::default()
+        }
+    }
+    /// A backoff announcement.
+    pub fn backoff(delay: Duration) -> Self {
+        Self {
+            backoff: Some(delay),
+            ..Self::default()
+        }
+    }
+    /// Adds usage to this delta.
+    pub fn with_usage(mut self, usage: Usage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+    /// Adds a finish reason to this delta.
+    pub fn with_finish(mut self, reason: FinishReason) -> Self {
+        self.finish_reason = Some(reason);
+        self
+    }
+}
+
+/// What kind of failure a [`ModelError`] is; the agent routes on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ModelErrorKind {
+    /// Worth retrying (rate limit, overload, connection); `retry_after` if the provider said.
+    Transient {
+        /// The provider's requested wait.
+        retry_after: Option<Duration>,
+    },
+    /// The account has no credit left; never retried.
+    BillingExhausted,
+    /// The request does not fit the context window; the agent compacts and retries once.
+    PromptTooLong,
+    /// The credentials were refused.
+    Auth,
+    /// The provider refused the request as malformed.
+    InvalidRequest,
+    /// No delta arrived within the idle timeout.
+    StreamStalled,
+    /// The stream ended or broke before a finish reason.
+    StreamInterrupted,
+    /// The provider filtered the answer.
+    ContentFiltered,
+    /// The model finished without an answer (empty, whitespace-only or reasoning-only).
+    EmptyAnswer,
+    /// The answer was cut by the output cap and could not be resumed.
+    Truncated,
+    /// Anything else.
+    Other,
+}
+
+/// A model failure: a kind to route on and a message for people (never containing secrets).
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct ModelError {
+    kind: ModelErrorKind,
+    message: String,
+    #[source]
+    source: Option<Arc<dyn std::error::Error + Send + Sync>>,
+}
+
+impl ModelError {
+    /// An error of this kind.
+    pub fn new(kind: ModelErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+    /// Attaches the underlying error.
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(Arc::new(source));
+        self
+    }
+    /// What kind of failure this is.
+    pub fn kind(&self) -> &ModelErrorKind {
+        &self.kind
+    }
+    /// The message, for people.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+    /// Returns true if and only if the request did not fit the context window.
+    pub fn is_prompt_too_long(&self) -> bool {
+        self.kind == ModelErrorKind::PromptTooLong
+    }
+}
+
+macro_rules! forward_model {
+    ($($ptr:ty),*) => {$(
+        #[async_trait]
+        impl<M: Model + ?Sized> Model for $ptr {
+            async fn stream(&self, request: ChatRequest) -> Result<DeltaStream, ModelError> {
+                (**self).stream(request).await
+            }
+            fn info(&self) -> ModelInfo {
+                (**self).info()
+            }
+        }
+    )*};
+}
+forward_model!(&M, Box<M>, Arc<M>);

@@ -1,0 +1,281 @@
+//! Every text the model is shown, in one place, and the template renderer for the system prompt.
+
+use crate::Value;
+use std::fmt;
+
+/// Who the agent is: the first paragraph of the system prompt.
+pub const DEFAULT_INSTRUCTIONS: &str = "You are an agent that solves tasks by writing and running Python code. \
+The functions, variables and types listed below are live objects in your Python session: use them.";
+
+/// How the agent works. `{python_block_identifier}` is replaced once, when the agent is built.
+pub const DEFAULT_SYSTEM_INSTRUCTIONS: &str = "How to work:
+- Each message may contain one {python_block_identifier} code block. It runs in a persistent Python session, like a notebook cell, and you see what it printed before you continue.
+- Variables, imports and functions you define stay available in later steps.
+- Print what you need to see; the value of a bare expression on the last line is shown too.
+- Use the functions, variables and types listed below. They are real objects: what you do to them is what the user gets.
+- Never work out results in your head and never invent output: run code, and answer from what it printed.
+- Put all the code of a step in a single block. Only the first block of a message runs; text after it is ignored.
+- When the task is done, give your final answer in plain text, without a code block.
+
+A step looks like this:
+```{python_block_identifier}
+total = add(5, 3)
+print(total)
+```";
+
+/// The system prompt's layout. Placeholders: `{instructions}`, `{system_instructions}`,
+/// `{functions}`, `{variables}`, `{types}`, `{skills}`, `{current_time}`; `{{` and `}}` are
+/// literal braces.
+pub const DEFAULT_SYSTEM_PROMPT_TEMPLATE: &str = "{instructions}
+
+{system_instructions}
+
+You have access to:
+
+<functions>
+{functions}
+</functions>
+
+<variables>
+{variables}
+</variables>
+
+<types>
+{types}
+</types>
+
+<skills>
+{skills}
+</skills>
+";
+
+/// The placeholders a system prompt template may use.
+pub const TEMPLATE_PLACEHOLDERS: &[&str] = &[
+    "instructions",
+    "system_instructions",
+    "functions",
+    "variables",
+    "types",
+    "skills",
+    "current_time",
+];
+
+/// The `<skills>` section when the agent has none.
+pub const NO_SKILLS: &str = "No skills available";
+
+/// Appended to the system instructions when executions have a time limit.
+pub fn exec_time_limit_line(seconds: f64) -> String {
+    format!(
+        "\n- Each execution is stopped after {} seconds. Give network requests and database queries \
+their own time limits (for example requests.get(url, timeout=10)) so that they cannot hang.",
+        py_float(seconds)
+    )
+}
+
+/// Wraps an execution's output for the model.
+pub fn execution_output(body: &str) -> String {
+    format!(
+        "\n<execution_output>\n{body}\n</execution_output>\n\nIf more work is needed, continue with the next \
+code block; otherwise give your final answer in plain text. Everything defined by earlier executions is \
+still available.\n"
+    )
+}
+
+/// Tells the model its code was refused by the code policy.
+pub fn security_error(message: &str) -> String {
+    format!(
+        "\n<security_error>\n{message}\n</security_error>\nThis code was not run because it breaks the code \
+policy. Rewrite it without the violation.\n"
+    )
+}
+
+/// Tells the model its code was stopped at the time limit.
+pub fn execution_timeout(seconds: f64) -> String {
+    format!(
+        "The execution was stopped after {} seconds. Make the code faster, or split the work into smaller steps.",
+        py_float(seconds)
+    )
+}
+
+/// Added (after a blank line) when stopping an execution restarted the runtime process.
+pub const STATE_LOST_NOTICE: &str = "Stopping it restarted the runtime process: variables, imports and \
+functions created by earlier code are gone, and the registered functions, variables and types are back. \
+Recreate whatever else you still need.";
+
+/// Added when the runtime could not stop the code yet (it is inside a blocking call).
+pub const INTERRUPT_PENDING_NOTICE: &str = "The code is inside a call that cannot be interrupted, so it may \
+still be running; the next execution starts when it ends.";
+
+/// Sent when the answer hit the output-token cap.
+pub const OUTPUT_RECOVERY_PROMPT: &str = "Your message hit the output limit and was cut off. Continue exactly \
+where it stopped, and split the remaining work into smaller steps.";
+
+/// Sent when the answer was cut off by a broken stream.
+pub const STREAM_INTERRUPTED_PROMPT: &str =
+    "Your message was cut off by a connection problem. Continue exactly where it stopped.";
+
+/// The output of a cell that printed nothing.
+pub const EMPTY_OUTPUT: &str = "No output";
+
+/// Closes a code message whose execution was cancelled.
+pub const EXECUTION_CANCELLED: &str = "[Execution cancelled]";
+
+/// Closes a code message whose execution was cancelled by restarting the runtime process.
+pub const EXECUTION_CANCELLED_STATE_LOST: &str = "[Execution cancelled; stopping it restarted the runtime process and unregistered state was lost]";
+
+/// Closes a code message whose execution never finished.
+pub const EXECUTION_INCOMPLETE: &str = "[Execution did not complete]";
+
+/// Marks a run the user interrupted.
+pub const USER_INTERRUPTION: &str = "[Request interrupted by user]";
+
+/// The per-call reminder, sent after the system prompt so that the prompt itself stays
+/// byte-stable (and cacheable) across calls.
+pub fn date_reminder(now_utc: &str) -> String {
+    format!("<system-reminder>\nThe current date and time is {now_utc} UTC.\n</system-reminder>")
+}
+
+/// A float as Python's `str()` writes it (`30.0`, `0.5`).
+pub fn py_float(x: f64) -> String {
+    Value::Float(x).to_string()
+}
+
+/// A system prompt template that is not well formed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TemplateError {
+    /// A placeholder the renderer does not know.
+    #[error(
+        "unknown placeholder {{{name}}} in the template; known: {known:?} (write {{{{ and }}}} for literal braces)"
+    )]
+    UnknownPlaceholder {
+        /// The placeholder's name.
+        name: String,
+        /// The names it may use.
+        known: Vec<String>,
+    },
+    /// A brace that neither opens a placeholder nor is doubled.
+    #[error(
+        "unmatched '{brace}' at byte {offset} of the template (write {{{{ and }}}} for literal braces)"
+    )]
+    UnmatchedBrace {
+        /// The brace.
+        brace: char,
+        /// Where.
+        offset: usize,
+    },
+}
+
+/// Renders `template`, replacing `{name}` with its value; `{{` and `}}` are literal braces.
+pub fn render_template(template: &str, values: &[(&str, &str)]) -> Result<String, TemplateError> {
+    let mut out =
+        String::with_capacity(template.len() + values.iter().map(|(_, v)| v.len()).sum::<usize>());
+    let mut rest = template;
+    let mut offset = 0;
+    while let Some(i) = rest.find(['{', '}']) {
+        out.push_str(&rest[..i]);
+        let brace = rest.as_bytes()[i];
+        let after = &rest[i + 1..];
+        if after.as_bytes().first() == Some(&brace) {
+            out.push(brace as char);
+            rest = &after[1..];
+            offset += i + 2;
+            continue;
+        }
+        if brace == b'}' {
+            return Err(TemplateError::UnmatchedBrace {
+                brace: '}',
+                offset: offset + i,
+            });
+        }
+        let Some(end) = after.find('}') else {
+            return Err(TemplateError::UnmatchedBrace {
+                brace: '{',
+                offset: offset + i,
+            });
+        };
+        let name = &after[..end];
+        let value = values
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+            .ok_or_else(|| TemplateError::UnknownPlaceholder {
+                name: name.to_owned(),
+                known: values.iter().map(|(k, _)| (*k).to_owned()).collect(),
+            })?;
+        out.push_str(value);
+        rest = &after[end + 1..];
+        offset += i + 1 + end + 1;
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+/// The current UTC time as `YYYY-MM-DD HH:00` (hour granularity keeps requests cacheable).
+pub(crate) fn utc_hour_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    UtcHour(secs).to_string()
+}
+
+struct UtcHour(u64);
+
+impl fmt::Display for UtcHour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Civil date from days since the epoch (Howard Hinnant's algorithm).
+        let days = (self.0 / 86_400) as i64;
+        let hour = (self.0 % 86_400) / 3600;
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        write!(f, "{year:04}-{month:02}-{day:02} {hour:02}:00")
+    }
+}
+
+#[cfg(test)]
+mod unit {
+    use super::*;
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(UtcHour(0).to_string(), "1970-01-01 00:00");
+        assert_eq!(
+            UtcHour(951_782_400 + 13 * 3600 + 59).to_string(),
+            "2000-02-29 13:00"
+        );
+        assert_eq!(UtcHour(1_795_996_800).to_string(), "2026-11-30 00:00");
+    }
+
+    #[test]
+    fn templates() {
+        assert_eq!(
+            render_template("{a} {{b}} {a}", &[("a", "x")]).unwrap(),
+            "x {b} x"
+        );
+        assert!(matches!(
+            render_template("{c}", &[("a", "x")]),
+            Err(TemplateError::UnknownPlaceholder { .. })
+        ));
+        assert!(matches!(
+            render_template("x}", &[]),
+            Err(TemplateError::UnmatchedBrace { brace: '}', .. })
+        ));
+        assert!(matches!(
+            render_template("{x", &[]),
+            Err(TemplateError::UnmatchedBrace { brace: '{', .. })
+        ));
+    }
+
+    #[test]
+    fn python_floats() {
+        assert_eq!(py_float(30.0), "30.0");
+        assert_eq!(py_float(0.5), "0.5");
+    }
+}

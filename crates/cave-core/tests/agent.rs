@@ -1,0 +1,1312 @@
+//! The agent loop with `ScriptedModel` and the in-test runtime.
+
+use crate::support::FakeRuntime;
+use cave_core::testing::{Reply, ScriptedModel};
+use cave_core::{
+    Agent, AgentBuilder, BuildError, CancellationToken, CodePolicy, Compactor, Event, FinishReason,
+    Interruption, Message, ModelError, ModelErrorKind, ModelInfo, Prepared, Runtime, Status,
+    StopReason, TokenAnchor, TokenEstimator, Usage, Value, Violation, prompt,
+};
+use futures_util::StreamExt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+fn block(src: &str) -> String {
+    format!("```python\n{src}\n```")
+}
+
+struct Setup {
+    model: Arc<ScriptedModel>,
+    runtime: Arc<FakeRuntime>,
+}
+
+impl Setup {
+    fn new(replies: impl IntoIterator<Item = Reply>) -> Self {
+        Self::with(ScriptedModel::new(replies), FakeRuntime::new())
+    }
+    fn with(model: ScriptedModel, runtime: FakeRuntime) -> Self {
+        Self {
+            model: Arc::new(model),
+            runtime: Arc::new(runtime),
+        }
+    }
+    fn builder(&self) -> AgentBuilder {
+        Agent::builder(self.model.clone(), self.runtime.clone())
+    }
+    fn agent(&self) -> Agent {
+        self.builder().build().unwrap()
+    }
+}
+
+async fn events(agent: &mut Agent, prompt: &str) -> Vec<Event> {
+    agent.stream(prompt).collect().await
+}
+
+fn kind(event: &Event) -> String {
+    serde_json::to_value(event).unwrap()["type"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Event kinds with consecutive duplicates folded (text and thinking stream in pieces).
+fn shape(events: &[Event]) -> Vec<String> {
+    let mut kinds: Vec<String> = events.iter().map(kind).collect();
+    kinds.dedup();
+    kinds
+}
+
+fn stopped(events: &[Event]) -> (String, StopReason, u32, Usage, Option<String>) {
+    match events.last() {
+        Some(Event::Stopped {
+            content,
+            stop_reason,
+            steps,
+            usage,
+            error,
+            ..
+        }) => (content.clone(), *stop_reason, *steps, *usage, error.clone()),
+        other => panic!("last event is not stopped: {other:?}"),
+    }
+}
+
+fn text_of(events: &[Event]) -> String {
+    events
+        .iter()
+        .filter_map(|e| {
+            if let Event::Text { content } = e {
+                Some(content.as_str())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The history without the system prompt, as (type, content) pairs.
+fn turns(agent: &Agent) -> Vec<(String, String)> {
+    agent
+        .history()
+        .iter()
+        .skip(1)
+        .map(|m| {
+            let v = serde_json::to_value(m).unwrap();
+            (
+                v["type"].as_str().unwrap().to_owned(),
+                m.content().to_owned(),
+            )
+        })
+        .collect()
+}
+
+fn result_of(events: &[Event]) -> (String, bool, Option<String>) {
+    events
+        .iter()
+        .find_map(|e| match e {
+            Event::ExecutionResult {
+                output,
+                success,
+                persisted_variable,
+                ..
+            } => Some((output.clone(), *success, persisted_variable.clone())),
+            _ => None,
+        })
+        .expect("an execution result")
+}
+
+#[tokio::test]
+async fn a_code_step_then_an_answer() {
+    let s = Setup::new([
+        Reply::text(format!("Let me check.\n{}\nignored", block("print('2')"))),
+        Reply::text("It is 2."),
+    ]);
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "What is 1+1?").await;
+    assert_eq!(
+        shape(&ev),
+        [
+            "user_prompt",
+            "text",
+            "code",
+            "execution_result",
+            "text",
+            "final_response",
+            "stopped"
+        ]
+    );
+    assert_eq!(
+        ev[0],
+        Event::UserPrompt {
+            content: "What is 1+1?".into()
+        }
+    );
+    assert_eq!(text_of(&ev), "Let me check.\nIt is 2.");
+    let (content, reason, steps, _, error) = stopped(&ev);
+    assert_eq!(
+        (content.as_str(), reason, steps, error),
+        ("It is 2.", StopReason::Completed, 2, None)
+    );
+    assert_eq!(s.runtime.executed(), ["print('2')"]);
+    assert_eq!(result_of(&ev), ("2\n".into(), true, None));
+    let history = turns(&agent);
+    assert_eq!(history[0], ("user".into(), "What is 1+1?".into()));
+    // Recorded text ends at the closing fence; what followed it is not history.
+    assert_eq!(
+        history[1],
+        (
+            "code".into(),
+            format!("Let me check.\n{}", block("print('2')"))
+        )
+    );
+    assert_eq!(
+        history[2],
+        ("execution_result".into(), prompt::execution_output("2\n"))
+    );
+    assert_eq!(history[3], ("assistant".into(), "It is 2.".into()));
+    assert!(matches!(agent.history()[0], Message::System { .. }));
+}
+
+#[tokio::test]
+async fn only_the_first_block_runs_at_every_chunk_size() {
+    let answer = format!(
+        "Here:\n{}\nand also\n{}\n",
+        block("print('first')"),
+        block("print('second')")
+    );
+    for size in 1..=20 {
+        let s = Setup::new([
+            Reply::text(answer.clone()).chunk_size(size),
+            Reply::text("done"),
+        ]);
+        let mut agent = s.agent();
+        let ev = events(&mut agent, "go").await;
+        assert_eq!(
+            s.runtime.executed(),
+            ["print('first')"],
+            "chunk size {size}"
+        );
+        assert_eq!(
+            turns(&agent)[1].1,
+            format!("Here:\n{}", block("print('first')")),
+            "chunk size {size}"
+        );
+        assert_eq!(stopped(&ev).1, StopReason::Completed);
+        assert_eq!(
+            s.model.open_streams(),
+            0,
+            "the stream is closed after the fence"
+        );
+    }
+}
+
+#[tokio::test]
+async fn run_drains_the_same_stream() {
+    let s = Setup::new([
+        Reply::text(block("print('a')")),
+        Reply::text(block("print('b')")),
+        Reply::text("ok"),
+    ]);
+    let mut agent = s.agent();
+    let response = agent.run("go").await;
+    assert!(response.completed());
+    assert_eq!(response.code_snippets, ["print('a')", "print('b')"]);
+    assert_eq!((response.steps, response.content.as_str()), (3, "ok"));
+    assert!(
+        response
+            .to_string()
+            .starts_with("AgentResponse(stop_reason=completed, steps=3, tokens=")
+    );
+}
+
+#[tokio::test]
+async fn max_steps_stops_with_the_last_turn_as_content() {
+    let s = Setup::with(
+        ScriptedModel::repeating(Reply::text(format!(
+            "I will calculate.\n{}",
+            block("print('1')")
+        ))),
+        FakeRuntime::new(),
+    );
+    let mut agent = s.builder().max_steps(3).build().unwrap();
+    let response = agent.run("go").await;
+    assert_eq!(
+        (response.stop_reason, response.steps),
+        (StopReason::MaxSteps, 3)
+    );
+    assert_eq!(
+        response.content,
+        format!("I will calculate.\n{}", block("print('1')"))
+    );
+    // Every code message is paired with its result.
+    let history = turns(&agent);
+    assert_eq!(history.last().unwrap().0, "execution_result");
+}
+
+#[tokio::test]
+async fn zero_limits_stop_before_any_step() {
+    let s = Setup::new([Reply::text("never")]);
+    let response = s.builder().max_steps(0).build().unwrap().run("go").await;
+    assert_eq!(
+        (response.stop_reason, response.steps),
+        (StopReason::MaxSteps, 0)
+    );
+    let response = s
+        .builder()
+        .max_run_time(Duration::ZERO)
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(
+        (response.stop_reason, response.steps),
+        (StopReason::Timeout, 0)
+    );
+    assert_eq!(s.model.calls(), 0);
+}
+
+#[tokio::test]
+async fn budgets_are_checked_between_steps() {
+    // The agent stops reading at the closing fence, so these steps' usage is estimated:
+    // about 300 prompt tokens and 6 completion tokens each.
+    let code = || Reply::text(block("print('1')"));
+    for (cap, which) in [(15, "total"), (10, "input"), (5, "output")] {
+        let s = Setup::new([code(), code(), Reply::text("never")]);
+        let mut b = s.builder();
+        match which {
+            "total" => b.max_total_tokens(cap),
+            "input" => b.max_input_tokens(cap),
+            _ => b.max_output_tokens(cap),
+        };
+        let mut agent = b.build().unwrap();
+        let response = agent.run("go").await;
+        assert_eq!(
+            (response.stop_reason, response.steps),
+            (StopReason::BudgetExhausted, 1),
+            "{which}"
+        );
+        // The crossing step completed and was recorded.
+        assert_eq!(turns(&agent).last().unwrap().0, "execution_result");
+    }
+    // Under the caps, the run completes.
+    let s = Setup::new([code(), Reply::text("done")]);
+    let response = s
+        .builder()
+        .max_total_tokens(100_000)
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert!(response.completed());
+}
+
+#[tokio::test]
+async fn usage_is_summed_and_estimated_when_not_reported() {
+    // Read to its end, the first call's reported usage is used; the second reports none.
+    let s = Setup::new([
+        Reply::text("The answer")
+            .finish(FinishReason::Length)
+            .usage(Usage::new(100, 7)),
+        Reply::text(" is all good."),
+    ]);
+    let mut agent = s.agent();
+    let response = agent.run("go").await;
+    let second_prompt: u64 = s.model.requests()[1]
+        .messages
+        .iter()
+        .map(|m| m.content.chars().count() as u64 / 4)
+        .sum();
+    let estimated = Usage::new(second_prompt, " is all good.".len() as u64 / 4);
+    assert_eq!(response.usage, Usage::new(100, 7) + estimated);
+    // A reply too short to estimate still costs a token.
+    let s = Setup::new([Reply::text("ok")]);
+    let response = s.agent().run("go").await;
+    assert_eq!(response.usage.completion_tokens, 1);
+}
+
+#[tokio::test]
+async fn a_block_cut_by_the_output_limit_runs_once_after_resuming() {
+    let s = Setup::new([
+        Reply::text("Working...\n```python\nx = 4\nprint(").finish(FinishReason::Length),
+        Reply::text("'5')\n```"),
+        Reply::text("Five."),
+    ]);
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "go").await;
+    assert!(ev.contains(&Event::Status {
+        status: Status::OutputRecovery,
+        before: None,
+        after: None,
+        recovery: Some(1),
+        max_recoveries: Some(3)
+    }));
+    assert_eq!(s.runtime.executed(), ["x = 4\nprint('5')"]);
+    assert_eq!(
+        turns(&agent)[1..4],
+        [
+            (
+                "assistant".into(),
+                "Working...\n```python\nx = 4\nprint(".into()
+            ),
+            ("user".into(), prompt::OUTPUT_RECOVERY_PROMPT.into()),
+            ("code".into(), "'5')\n```".into()),
+        ]
+    );
+    assert_eq!(stopped(&ev).1, StopReason::Completed);
+}
+
+#[tokio::test]
+async fn fragments_join_into_one_answer() {
+    let s = Setup::new([
+        Reply::text("The answer is").finish(FinishReason::Length),
+        Reply::text(" 42."),
+    ]);
+    let response = s.agent().run("go").await;
+    assert_eq!(
+        (response.content.as_str(), response.stop_reason),
+        ("The answer is 42.", StopReason::Completed)
+    );
+}
+
+#[tokio::test]
+async fn recovery_gives_up_after_three() {
+    let s = Setup::with(
+        ScriptedModel::repeating(Reply::text("still going").finish(FinishReason::Length)),
+        FakeRuntime::new(),
+    );
+    let mut agent = s.agent();
+    let response = agent.run("go").await;
+    assert_eq!(
+        (response.stop_reason, response.steps),
+        (StopReason::ModelError, 4)
+    );
+    assert_eq!(response.content, "still going".repeat(4));
+    assert!(response.error.unwrap().contains("output limit"));
+}
+
+#[tokio::test]
+async fn a_cap_spent_on_thinking_adds_no_empty_message() {
+    let s = Setup::new([
+        Reply::default()
+            .reasoning("hmm")
+            .finish(FinishReason::Length),
+        Reply::text("Answer."),
+    ]);
+    let mut agent = s.agent();
+    let response = agent.run("go").await;
+    assert!(response.completed());
+    assert_eq!(
+        turns(&agent)[1],
+        ("user".into(), prompt::OUTPUT_RECOVERY_PROMPT.into())
+    );
+}
+
+#[tokio::test]
+async fn a_stream_broken_mid_answer_is_resumed() {
+    let broken = ModelError::new(ModelErrorKind::StreamInterrupted, "connection reset");
+    let s = Setup::new([
+        Reply::text("Partial ans").then_error(broken),
+        Reply::text("wer."),
+    ]);
+    let mut agent = s.agent();
+    let response = agent.run("go").await;
+    assert_eq!(
+        (response.content.as_str(), response.stop_reason),
+        ("Partial answer.", StopReason::Completed)
+    );
+    assert_eq!(
+        turns(&agent)[2],
+        ("user".into(), prompt::STREAM_INTERRUPTED_PROMPT.into())
+    );
+}
+
+#[tokio::test]
+async fn failures_before_any_answer_end_the_run() {
+    let auth = ModelError::new(ModelErrorKind::Auth, "invalid API key");
+    for reply in [
+        Reply::fails(auth.clone()),
+        Reply::default().then_error(auth),
+    ] {
+        let s = Setup::new([reply]);
+        let mut agent = s.agent();
+        let response = agent.run("go").await;
+        assert_eq!(response.stop_reason, StopReason::ModelError);
+        assert_eq!(response.error.as_deref(), Some("invalid API key"));
+        assert_eq!(turns(&agent).len(), 1, "nothing recorded after the prompt");
+    }
+}
+
+#[tokio::test]
+async fn an_error_after_the_finish_reason_is_not_a_failure() {
+    let lost_usage = ModelError::new(ModelErrorKind::StreamInterrupted, "lost usage chunk");
+    let s = Setup::new([Reply::text("Done.")
+        .then_finish(FinishReason::Stop)
+        .then_error(lost_usage)]);
+    let response = s.agent().run("go").await;
+    assert_eq!(
+        (response.stop_reason, s.model.calls()),
+        (StopReason::Completed, 1)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn stalls_are_fatal_before_content_and_resumed_after() {
+    let s = Setup::new([Reply::default().then_hang()]);
+    let response = s.agent().run("go").await;
+    assert_eq!(response.stop_reason, StopReason::ModelError);
+    assert!(response.error.unwrap().contains("stalled"));
+
+    let s = Setup::new([Reply::text("Half").then_hang(), Reply::text(" done.")]);
+    let response = s.agent().run("go").await;
+    assert_eq!(
+        (response.content.as_str(), response.stop_reason),
+        ("Half done.", StopReason::Completed)
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_backoff_extends_the_idle_deadline() {
+    let reply = Reply::default()
+        .then_backoff(Duration::from_secs(200))
+        .then_stall(Duration::from_secs(250))
+        .then_text("ok");
+    let s = Setup::new([reply]);
+    let response = s.agent().run("go").await;
+    assert!(response.completed(), "{response:?}");
+    let reply = Reply::default()
+        .then_stall(Duration::from_secs(121))
+        .then_text("ok");
+    let s = Setup::new([reply]);
+    assert_eq!(
+        s.agent().run("go").await.stop_reason,
+        StopReason::ModelError
+    );
+}
+
+#[tokio::test]
+async fn how_an_ended_stream_is_judged() {
+    let cases: Vec<(Reply, StopReason, &str)> = vec![
+        (
+            Reply::text("no finish").no_finish(),
+            StopReason::ModelError,
+            "",
+        ),
+        (
+            Reply::default().no_finish(),
+            StopReason::ModelError,
+            "finish reason",
+        ),
+        (
+            Reply::text("partly").finish(FinishReason::ContentFilter),
+            StopReason::ModelError,
+            "withdrew",
+        ),
+        (
+            Reply::default().finish(FinishReason::ContentFilter),
+            StopReason::ModelError,
+            "filtered",
+        ),
+        (
+            Reply::default().refusal("I can't help with that."),
+            StopReason::Completed,
+            "",
+        ),
+        (
+            Reply::default()
+                .refusal("No.")
+                .finish(FinishReason::ContentFilter),
+            StopReason::Completed,
+            "",
+        ),
+        (
+            Reply::text("  \n "),
+            StopReason::ModelError,
+            "without returning an answer",
+        ),
+        (
+            Reply::default().reasoning("thinking only"),
+            StopReason::ModelError,
+            "without returning an answer",
+        ),
+        (
+            Reply::text("Here:\n```python\nx = 1\n"),
+            StopReason::Completed,
+            "",
+        ),
+    ];
+    for (reply, expected, error) in cases {
+        let s = Setup::with(
+            ScriptedModel::new([reply.clone()]).with_fallback(Reply::text("x").no_finish()),
+            FakeRuntime::new(),
+        );
+        let response = s.agent().run("go").await;
+        assert_eq!(response.stop_reason, expected, "{reply:?}");
+        assert!(
+            response.error.unwrap_or_default().contains(error),
+            "{reply:?}"
+        );
+        assert!(
+            s.runtime.executed().is_empty(),
+            "an unterminated block never runs"
+        );
+    }
+    let s = Setup::new([Reply::default().refusal("I can't help with that.")]);
+    let ev = events(&mut s.agent(), "go").await;
+    assert_eq!(text_of(&ev), "I can't help with that.");
+    assert_eq!(stopped(&ev).0, "I can't help with that.");
+}
+
+#[tokio::test]
+async fn thinking_streams_then_seals_before_the_answer() {
+    let s = Setup::new([Reply::text("Answer.")
+        .reasoning("Let me think about it.")
+        .chunk_size(5)]);
+    let ev = events(&mut s.agent(), "go").await;
+    assert_eq!(
+        shape(&ev),
+        [
+            "user_prompt",
+            "thinking_chunk",
+            "thinking",
+            "text",
+            "final_response",
+            "stopped"
+        ]
+    );
+    let thinking = ev.iter().find_map(|e| {
+        if let Event::Thinking { content, .. } = e {
+            Some(content)
+        } else {
+            None
+        }
+    });
+    assert_eq!(thinking.unwrap(), "Let me think about it.");
+}
+
+/// A compactor that records what the agent asked of it.
+#[derive(Default)]
+struct TestCompactor {
+    summarize_every_step: bool,
+    overflow_calls: AtomicUsize,
+    summaries: AtomicUsize,
+    reserve: Mutex<Option<u32>>,
+}
+
+#[async_trait::async_trait]
+impl Compactor for TestCompactor {
+    fn estimator(&self) -> &dyn TokenEstimator {
+        &cave_core::CharEstimator
+    }
+    fn prepare(&self, _history: &[Message], _anchor: Option<TokenAnchor>) -> Prepared {
+        Prepared::new(None, self.summarize_every_step)
+    }
+    async fn summarize(&self, history: Vec<Message>) -> Vec<Message> {
+        self.summaries.fetch_add(1, Ordering::SeqCst);
+        let mut out = vec![
+            history[0].clone(),
+            Message::Summary {
+                content: "<s>old</s>".into(),
+                body: "old".into(),
+            },
+        ];
+        out.extend(history.into_iter().skip(1).rev().take(1));
+        out
+    }
+    async fn recover_from_overflow(&self, history: Vec<Message>) -> Vec<Message> {
+        self.overflow_calls.fetch_add(1, Ordering::SeqCst);
+        self.summarize(history).await
+    }
+    fn adopt_output_reserve(&self, tokens: u32) {
+        *self.reserve.lock().unwrap() = Some(tokens);
+    }
+}
+
+#[tokio::test]
+async fn a_prompt_too_long_is_compacted_and_retried_once() {
+    let too_long = || ModelError::new(ModelErrorKind::PromptTooLong, "context length exceeded");
+    let s = Setup::new([Reply::fails(too_long()), Reply::text("Fits now.")]);
+    let compactor = Arc::new(TestCompactor::default());
+    let mut agent = s.builder().compactor(compactor.clone()).build().unwrap();
+    agent.push_message(Message::user("old question"));
+    agent.push_message(Message::assistant("old answer"));
+    let ev = events(&mut agent, "go").await;
+    assert_eq!(
+        shape(&ev),
+        ["user_prompt", "status", "text", "final_response", "stopped"]
+    );
+    assert!(matches!(
+        ev[1],
+        Event::Status {
+            status: Status::Compacting,
+            ..
+        }
+    ));
+    assert!(matches!(
+        ev[2],
+        Event::Status {
+            status: Status::Compacted,
+            before: Some(4),
+            after: Some(3),
+            ..
+        }
+    ));
+    assert_eq!(compactor.overflow_calls.load(Ordering::SeqCst), 1);
+    assert_eq!(stopped(&ev).1, StopReason::Completed);
+
+    let s = Setup::new([
+        Reply::fails(too_long()),
+        Reply::fails(too_long()),
+        Reply::text("never"),
+    ]);
+    let response = s
+        .builder()
+        .compactor(compactor.clone())
+        .build()
+        .unwrap()
+        .run("go")
+        .await;
+    assert_eq!(
+        (response.stop_reason, s.model.calls()),
+        (StopReason::ModelError, 2)
+    );
+}
+
+#[tokio::test]
+async fn compaction_is_announced_and_its_history_kept() {
+    let s = Setup::with(
+        ScriptedModel::new([Reply::text("Hi.")])
+            .with_info(ModelInfo::new("m").with_max_output_tokens(Some(4096))),
+        FakeRuntime::new(),
+    );
+    let compactor = Arc::new(TestCompactor {
+        summarize_every_step: true,
+        ..TestCompactor::default()
+    });
+    let mut agent = s.builder().compactor(compactor.clone()).build().unwrap();
+    assert_eq!(*compactor.reserve.lock().unwrap(), Some(4096));
+    let ev = events(&mut agent, "go").await;
+    assert_eq!(shape(&ev)[..3], ["user_prompt", "status", "text"]);
+    assert!(matches!(agent.history()[1], Message::Summary { .. }));
+    assert_eq!(compactor.summaries.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn failed_cells_and_empty_cells_read_clearly() {
+    let s = Setup::new([
+        Reply::text(block(
+            "print('before')\nraise ZeroDivisionError('division by zero')",
+        )),
+        Reply::text(block("raise_silent MemoryError('machinery died')")),
+        Reply::text(block("x = 1")),
+        Reply::text("ok"),
+    ]);
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "go").await;
+    let results: Vec<_> = ev
+        .iter()
+        .filter_map(|e| {
+            if let Event::ExecutionResult {
+                output, success, ..
+            } = e
+            {
+                Some((output.clone(), *success))
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert!(
+        results[0].0.starts_with("before\nTraceback")
+            && results[0]
+                .0
+                .ends_with("ZeroDivisionError: division by zero\n")
+    );
+    assert!(!results[0].1);
+    assert_eq!(results[1], ("MemoryError: machinery died".into(), false));
+    assert_eq!(results[2], (prompt::EMPTY_OUTPUT.into(), true));
+}
+
+#[tokio::test]
+async fn live_output_streams_before_the_result() {
+    let s = Setup::new([Reply::text(block("stream(a,b,c)")), Reply::text("ok")]);
+    let ev = events(&mut s.agent(), "go").await;
+    let chunks: Vec<_> = ev
+        .iter()
+        .filter_map(|e| {
+            if let Event::ExecutionOutput { chunk } = e {
+                Some(chunk.as_str())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(chunks, ["a", "b", "c"]);
+    assert_eq!(
+        shape(&ev)[1..4],
+        ["code", "execution_output", "execution_result"]
+    );
+}
+
+#[tokio::test]
+async fn large_output_is_persisted_with_a_marker() {
+    let s = Setup::new([
+        Reply::text(block("big(6000)")),
+        Reply::text(block("big(5001)")),
+        Reply::text(block("big(5000)")),
+        Reply::text("ok"),
+    ]);
+    s.runtime
+        .namespace
+        .lock()
+        .unwrap()
+        .insert("_output_1".into(), Value::Str("model-made".into()));
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "go").await;
+    let vars: Vec<_> = ev
+        .iter()
+        .filter_map(|e| {
+            if let Event::ExecutionResult {
+                persisted_variable, ..
+            } = e
+            {
+                Some(persisted_variable.clone())
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(
+        vars,
+        [
+            Some("_output_2".to_owned()),
+            Some("_output_3".to_owned()),
+            None
+        ]
+    );
+    assert_eq!(
+        s.runtime.value("_output_2"),
+        Some(Value::Str("x".repeat(6000)))
+    );
+    assert_eq!(
+        s.runtime.value("_output_1"),
+        Some(Value::Str("model-made".into()))
+    );
+    let result = &turns(&agent)[2].1;
+    assert!(result.contains("<persisted-output>\nOutput too large to inline (6000 chars)"));
+    assert!(result.contains("`_output_2`") && result.contains("Preview (first 2000 chars):"));
+    assert!(!result.contains(&"x".repeat(2001)));
+    // The event carries the whole output.
+    assert_eq!(result_of(&ev).0.len(), 6000);
+
+    // A resumed history continues after the highest persisted index.
+    let s2 = Setup::new([Reply::text(block("big(6000)")), Reply::text("ok")]);
+    let mut resumed = s2
+        .builder()
+        .history(agent.take_history())
+        .exec_output_preview_chars(0)
+        .build()
+        .unwrap();
+    let ev = events(&mut resumed, "again").await;
+    assert_eq!(result_of(&ev).2.as_deref(), Some("_output_4"));
+    assert!(!turns(&resumed).last().unwrap().1.contains("Preview"));
+}
+
+#[tokio::test]
+async fn runtime_failures_end_the_run_with_a_valid_history() {
+    let s = Setup::with(
+        ScriptedModel::new([Reply::text(block("big(9000)"))]),
+        FakeRuntime {
+            fail_bind: true,
+            ..FakeRuntime::new()
+        },
+    );
+    let mut agent = s.agent();
+    let response = agent.run("go").await;
+    assert_eq!(response.stop_reason, StopReason::RuntimeError);
+    assert!(response.error.unwrap().contains("no memory left"));
+    assert_eq!(
+        turns(&agent).last().unwrap(),
+        &(
+            "execution_result".to_owned(),
+            prompt::EXECUTION_INCOMPLETE.to_owned()
+        )
+    );
+
+    let s = Setup::new([Reply::text(block("crash()"))]);
+    let mut agent = s.agent();
+    assert_eq!(agent.run("go").await.stop_reason, StopReason::RuntimeError);
+    assert_eq!(
+        turns(&agent).last().unwrap().1,
+        prompt::EXECUTION_INCOMPLETE
+    );
+}
+
+#[tokio::test]
+async fn a_panic_is_an_internal_error_and_the_agent_stays_usable() {
+    let s = Setup::new([Reply::text(block("panic()")), Reply::text("fine")]);
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "go").await;
+    let (_, reason, _, _, error) = stopped(&ev);
+    assert_eq!(reason, StopReason::InternalError);
+    assert!(error.unwrap().contains("fake runtime defect"));
+    assert_eq!(
+        turns(&agent).last().unwrap().1,
+        prompt::EXECUTION_INCOMPLETE
+    );
+    assert!(agent.run("again").await.completed());
+}
+
+struct NoPrint;
+impl CodePolicy for NoPrint {
+    fn check(&self, code: &str) -> Vec<Violation> {
+        code.lines()
+            .enumerate()
+            .filter(|(_, l)| l.contains("print"))
+            .map(|(i, _)| {
+                Violation::new(format!("Forbidden function call 'print' at line {}", i + 1))
+                    .at_line(i + 1)
+            })
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn the_policy_blocks_code_before_it_runs() {
+    let s = Setup::new([
+        Reply::text(block("print('a')\nprint('b')")),
+        Reply::text("ok"),
+    ]);
+    let mut agent = s.builder().policy(NoPrint).build().unwrap();
+    let ev = events(&mut agent, "go").await;
+    let message = "Code execution blocked: 2 violations found:\n  - Forbidden function call 'print' at line 1\n  - Forbidden function call 'print' at line 2";
+    assert!(ev.contains(&Event::SecurityError {
+        message: message.into()
+    }));
+    assert!(s.runtime.executed().is_empty());
+    assert_eq!(
+        turns(&agent)[2],
+        ("execution_result".into(), prompt::security_error(message))
+    );
+}
+
+#[tokio::test]
+async fn an_exec_timeout_needs_an_interruptible_runtime() {
+    let s = Setup::new([]);
+    let err = s
+        .builder()
+        .max_exec_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap_err();
+    assert!(matches!(err, BuildError::ExecTimeoutNeedsInterrupt));
+    assert!(err.to_string().contains("interrupter"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_execution_past_its_limit_is_interrupted() {
+    for (outcome, code, state_lost, notice) in [
+        (Interruption::Delivered, "spin()", false, None),
+        (
+            Interruption::StateLost,
+            "spin()",
+            true,
+            Some(prompt::STATE_LOST_NOTICE),
+        ),
+        (
+            Interruption::Pending,
+            "block()",
+            false,
+            Some(prompt::INTERRUPT_PENDING_NOTICE),
+        ),
+    ] {
+        let s = Setup::with(
+            ScriptedModel::new([Reply::text(block(code)), Reply::text("ok")]),
+            FakeRuntime::interruptible(outcome),
+        );
+        let mut agent = s
+            .builder()
+            .max_exec_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        assert!(
+            agent
+                .system_prompt()
+                .contains("Each execution is stopped after 0.5 seconds")
+        );
+        let ev = events(&mut agent, "go").await;
+        assert!(
+            ev.contains(&Event::ExecutionTimeout {
+                timeout: 0.5,
+                state_lost
+            }),
+            "{outcome:?}"
+        );
+        assert_eq!(s.runtime.interrupts(), 1);
+        let result = &turns(&agent)[2].1;
+        assert!(result.starts_with(&prompt::execution_timeout(0.5)));
+        assert_eq!(notice.is_some_and(|n| result.contains(n)), notice.is_some());
+        assert_eq!(stopped(&ev).1, StopReason::Completed);
+    }
+    let plain = Setup::new([]).agent().system_prompt();
+    assert!(!plain.contains("stopped after") && !plain.contains("timeout"));
+}
+
+#[tokio::test]
+async fn cancelling_interrupts_the_execution_and_repairs_history() {
+    let s = Setup::with(
+        ScriptedModel::new([Reply::text(block("spin()")), Reply::text("fresh")]),
+        FakeRuntime::interruptible(Interruption::Delivered),
+    );
+    let mut agent = s.agent();
+    let cancel = CancellationToken::new();
+    let mut stream = agent.stream_until("go", cancel.clone());
+    let mut seen = Vec::new();
+    while let Some(event) = stream.next().await {
+        if matches!(event, Event::Code { .. }) {
+            // Cancel once the execution is in flight.
+            let cancel = cancel.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                cancel.cancel();
+            });
+        }
+        seen.push(event);
+    }
+    drop(stream);
+    assert_eq!(stopped(&seen).1, StopReason::Cancelled);
+    assert_eq!(s.runtime.interrupts(), 1);
+    let history = turns(&agent);
+    assert_eq!(
+        history[history.len() - 2..],
+        [
+            (
+                "execution_result".to_owned(),
+                prompt::EXECUTION_CANCELLED.to_owned()
+            ),
+            ("user".to_owned(), prompt::USER_INTERRUPTION.to_owned()),
+        ]
+    );
+    assert!(agent.run("again").await.completed(), "the next run works");
+    assert_eq!(s.model.open_streams(), 0);
+}
+
+#[tokio::test]
+async fn cancelling_a_runtime_that_lost_its_state_says_so() {
+    let s = Setup::with(
+        ScriptedModel::new([Reply::text(block("spin()"))]),
+        FakeRuntime::interruptible(Interruption::StateLost),
+    );
+    let mut agent = s.agent();
+    let cancel = CancellationToken::new();
+    let canceller = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        canceller.cancel();
+    });
+    let response = agent.run_until("go", cancel).await;
+    assert_eq!(response.stop_reason, StopReason::Cancelled);
+    assert!(
+        turns(&agent)
+            .iter()
+            .any(|(_, c)| c == prompt::EXECUTION_CANCELLED_STATE_LOST)
+    );
+}
+
+#[tokio::test]
+async fn dropping_the_stream_stops_the_run_and_repairs_history() {
+    let s = Setup::with(
+        ScriptedModel::new([Reply::text(block("spin()")), Reply::text("fresh")]),
+        FakeRuntime::interruptible(Interruption::Delivered),
+    );
+    let mut agent = s.agent();
+    {
+        let mut stream = agent.stream("go");
+        while let Some(event) = stream.next().await {
+            if matches!(event, Event::Code { .. }) {
+                break;
+            }
+        }
+        // Poll once more so the execution is in flight, then drop.
+        let _ = tokio::time::timeout(Duration::from_millis(10), stream.next()).await;
+    }
+    assert_eq!(s.runtime.interrupts(), 1);
+    let history = turns(&agent);
+    assert_eq!(
+        history[history.len() - 2..],
+        [
+            (
+                "execution_result".to_owned(),
+                prompt::EXECUTION_INCOMPLETE.to_owned()
+            ),
+            ("user".to_owned(), prompt::USER_INTERRUPTION.to_owned()),
+        ]
+    );
+    assert!(agent.run("again").await.completed());
+}
+
+#[tokio::test]
+async fn dropping_mid_answer_closes_the_model_stream() {
+    let s = Setup::new([Reply::text("a long answer that streams in pieces")
+        .chunk_size(1)
+        .then_hang()]);
+    let mut agent = s.agent();
+    {
+        let mut stream = agent.stream("go");
+        for _ in 0..3 {
+            stream.next().await;
+        }
+        assert_eq!(s.model.open_streams(), 1);
+    }
+    assert_eq!(s.model.open_streams(), 0);
+    assert_eq!(turns(&agent).last().unwrap().1, prompt::USER_INTERRUPTION);
+}
+
+#[tokio::test]
+async fn asynchronous_filtering_reads_to_the_end_before_running() {
+    let deferred = || ModelInfo::new("azure").with_filters_asynchronously(true);
+    let s = Setup::with(
+        ScriptedModel::new([
+            Reply::text(format!("{}\ntail", block("print('1')"))),
+            Reply::text("ok"),
+        ])
+        .with_info(deferred()),
+        FakeRuntime::new(),
+    );
+    let response = s.agent().run("go").await;
+    assert!(response.completed());
+    assert_eq!(s.runtime.executed(), ["print('1')"]);
+
+    for reply in [
+        Reply::text(block("print('1')")).finish(FinishReason::ContentFilter),
+        Reply::text(block("print('1')")).no_finish(),
+        Reply::text(block("print('1')"))
+            .no_finish()
+            .then_error(ModelError::new(ModelErrorKind::Other, "reset")),
+    ] {
+        let s = Setup::with(
+            ScriptedModel::new([reply.clone()]).with_info(deferred()),
+            FakeRuntime::new(),
+        );
+        let mut agent = s.agent();
+        let response = agent.run("go").await;
+        assert_eq!(response.stop_reason, StopReason::ModelError, "{reply:?}");
+        assert!(s.runtime.executed().is_empty(), "{reply:?}");
+        assert_eq!(
+            turns(&agent).len(),
+            1,
+            "withdrawn text is not kept: {reply:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn the_system_prompt_is_rebuilt_and_the_date_travels_separately() {
+    let s = Setup::new([Reply::text("one"), Reply::text("two")]);
+    let mut agent = s.agent();
+    agent.run("first").await;
+    s.runtime
+        .register(
+            cave_core::Resources::new().variable(cave_core::Variable::new("late", Value::Int(1))),
+        )
+        .unwrap();
+    agent.run("second").await;
+    let requests = s.model.requests();
+    let system = |i: usize| requests[i].messages[0].content.clone();
+    assert!(!system(0).contains("- name: late") && system(1).contains("- name: late"));
+    for request in &requests {
+        assert!(
+            request.messages[1]
+                .content
+                .starts_with("<system-reminder>\nThe current date and time is ")
+        );
+    }
+    // Stored history has one system prompt and no reminder; user turns accumulate.
+    let history = agent.history();
+    assert_eq!(
+        history
+            .iter()
+            .filter(|m| matches!(m, Message::System { .. }))
+            .count(),
+        1
+    );
+    assert!(
+        history
+            .iter()
+            .all(|m| !m.content().contains("<system-reminder>"))
+    );
+    assert_eq!(turns(&agent).iter().filter(|(k, _)| k == "user").count(), 2);
+    assert_eq!(requests[1].messages.len(), 1 + 1 + 3);
+}
+
+#[tokio::test]
+async fn the_system_prompt_has_its_sections_and_the_block_tag() {
+    let s = Setup::new([]);
+    let prompt = s
+        .builder()
+        .python_block_identifier("py3")
+        .build()
+        .unwrap()
+        .system_prompt();
+    for section in [
+        "<functions>\nNo functions available\n</functions>",
+        "<variables>",
+        "<types>",
+        "<skills>\nNo skills available\n</skills>",
+    ] {
+        assert!(prompt.contains(section), "{section}");
+    }
+    assert!(prompt.starts_with(prompt::DEFAULT_INSTRUCTIONS));
+    assert!(
+        prompt.contains("```py3\ntotal = add(5, 3)")
+            && !prompt.contains("{python_block_identifier}")
+    );
+    let custom = s
+        .builder()
+        .prompt_template("{instructions}|{current_time}|{{literal}}")
+        .build()
+        .unwrap()
+        .system_prompt();
+    assert!(custom.ends_with("|{literal}") && !custom.contains("{current_time}"));
+}
+
+#[tokio::test]
+async fn settings_are_checked_when_building() {
+    let s = Setup::new([]);
+    let err = s
+        .builder()
+        .persisted_output_prefix("bad-name")
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("it would name the variable 'bad-name_1'"),
+        "{err}"
+    );
+    assert!(s.builder().persisted_output_prefix("输出").build().is_ok());
+    let err = s
+        .builder()
+        .prompt_template("{instructions} {nope}")
+        .build()
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("unknown placeholder {nope}"),
+        "{err}"
+    );
+    let err = s
+        .builder()
+        .system_instructions("use {braces}")
+        .build()
+        .unwrap_err();
+    assert!(matches!(
+        err,
+        BuildError::Template {
+            which: "system_instructions",
+            ..
+        }
+    ));
+    assert!(s.builder().python_block_identifier("").build().is_err());
+}
+
+#[tokio::test]
+async fn events_serialize_to_the_wire_format() {
+    let usage = Usage::new(3, 4);
+    let cases = [
+        (
+            Event::UserPrompt {
+                content: "hi".into(),
+            },
+            r#"{"type":"user_prompt","content":"hi"}"#,
+        ),
+        (
+            Event::ThinkingChunk {
+                content: "h".into(),
+            },
+            r#"{"type":"thinking_chunk","content":"h"}"#,
+        ),
+        (
+            Event::Thinking {
+                content: "h".into(),
+                duration_ms: 5,
+            },
+            r#"{"type":"thinking","content":"h","duration_ms":5}"#,
+        ),
+        (
+            Event::Code { code: "x".into() },
+            r#"{"type":"code","code":"x"}"#,
+        ),
+        (
+            Event::ExecutionOutput { chunk: "o".into() },
+            r#"{"type":"execution_output","chunk":"o"}"#,
+        ),
+        (
+            Event::ExecutionResult {
+                output: "o".into(),
+                success: true,
+                persisted: true,
+                persisted_variable: Some("_output_1".into()),
+                state_lost: false,
+            },
+            r#"{"type":"execution_result","output":"o","success":true,"persisted":true,"persisted_variable":"_output_1","state_lost":false}"#,
+        ),
+        (
+            Event::ExecutionTimeout {
+                timeout: 1.5,
+                state_lost: true,
+            },
+            r#"{"type":"execution_timeout","timeout":1.5,"state_lost":true}"#,
+        ),
+        (
+            Event::SecurityError {
+                message: "m".into(),
+            },
+            r#"{"type":"security_error","message":"m"}"#,
+        ),
+        (
+            Event::Status {
+                status: Status::OutputRecovery,
+                before: None,
+                after: None,
+                recovery: Some(1),
+                max_recoveries: Some(3),
+            },
+            r#"{"type":"status","status":"output_recovery","before":null,"after":null,"recovery":1,"max_recoveries":3}"#,
+        ),
+        (
+            Event::FinalResponse {
+                content: "a".into(),
+            },
+            r#"{"type":"final_response","content":"a"}"#,
+        ),
+        (
+            Event::Stopped {
+                content: "a".into(),
+                stop_reason: StopReason::BudgetExhausted,
+                steps: 2,
+                elapsed: 0.5,
+                usage,
+                error: None,
+            },
+            r#"{"type":"stopped","content":"a","stop_reason":"budget_exhausted","steps":2,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+        ),
+    ];
+    for (event, json) in cases {
+        assert_eq!(serde_json::to_string(&event).unwrap(), json);
+        assert_eq!(serde_json::from_str::<Event>(json).unwrap(), event);
+    }
+    let history = vec![
+        Message::user("q"),
+        Message::code("c"),
+        Message::Summary {
+            content: "w".into(),
+            body: "b".into(),
+        },
+    ];
+    let json = serde_json::to_string(&history).unwrap();
+    assert_eq!(
+        json,
+        r#"[{"type":"user","content":"q"},{"type":"code","content":"c"},{"type":"summary","content":"w","body":"b"}]"#
+    );
+    assert_eq!(
+        serde_json::from_str::<Vec<Message>>(&json).unwrap(),
+        history
+    );
+}
