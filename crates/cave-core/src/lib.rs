@@ -19,39 +19,25 @@
 //! - [`Message`] is the history, serializable, and [`prompt`] holds every model-facing text.
 //!
 //! ```
+//! # #[cfg(feature = "testing")] {
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! use cave_core::testing::{Reply, ScriptedModel};
-//! use cave_core::{Agent, Description, DiscardOutput, Execution, OutputSink, Resources};
-//! use cave_core::{Runtime, RuntimeError, StopReason, Value};
-//!
-//! /// A stand-in runtime that "prints" the code it is given.
-//! struct Echo;
-//! #[async_trait::async_trait]
-//! impl Runtime for Echo {
-//!     async fn execute(&self, code: &str, _: &dyn OutputSink) -> Result<Execution, RuntimeError> {
-//!         Ok(Execution::ok(format!("ran {code}\n")))
-//!     }
-//!     fn register(&self, _: Resources) -> Result<(), RuntimeError> { Ok(()) }
-//!     fn describe(&self) -> Description { Description::default() }
-//!     async fn retrieve(&self, n: &str) -> Result<Value, RuntimeError> { Err(RuntimeError::Unbound { name: n.into() }) }
-//!     async fn update(&self, n: &str, _: Value) -> Result<(), RuntimeError> { Err(RuntimeError::Unbound { name: n.into() }) }
-//!     async fn get(&self, n: &str) -> Result<Value, RuntimeError> { Err(RuntimeError::Unbound { name: n.into() }) }
-//!     async fn bind_unique(&self, p: &str, _: Value, s: u64) -> Result<String, RuntimeError> { Ok(format!("{p}_{s}")) }
-//!     async fn reset(&self) -> Result<(), RuntimeError> { Ok(()) }
-//! }
+//! use cave_core::testing::{EchoRuntime, Reply, ScriptedModel};
+//! use cave_core::{Agent, StopReason};
 //!
 //! let model = ScriptedModel::new([Reply::text("```python\nprint(6 * 7)\n```"), Reply::text("It is 42.")]);
-//! let mut agent = Agent::builder(model, Echo).build().unwrap();
+//! let mut agent = Agent::builder(model, EchoRuntime::new()).build().unwrap();
 //! let response = agent.run("What is 6 times 7?").await;
 //! assert_eq!(response.stop_reason, StopReason::Completed);
 //! assert_eq!(response.content, "It is 42.");
 //! assert_eq!(response.code_snippets, ["print(6 * 7)"]);
 //! # });
+//! # }
 //! ```
 //!
 //! # Feature flags
 //!
-//! - `testing`: [`testing::ScriptedModel`], a scripted [`Model`] for testing agents offline.
+//! - `testing`: [`testing::ScriptedModel`], a scripted [`Model`], and [`testing::EchoRuntime`], a
+//!   runtime without Python, for testing agents offline.
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 

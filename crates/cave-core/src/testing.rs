@@ -1,4 +1,4 @@
-//! Test helpers: a scripted [`Model`] for testing agents offline.
+//! Test helpers: a scripted [`Model`] and a Python-free [`Runtime`] for testing agents offline.
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -18,11 +18,12 @@
 //! ```
 
 use crate::{
-    ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
-    Usage,
+    ChatRequest, Delta, DeltaStream, Description, Execution, FinishReason, Model, ModelError,
+    ModelErrorKind, ModelInfo, NameError, NameKind, NameProblem, OutputSink, Resource, Resources,
+    Runtime, RuntimeError, Usage, Value, validate_name,
 };
 use async_trait::async_trait;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -327,4 +328,156 @@ fn chunks(text: &str, size: usize) -> impl Iterator<Item = String> + '_ {
     let chars: Vec<char> = text.chars().collect();
     let pieces: Vec<String> = chars.chunks(size).map(|c| c.iter().collect()).collect();
     pieces.into_iter()
+}
+
+/// A [`Runtime`] without Python, for testing agent wiring: each cell's output is its own code
+/// (plus a newline), and registered variables and bindings live in an in-memory namespace
+/// with the real naming rules (NFKC, identifiers, one namespace for all kinds).
+#[derive(Debug, Default)]
+pub struct EchoRuntime {
+    state: Mutex<EchoState>,
+}
+
+#[derive(Debug, Default)]
+struct EchoState {
+    namespace: BTreeMap<String, Value>,
+    variables: Vec<String>,
+    executed: Vec<String>,
+    last_index: BTreeMap<String, u64>,
+}
+
+impl EchoRuntime {
+    /// An empty runtime.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The cells executed so far.
+    pub fn executed(&self) -> Vec<String> {
+        self.lock().executed.clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, EchoState> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[async_trait]
+impl Runtime for EchoRuntime {
+    async fn execute(
+        &self,
+        code: &str,
+        output: &dyn OutputSink,
+    ) -> Result<Execution, RuntimeError> {
+        self.lock().executed.push(code.to_owned());
+        let text = format!("{code}\n");
+        output.write(&text);
+        Ok(Execution::ok(text))
+    }
+
+    fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
+        let mut state = self.lock();
+        let mut staged: Vec<(String, Value, bool)> = Vec::new();
+        for item in batch.items() {
+            let name = validate_name(item.kind(), item.name())?;
+            if state.namespace.contains_key(&name) || staged.iter().any(|(n, ..)| *n == name) {
+                let problem = NameProblem::Exists;
+                return Err(NameError {
+                    kind: item.kind(),
+                    name: item.name().to_owned(),
+                    problem,
+                }
+                .into());
+            }
+            let (value, is_variable) = match item {
+                Resource::Variable(v) => (v.value.clone(), true),
+                Resource::Binding { value, .. } => (value.clone(), false),
+                _ => (Value::None, false),
+            };
+            staged.push((name, value, is_variable));
+        }
+        for (name, value, is_variable) in staged {
+            if is_variable {
+                state.variables.push(name.clone());
+            }
+            state.namespace.insert(name, value);
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> Description {
+        let state = self.lock();
+        let variables = if state.variables.is_empty() {
+            "No variables available".to_owned()
+        } else {
+            state
+                .variables
+                .iter()
+                .map(|v| format!("- name: {v}"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        Description::new("No functions available", variables, "No types available")
+    }
+
+    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
+        let state = self.lock();
+        let key = crate::normalize_name(name);
+        if !state.variables.contains(&key) {
+            return Err(RuntimeError::UnknownVariable {
+                name: name.to_owned(),
+                available: state.variables.clone(),
+            });
+        }
+        Ok(state.namespace.get(&key).cloned().unwrap_or_default())
+    }
+
+    async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {
+        self.retrieve(name).await?;
+        self.lock()
+            .namespace
+            .insert(crate::normalize_name(name), value);
+        Ok(())
+    }
+
+    async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
+        let key = crate::normalize_name(name);
+        self.lock()
+            .namespace
+            .get(&key)
+            .cloned()
+            .ok_or_else(|| RuntimeError::Unbound {
+                name: name.to_owned(),
+            })
+    }
+
+    async fn bind_unique(
+        &self,
+        prefix: &str,
+        value: Value,
+        start: u64,
+    ) -> Result<String, RuntimeError> {
+        if start == 0 {
+            return Err(RuntimeError::InvalidStart);
+        }
+        let first = validate_name(NameKind::Prefix, &format!("{prefix}_{start}"))?;
+        let prefix = &first[..first.len() - format!("_{start}").len()];
+        let mut state = self.lock();
+        let mut index = start.max(state.last_index.get(prefix).map_or(0, |last| last + 1));
+        while state.namespace.contains_key(&format!("{prefix}_{index}")) {
+            index += 1;
+        }
+        let name = format!("{prefix}_{index}");
+        state.namespace.insert(name.clone(), value);
+        state.last_index.insert(prefix.to_owned(), index);
+        Ok(name)
+    }
+
+    async fn reset(&self) -> Result<(), RuntimeError> {
+        // Registered variables keep their current values; model-made names go.
+        let mut state = self.lock();
+        let keep: Vec<String> = state.variables.clone();
+        state.namespace.retain(|k, _| keep.contains(k));
+        Ok(())
+    }
 }

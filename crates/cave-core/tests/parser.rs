@@ -206,3 +206,169 @@ proptest! {
         prop_assert_eq!(out.text, input);
     }
 }
+
+/// A small deterministic generator (SplitMix64): the corpus is the same on every run.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// Inclusive range, like Python's `randint`.
+    fn int(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() % (hi - lo + 1) as u64) as usize
+    }
+    fn choice<'a>(&mut self, items: &[&'a str]) -> &'a str {
+        items[self.int(0, items.len() - 1)]
+    }
+}
+
+const PROSE: &[&str] = &[
+    "Here is the plan.",
+    "First, look at `df.head()` output.",
+    "Use ``inline double`` spans.",
+    "Wrap code in ```python fences like this:",
+    "Results:",
+    "",
+    "  indented prose",
+    "a line with ` one backtick",
+    "done ```",
+];
+const OPENERS: &[&str] = &[
+    "```python",
+    "```Python",
+    "```PYTHON",
+    " ```python",
+    "   ```python",
+];
+const BODIES: &[&str] = &[
+    "x = 1",
+    "print('hello')",
+    "def f():\n    return 1",
+    "   x = 1\n   y = 2",
+    "data = {'a': 1}",
+    "for i in range(3):\n    print(i)",
+    "s = 'it''s'",
+    "print('a `tick`')",
+];
+const CLOSERS: &[&str] = &["```", " ```", "   ```"];
+const SUFFIXES: &[&str] = &["", "\n", "\ntrailing text"];
+
+fn response(rng: &mut Rng) -> String {
+    let blocks = rng.int(0, 3);
+    let mut lines: Vec<&str> = Vec::new();
+    for index in 0..(blocks + rng.int(0, 2)).max(1) {
+        for _ in 0..rng.int(0, 3) {
+            lines.push(rng.choice(PROSE));
+        }
+        if index < blocks {
+            lines.push(rng.choice(OPENERS));
+            lines.push(rng.choice(BODIES));
+            lines.push(rng.choice(CLOSERS));
+        }
+    }
+    lines.join("\n") + rng.choice(SUFFIXES)
+}
+
+/// The line-based extractor the streaming parser replaced: the first non-empty block.
+fn oracle_first_block(text: &str) -> Option<String> {
+    let mut block: Option<Vec<&str>> = None;
+    for line in text.split('\n') {
+        match &mut block {
+            None if line.trim().to_lowercase() == "```python" => block = Some(Vec::new()),
+            None => {}
+            Some(lines) if line.trim() == "```" => {
+                let code = lines.join("\n").trim_end().to_owned();
+                if !code.is_empty() {
+                    return Some(code);
+                }
+                block = None;
+            }
+            Some(lines) => lines.push(line),
+        }
+    }
+    None
+}
+
+#[test]
+fn agrees_with_the_line_based_extractor() {
+    let mut rng = Rng(0xCAFE);
+    let mut with_code = 0;
+    for _ in 0..1500 {
+        let input = response(&mut rng);
+        // The parser dedents and strips what the old extractor returned.
+        let expected = oracle_first_block(&input).map(|code| {
+            let block = parse(&format!("```python\n{code}\n```"), 0).code;
+            assert_eq!(block.len(), 1, "oracle block {code:?} re-parses");
+            block[0].clone()
+        });
+        with_code += usize::from(expected.is_some());
+        for size in [1, 7, 0] {
+            let out = parse(&input, size);
+            let first = if out.completed {
+                out.code.first().cloned()
+            } else {
+                None
+            };
+            assert_eq!(first, expected, "input {input:?} at chunk size {size}");
+        }
+    }
+    assert!(
+        with_code > 500,
+        "the corpus exercises blocks ({with_code} of 1500)"
+    );
+}
+
+/// `CAVE_PARSER_SOAK=N` runs N random inputs (default 20 000): no panic, and the same output
+/// for a random chunking as for the whole input.
+#[test]
+fn soak_random_inputs() {
+    let cases: u64 = std::env::var("CAVE_PARSER_SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20_000);
+    let atoms = [
+        "```",
+        "```python",
+        "``",
+        "`",
+        "\n",
+        " ",
+        "   ",
+        "'",
+        "\"",
+        "'''",
+        "\"\"\"",
+        "\\",
+        "#",
+        "(",
+        ")",
+        "]",
+        "\r",
+        "python",
+        "x",
+        "é",
+        "\t",
+        "    ",
+        "{",
+        "你好",
+    ];
+    let mut rng = Rng(0xBEEF);
+    for _ in 0..cases {
+        let len = rng.int(0, 30);
+        let input: String = (0..len)
+            .map(|_| atoms[rng.int(0, atoms.len() - 1)])
+            .collect();
+        let whole = parse(&input, 0);
+        let size = rng.int(1, 9);
+        assert_eq!(
+            parse(&input, size),
+            whole,
+            "input {input:?} at chunk size {size}"
+        );
+    }
+}

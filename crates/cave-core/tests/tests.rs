@@ -1,4 +1,6 @@
 //! Integration tests of cave-core: one binary, one module per concern.
 mod agent;
 mod parser;
+mod send_sync;
 mod support;
+mod values;

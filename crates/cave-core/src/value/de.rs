@@ -34,10 +34,15 @@ impl<'de> de::Deserializer<'de> for Value {
         match self {
             Value::None => visitor.visit_unit(),
             Value::Bool(b) => visitor.visit_bool(b),
-            Value::Int(i) => match i64::try_from(i) {
-                Ok(small) => visitor.visit_i64(small),
-                Err(_) => visitor.visit_i128(i),
-            },
+            Value::Int(i) => {
+                if let Ok(small) = i64::try_from(i) {
+                    visitor.visit_i64(small)
+                } else if let Ok(unsigned) = u64::try_from(i) {
+                    visitor.visit_u64(unsigned)
+                } else {
+                    visitor.visit_i128(i)
+                }
+            }
             Value::Float(x) => visitor.visit_f64(x),
             Value::Str(s) => visitor.visit_string(s),
             Value::Bytes(b) => visitor.visit_byte_buf(b),
@@ -103,9 +108,80 @@ impl<'de> de::Deserializer<'de> for Value {
         }
     }
 
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
+        match self {
+            Value::Bool(b) => visitor.visit_bool(b),
+            other => Err(mismatch(&other, "a bool")),
+        }
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
+        match self {
+            Value::Str(s) => visitor.visit_string(s),
+            other => Err(mismatch(&other, "a str")),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
+        self.deserialize_string(visitor)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
+        match self {
+            Value::List(items) | Value::Tuple(items) | Value::Set(items) => {
+                visitor.visit_seq(de::value::SeqDeserializer::new(items.into_iter()))
+            }
+            // `bytes` reads as a sequence of ints, e.g. into a `Vec<u8>`.
+            Value::Bytes(bytes) => visitor.visit_seq(de::value::SeqDeserializer::new(
+                bytes.into_iter().map(|b| Value::Int(b.into())),
+            )),
+            other => Err(mismatch(&other, "a list, tuple or set")),
+        }
+    }
+
+    fn deserialize_tuple<V: Visitor<'de>>(
+        self,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, ValueError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _len: usize,
+        visitor: V,
+    ) -> Result<V::Value, ValueError> {
+        self.deserialize_seq(visitor)
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, ValueError> {
+        match self {
+            Value::Dict(entries) => {
+                visitor.visit_map(de::value::MapDeserializer::new(entries.into_iter()))
+            }
+            other => Err(mismatch(&other, "a dict")),
+        }
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, ValueError> {
+        match self {
+            Value::Dict(entries) => {
+                visitor.visit_map(de::value::MapDeserializer::new(entries.into_iter()))
+            }
+            other => Err(mismatch(&other, &format!("a dict of the fields of {name}"))),
+        }
+    }
+
     serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 char str string bytes byte_buf
-        unit_struct seq tuple tuple_struct map struct identifier ignored_any
+        i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 char bytes byte_buf
+        unit_struct identifier ignored_any
     }
 }
 
