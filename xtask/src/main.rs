@@ -1,1 +1,184 @@
-fn main() {}
+//! Project chores: `cargo xtask bench`, `cargo xtask soak [N]`. Tidy checks are its tests
+//! (`cargo test -p xtask`), run by the workspace test command.
+
+use std::process::{Command, ExitCode};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("bench") => cargo(
+            &[
+                "bench",
+                "-p",
+                "cave-core",
+                "--features",
+                "testing",
+                "--bench",
+                "core",
+            ],
+            &[],
+        ),
+        Some("soak") => {
+            let cases = args.get(1).cloned().unwrap_or_else(|| "1000000".to_owned());
+            cargo(
+                &[
+                    "test",
+                    "--release",
+                    "-p",
+                    "cave-core",
+                    "--features",
+                    "testing",
+                    "--test",
+                    "tests",
+                    "soak_random_inputs",
+                ],
+                &[("CAVE_PARSER_SOAK", cases.as_str())],
+            )
+        }
+        _ => {
+            eprintln!("usage: cargo xtask bench | cargo xtask soak [CASES]");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+    let status = Command::new(&cargo)
+        .args(args)
+        .envs(env.iter().copied())
+        .status()
+        .map_err(|e| format!("could not run {cargo}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo {} failed: {status}", args.join(" ")))
+    }
+}
+
+#[cfg(test)]
+mod tidy {
+    //! The architecture's invariants, checked from `cargo metadata` and the sources.
+
+    use serde_json::Value;
+    use std::path::{Path, PathBuf};
+
+    fn root() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// `(package name, [(dependency name, kind)])` for the workspace's own packages.
+    fn packages() -> Vec<(String, Vec<(String, String)>)> {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let out = std::process::Command::new(cargo)
+            .args([
+                "metadata",
+                "--format-version",
+                "1",
+                "--no-deps",
+                "--offline",
+            ])
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let meta: Value = serde_json::from_slice(&out.stdout).unwrap();
+        meta["packages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                let deps = p["dependencies"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|d| {
+                        (
+                            d["name"].as_str().unwrap().to_owned(),
+                            d["kind"].as_str().unwrap_or("normal").to_owned(),
+                        )
+                    })
+                    .collect();
+                (p["name"].as_str().unwrap().to_owned(), deps)
+            })
+            .collect()
+    }
+
+    /// Crates allowed to see every implementation.
+    const WIRING: &[&str] = &["cave-agent", "cave-cli", "xtask"];
+
+    #[test]
+    fn core_depends_on_no_other_cave_crate() {
+        let packages = packages();
+        let (_, deps) = packages.iter().find(|(n, _)| n == "cave-core").unwrap();
+        let cave: Vec<_> = deps
+            .iter()
+            .filter(|(d, _)| d.starts_with("cave-"))
+            .collect();
+        assert!(cave.is_empty(), "cave-core depends on {cave:?}");
+    }
+
+    #[test]
+    fn implementations_depend_only_on_core() {
+        for (name, deps) in packages() {
+            if WIRING.contains(&name.as_str()) {
+                continue;
+            }
+            for (dep, kind) in deps {
+                let allowed = !dep.starts_with("cave-")
+                    || dep == "cave-core"
+                    || dep == "cave-python"
+                    || kind == "dev";
+                assert!(
+                    allowed,
+                    "{name} depends on {dep} ({kind}): implementations meet only in the facade and the CLI"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn anyhow_only_in_binaries() {
+        for (name, deps) in packages() {
+            let uses_anyhow = deps.iter().any(|(d, kind)| d == "anyhow" && kind != "dev");
+            assert!(
+                !uses_anyhow || WIRING.contains(&name.as_str()),
+                "{name} is a library and uses anyhow"
+            );
+        }
+    }
+
+    #[test]
+    fn library_crates_document_everything() {
+        for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+            let lib = entry.unwrap().path().join("src/lib.rs");
+            let Ok(source) = std::fs::read_to_string(&lib) else {
+                continue;
+            };
+            assert!(
+                source.contains("#![deny(missing_docs)]"),
+                "{} lacks #![deny(missing_docs)]",
+                lib.display()
+            );
+            assert!(
+                source.starts_with("//!") || source.starts_with("#![doc"),
+                "{} has no crate doc",
+                lib.display()
+            );
+        }
+    }
+}

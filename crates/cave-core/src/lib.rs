@@ -86,3 +86,8 @@ pub use value::{Value, ValueError, from_value, to_value};
 
 #[doc(no_inline)]
 pub use async_trait::async_trait;
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -89,7 +89,8 @@ impl<R: Runtime + ?Sized> RuntimeExt for R {}
 #[non_exhaustive]
 pub struct Execution {
     /// Everything the cell printed (stdout and stderr in order, the echoed value of a trailing
-    /// expression, and the traceback if it raised), as valid UTF-8.
+    /// expression, and the traceback if it raised). A Rust `String` is valid UTF-8 by type:
+    /// runtimes replace lone surrogates from Python text with U+FFFD when they convert it.
     pub output: String,
     /// The exception the cell raised, if any.
     pub error: Option<ExecutionError>,
