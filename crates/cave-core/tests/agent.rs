@@ -755,11 +755,7 @@ async fn large_output_is_persisted_with_a_marker() {
         Reply::text(block("big(5000)")),
         Reply::text("ok"),
     ]);
-    s.runtime
-        .namespace
-        .lock()
-        .unwrap()
-        .insert("_output_1".into(), Value::Str("model-made".into()));
+    s.runtime.bind("_output_1", Value::Str("model-made".into()));
     let mut agent = s.agent();
     let ev = events(&mut agent, "go").await;
     let vars: Vec<_> = ev
@@ -784,11 +780,11 @@ async fn large_output_is_persisted_with_a_marker() {
         ]
     );
     assert_eq!(
-        s.runtime.value("_output_2"),
+        s.runtime.value("_output_2").await,
         Some(Value::Str("x".repeat(6000)))
     );
     assert_eq!(
-        s.runtime.value("_output_1"),
+        s.runtime.value("_output_1").await,
         Some(Value::Str("model-made".into()))
     );
     let result = &turns(&agent)[2].1;

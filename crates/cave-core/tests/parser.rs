@@ -15,6 +15,11 @@ struct Outcome {
 
 /// Feeds `input` in chunks of `size` chars (0 = whole), then flushes if no block closed.
 fn parse(input: &str, size: usize) -> Outcome {
+    parse_chunked(input, &[size])
+}
+
+/// Feeds `input` in chunks whose sizes cycle through `sizes` (0 = the whole rest).
+fn parse_chunked(input: &str, sizes: &[usize]) -> Outcome {
     let mut parser = FenceParser::new("python");
     let mut out = Outcome {
         text: String::new(),
@@ -23,19 +28,24 @@ fn parse(input: &str, size: usize) -> Outcome {
         completed: false,
     };
     let chars: Vec<char> = input.chars().collect();
-    let size = if size == 0 { chars.len().max(1) } else { size };
-    let mut remainder = String::new();
-    for chunk in chars.chunks(size) {
-        let chunk: String = chunk.iter().collect();
+    let (mut at, mut i) = (0, 0);
+    while at < chars.len() {
+        let size = match sizes[i % sizes.len()] {
+            0 => chars.len(),
+            n => n,
+        };
+        let end = (at + size).min(chars.len());
+        let chunk: String = chars[at..end].iter().collect();
         let parsed = parser.push(&chunk);
         out.text.push_str(parsed.text);
         out.code.extend(parsed.code.map(str::to_owned));
         if parser.is_complete() {
-            remainder.push_str(parser.remainder());
+            out.remainder.push_str(parser.remainder());
         }
+        at = end;
+        i += 1;
     }
     out.completed = parser.is_complete();
-    out.remainder = remainder;
     if !out.completed {
         let parsed = parser.flush();
         out.text.push_str(parsed.text);
@@ -175,29 +185,7 @@ proptest! {
 
     #[test]
     fn output_is_the_same_for_every_chunking(input in markdownish(), sizes in prop::collection::vec(1usize..9, 1..8)) {
-        let whole = parse(&input, 0);
-        // An irregular chunking: sizes cycle through `sizes`.
-        let mut parser = FenceParser::new("python");
-        let (mut text, mut code, mut remainder) = (String::new(), vec![], String::new());
-        let chars: Vec<char> = input.chars().collect();
-        let (mut at, mut i) = (0, 0);
-        while at < chars.len() {
-            let end = (at + sizes[i % sizes.len()]).min(chars.len());
-            let chunk: String = chars[at..end].iter().collect();
-            let parsed = parser.push(&chunk);
-            text.push_str(parsed.text);
-            code.extend(parsed.code.map(str::to_owned));
-            if parser.is_complete() { remainder.push_str(parser.remainder()); }
-            at = end;
-            i += 1;
-        }
-        let completed = parser.is_complete();
-        if !completed {
-            let parsed = parser.flush();
-            text.push_str(parsed.text);
-            code.extend(parsed.code.map(str::to_owned));
-        }
-        prop_assert_eq!(Outcome { text, code, remainder, completed }, whole);
+        prop_assert_eq!(parse_chunked(&input, &sizes), parse(&input, 0));
     }
 
     #[test]

@@ -12,13 +12,12 @@
 //! - `crash()`: the runtime itself fails
 //! - `panic()`: the runtime panics (a defect)
 //! - `lose_state()`: succeeds, reporting that state was lost
-//! - `set name 'value'`: binds a name
 
+use cave_core::testing::EchoRuntime;
 use cave_core::{
-    Description, Execution, ExecutionError, Interrupt, Interruption, NameError, NameKind,
-    NameProblem, OutputSink, Resource, Resources, Runtime, RuntimeError, Value, validate_name,
+    Description, Execution, ExecutionError, Interrupt, Interruption, OutputSink, Resources,
+    Runtime, RuntimeError, Value,
 };
-use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;
@@ -40,12 +39,11 @@ impl Interrupt for FakeInterrupt {
     }
 }
 
+/// The commands above; names and values live in an [`EchoRuntime`].
 #[derive(Default)]
 pub struct FakeRuntime {
     pub executed: Mutex<Vec<String>>,
-    pub namespace: Mutex<BTreeMap<String, Value>>,
-    pub variables: Mutex<Vec<String>>,
-    pub last_index: Mutex<BTreeMap<String, u64>>,
+    pub namespace: EchoRuntime,
     pub interrupt: Option<Arc<FakeInterrupt>>,
     pub fail_bind: bool,
 }
@@ -77,8 +75,15 @@ impl FakeRuntime {
             .map_or(0, |i| i.calls.load(Ordering::SeqCst))
     }
 
-    pub fn value(&self, name: &str) -> Option<Value> {
-        self.namespace.lock().unwrap().get(name).cloned()
+    /// Binds a name as the model's code would.
+    pub fn bind(&self, name: &str, value: Value) {
+        self.namespace
+            .register(Resources::new().binding(name, value))
+            .unwrap();
+    }
+
+    pub async fn value(&self, name: &str) -> Option<Value> {
+        self.namespace.get(name).await.ok()
     }
 }
 
@@ -147,78 +152,29 @@ impl Runtime for FakeRuntime {
                 panic!("fake runtime defect");
             } else if line == "lose_state()" {
                 state_lost = true;
-            } else if let Some(rest) = line.strip_prefix("set ") {
-                let (name, value) = rest.split_once(' ').unwrap();
-                self.namespace
-                    .lock()
-                    .unwrap()
-                    .insert(name.to_owned(), Value::Str(quoted(value).to_owned()));
             }
         }
         Ok(Execution::ok(out).with_state_lost(state_lost))
     }
 
     fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
-        let mut ns = self.namespace.lock().unwrap();
-        let mut staged = Vec::new();
-        for item in batch.items() {
-            let name = validate_name(item.kind(), item.name())?;
-            if ns.contains_key(&name) || staged.iter().any(|(n, _)| n == &name) {
-                let problem = NameProblem::Exists;
-                return Err(NameError {
-                    kind: item.kind(),
-                    name: item.name().into(),
-                    problem,
-                }
-                .into());
-            }
-            let value = match item {
-                Resource::Variable(v) => v.value.clone(),
-                Resource::Binding { value, .. } => value.clone(),
-                _ => Value::None,
-            };
-            staged.push((name, value));
-        }
-        for (name, value) in staged {
-            self.variables.lock().unwrap().push(name.clone());
-            ns.insert(name, value);
-        }
-        Ok(())
+        self.namespace.register(batch)
     }
 
     fn describe(&self) -> Description {
-        let vars = self.variables.lock().unwrap();
-        let variables = if vars.is_empty() {
-            "No variables available".to_owned()
-        } else {
-            vars.iter()
-                .map(|v| format!("- name: {v}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        Description::new("No functions available", variables, "No types available")
+        self.namespace.describe()
     }
 
     async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
-        let vars = self.variables.lock().unwrap().clone();
-        if !vars.iter().any(|v| v == name) {
-            return Err(RuntimeError::UnknownVariable {
-                name: name.into(),
-                available: vars,
-            });
-        }
-        self.get(name).await
+        self.namespace.retrieve(name).await
     }
 
     async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {
-        self.retrieve(name).await?;
-        self.namespace.lock().unwrap().insert(name.into(), value);
-        Ok(())
+        self.namespace.update(name, value).await
     }
 
     async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
-        self.value(name)
-            .ok_or_else(|| RuntimeError::Unbound { name: name.into() })
+        self.namespace.get(name).await
     }
 
     async fn bind_unique(
@@ -233,32 +189,11 @@ impl Runtime for FakeRuntime {
                 message: "no memory left".into(),
             });
         }
-        if start == 0 {
-            return Err(RuntimeError::InvalidStart);
-        }
-        let prefix = validate_name(NameKind::Prefix, &format!("{prefix}_{start}"))?
-            .rsplit_once('_')
-            .map(|(p, _)| p.to_owned())
-            .unwrap();
-        let mut last = self.last_index.lock().unwrap();
-        let mut ns = self.namespace.lock().unwrap();
-        let mut index = start.max(last.get(&prefix).map_or(0, |l| l + 1));
-        while ns.contains_key(&format!("{prefix}_{index}")) {
-            index += 1;
-        }
-        let name = format!("{prefix}_{index}");
-        ns.insert(name.clone(), value);
-        last.insert(prefix, index);
-        Ok(name)
+        self.namespace.bind_unique(prefix, value, start).await
     }
 
     async fn reset(&self) -> Result<(), RuntimeError> {
-        let vars = self.variables.lock().unwrap().clone();
-        self.namespace
-            .lock()
-            .unwrap()
-            .retain(|k, _| vars.contains(k));
-        Ok(())
+        self.namespace.reset().await
     }
 
     fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
