@@ -49,6 +49,7 @@ mod model;
 mod parser;
 mod policy;
 pub mod prompt;
+mod registry;
 mod resource;
 mod runtime;
 mod shape;
@@ -70,6 +71,7 @@ pub use model::{
 };
 pub use parser::{FenceParser, Parsed};
 pub use policy::{CodePolicy, Violation};
+pub use registry::{Entry, Registry};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
     NameKind, NameProblem, ObjectBinding, Param, ParamKind, Resource, Resources, Signature,

@@ -258,6 +258,15 @@ pub enum RuntimeError {
         /// Why.
         source: ValueError,
     },
+    /// A resource declares something Python cannot hold (a bad parameter or field name, a
+    /// required field after a defaulted one).
+    #[error("resource '{name}' cannot be registered: {problem}")]
+    InvalidResource {
+        /// The resource's name.
+        name: String,
+        /// What is wrong.
+        problem: String,
+    },
     /// `bind_unique` was given `start = 0`.
     #[error("start must be a positive integer, not 0")]
     InvalidStart,

@@ -19,8 +19,8 @@
 
 use crate::{
     ChatRequest, Delta, DeltaStream, Description, Execution, FinishReason, Model, ModelError,
-    ModelErrorKind, ModelInfo, NameError, NameKind, NameProblem, OutputSink, Resource, Resources,
-    Runtime, RuntimeError, Usage, Value, validate_name,
+    ModelErrorKind, ModelInfo, NameKind, OutputSink, Registry, Resource, Resources, Runtime,
+    RuntimeError, Usage, Value, validate_name,
 };
 use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
@@ -331,8 +331,8 @@ fn chunks(text: &str, size: usize) -> impl Iterator<Item = String> + '_ {
 }
 
 /// A [`Runtime`] without Python, for testing agent wiring: each cell's output is its own code
-/// (plus a newline), and registered variables and bindings live in an in-memory namespace
-/// with the real naming rules (NFKC, identifiers, one namespace for all kinds).
+/// (plus a newline), and registered resources and bindings live in an in-memory namespace
+/// with the real naming rules (a [`Registry`]).
 #[derive(Debug, Default)]
 pub struct EchoRuntime {
     state: Mutex<EchoState>,
@@ -340,8 +340,9 @@ pub struct EchoRuntime {
 
 #[derive(Debug, Default)]
 struct EchoState {
+    registry: Registry,
+    /// Values bound by name: registered variables and bindings.
     namespace: BTreeMap<String, Value>,
-    variables: Vec<String>,
     executed: Vec<String>,
     last_index: BTreeMap<String, u64>,
 }
@@ -377,66 +378,37 @@ impl Runtime for EchoRuntime {
 
     fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
         let mut state = self.lock();
-        let mut staged: Vec<(String, Value, bool)> = Vec::new();
-        for item in batch.items() {
-            let name = validate_name(item.kind(), item.name())?;
-            if state.namespace.contains_key(&name) || staged.iter().any(|(n, ..)| *n == name) {
-                let problem = NameProblem::Exists;
-                return Err(NameError {
-                    kind: item.kind(),
-                    name: item.name().to_owned(),
-                    problem,
-                }
-                .into());
-            }
-            let (value, is_variable) = match item {
-                Resource::Variable(v) => (v.value.clone(), true),
-                Resource::Binding { value, .. } => (value.clone(), false),
-                _ => (Value::None, false),
+        for entry in state.registry.claim(batch)? {
+            let value = match entry.resource {
+                Resource::Variable(v) => v.value,
+                Resource::Binding { value, .. } => value,
+                _ => Value::None,
             };
-            staged.push((name, value, is_variable));
-        }
-        for (name, value, is_variable) in staged {
-            if is_variable {
-                state.variables.push(name.clone());
-            }
-            state.namespace.insert(name, value);
+            state.namespace.insert(entry.name, value);
         }
         Ok(())
     }
 
     fn describe(&self) -> Description {
-        let state = self.lock();
-        let variables = if state.variables.is_empty() {
-            "No variables available".to_owned()
-        } else {
-            state
-                .variables
-                .iter()
-                .map(|v| format!("- name: {v}"))
-                .collect::<Vec<_>>()
-                .join("\n")
-        };
-        Description::new("No functions available", variables, "No types available")
+        self.lock().registry.describe()
     }
 
     async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
         let state = self.lock();
-        let key = crate::normalize_name(name);
-        if !state.variables.contains(&key) {
-            return Err(RuntimeError::UnknownVariable {
-                name: name.to_owned(),
-                available: state.variables.clone(),
-            });
+        if state.registry.variable(name).is_none() {
+            return Err(state.registry.unknown_variable(name));
         }
-        Ok(state.namespace.get(&key).cloned().unwrap_or_default())
+        Ok(state
+            .namespace
+            .get(&crate::normalize_name(name))
+            .cloned()
+            .unwrap_or_default())
     }
 
     async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {
-        self.retrieve(name).await?;
-        self.lock()
-            .namespace
-            .insert(crate::normalize_name(name), value);
+        let mut state = self.lock();
+        let key = state.registry.update_variable(name, value.clone())?;
+        state.namespace.insert(key, value);
         Ok(())
     }
 
@@ -464,20 +436,34 @@ impl Runtime for EchoRuntime {
         let prefix = &first[..first.len() - format!("_{start}").len()];
         let mut state = self.lock();
         let mut index = start.max(state.last_index.get(prefix).map_or(0, |last| last + 1));
-        while state.namespace.contains_key(&format!("{prefix}_{index}")) {
+        let taken = |s: &EchoState, n: &str| s.namespace.contains_key(n) || s.registry.is_bound(n);
+        while taken(&state, &format!("{prefix}_{index}")) {
             index += 1;
         }
         let name = format!("{prefix}_{index}");
+        state.registry.record_binding(&name, value.clone());
         state.namespace.insert(name.clone(), value);
         state.last_index.insert(prefix.to_owned(), index);
         Ok(name)
     }
 
     async fn reset(&self) -> Result<(), RuntimeError> {
-        // Registered variables keep their current values; model-made names go.
+        // Clear everything, then restore what was registered, as registered.
         let mut state = self.lock();
-        let keep: Vec<String> = state.variables.clone();
-        state.namespace.retain(|k, _| keep.contains(k));
+        let restored: BTreeMap<String, Value> = state
+            .registry
+            .entries()
+            .iter()
+            .map(|e| {
+                let value = match &e.resource {
+                    Resource::Variable(v) => v.value.clone(),
+                    Resource::Binding { value, .. } => value.clone(),
+                    _ => Value::None,
+                };
+                (e.name.clone(), value)
+            })
+            .collect();
+        state.namespace = restored;
         Ok(())
     }
 }

@@ -1,6 +1,7 @@
 //! Integration tests of cave-core: one binary, one module per concern.
 mod agent;
 mod parser;
+mod registry;
 mod send_sync;
 mod support;
 mod values;

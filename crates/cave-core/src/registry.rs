@@ -1,0 +1,400 @@
+//! The registry both runtimes keep: what was registered, under which names, and how it reads
+//! in the prompt. One set of naming rules for every backend.
+
+use crate::{
+    Description, Function, NameError, NameKind, NameProblem, ObjectBinding, ParamKind, Resource,
+    Resources, RuntimeError, TypeSchema, TypeShape, Value, Variable, is_identifier, normalize_name,
+    validate_name,
+};
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+
+/// A registered resource under its normalized name.
+#[derive(Clone, Debug)]
+pub struct Entry {
+    /// The name Python binds (NFKC-normalized).
+    pub name: String,
+    /// The resource, with its current value for a variable.
+    pub resource: Resource,
+}
+
+/// The resources registered with a runtime.
+///
+/// [`claim`](Registry::claim) validates a whole batch before anything is recorded (names are
+/// NFKC-normalized, must be identifiers and not hard keywords, and share one namespace across
+/// kinds), so registration is all or nothing. The registry is what `reset` restores and what
+/// [`describe`](Registry::describe) renders for the prompt.
+#[derive(Debug, Default)]
+pub struct Registry {
+    entries: Vec<Entry>,
+    reserved: BTreeSet<String>,
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Validates and records a batch; on any error nothing is recorded. Returns the new
+    /// entries in binding order: types, functions, objects, variables, then bindings.
+    pub fn claim(&mut self, batch: Resources) -> Result<Vec<Entry>, RuntimeError> {
+        let rank = |r: &Resource| match r {
+            Resource::Type(_) => 0,
+            Resource::Function(_) => 1,
+            Resource::Object(_) => 2,
+            Resource::Variable(_) => 3,
+            _ => 4,
+        };
+        let mut items = batch.into_items();
+        items.sort_by_key(|r| rank(r));
+        let mut claimed: Vec<Entry> = Vec::with_capacity(items.len());
+        for resource in items {
+            let name = validate_name(resource.kind(), resource.name())?;
+            let taken = self.is_bound(&name) || claimed.iter().any(|e| e.name == name);
+            if taken {
+                let problem = if name != resource.name() {
+                    NameProblem::CollidesAfterNormalization {
+                        existing: name.clone(),
+                    }
+                } else {
+                    NameProblem::Exists
+                };
+                return Err(NameError {
+                    kind: resource.kind(),
+                    name: resource.name().to_owned(),
+                    problem,
+                }
+                .into());
+            }
+            check_shape(&resource)?;
+            claimed.push(Entry { name, resource });
+        }
+        self.entries.extend(claimed.iter().cloned());
+        Ok(claimed)
+    }
+
+    /// Returns true if and only if `name` (normalized) is registered or reserved.
+    pub fn is_bound(&self, name: &str) -> bool {
+        self.reserved.contains(name) || self.entries.iter().any(|e| e.name == name)
+    }
+
+    /// Holds a name while a binding is being made; false if it is taken.
+    pub fn reserve(&mut self, name: &str) -> bool {
+        !self.is_bound(name) && self.reserved.insert(name.to_owned())
+    }
+
+    /// Releases a reserved name.
+    pub fn release(&mut self, name: &str) {
+        self.reserved.remove(name);
+    }
+
+    /// Records a hidden binding made by `bind_unique` (it survives `reset`).
+    pub fn record_binding(&mut self, name: &str, value: Value) {
+        self.reserved.remove(name);
+        let resource = Resource::Binding {
+            name: name.to_owned(),
+            value,
+        };
+        self.entries.push(Entry {
+            name: name.to_owned(),
+            resource,
+        });
+    }
+
+    /// Every entry, in registration order.
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The registered variable called `name` (any spelling with the same NFKC form).
+    pub fn variable(&self, name: &str) -> Option<&Variable> {
+        let key = normalize_name(name);
+        self.entries.iter().find_map(|e| match &e.resource {
+            Resource::Variable(v) if e.name == key => Some(v),
+            _ => None,
+        })
+    }
+
+    /// The registered host object called `name`.
+    pub fn object(&self, name: &str) -> Option<&ObjectBinding> {
+        let key = normalize_name(name);
+        self.entries.iter().find_map(|e| match &e.resource {
+            Resource::Object(o) if e.name == key => Some(o),
+            _ => None,
+        })
+    }
+
+    /// The registered type called `name`.
+    pub fn type_schema(&self, name: &str) -> Option<&TypeSchema> {
+        self.entries.iter().find_map(|e| match &e.resource {
+            Resource::Type(t) if e.name == name => Some(t),
+            _ => None,
+        })
+    }
+
+    /// The names of registered variables, in order.
+    pub fn variable_names(&self) -> Vec<String> {
+        self.entries
+            .iter()
+            .filter(|e| matches!(e.resource, Resource::Variable(_)))
+            .map(|e| e.name.clone())
+            .collect()
+    }
+
+    /// The error for a name that is not a registered variable.
+    pub fn unknown_variable(&self, name: &str) -> RuntimeError {
+        RuntimeError::UnknownVariable {
+            name: name.to_owned(),
+            available: self.variable_names(),
+        }
+    }
+
+    /// Records a variable's new value after checking it against its declared type: `None` is
+    /// always accepted; a variable declared by its value's type takes values of that type
+    /// (`bool` counts as `int`, as in Python); an explicit `type_name` is not checked here.
+    pub fn update_variable(&mut self, name: &str, value: Value) -> Result<String, RuntimeError> {
+        let key = normalize_name(name);
+        let unknown = self.unknown_variable(name);
+        let variable = self
+            .entries
+            .iter_mut()
+            .find_map(|e| match &mut e.resource {
+                Resource::Variable(v) if e.name == key => Some(v),
+                _ => None,
+            })
+            .ok_or(unknown)?;
+        if variable.type_name.is_none() && value != Value::None && variable.value != Value::None {
+            let expected = variable.value.python_type();
+            let found = value.python_type();
+            let compatible = expected == found || (expected == "int" && found == "bool");
+            if !compatible {
+                return Err(RuntimeError::TypeMismatch {
+                    name: name.to_owned(),
+                    expected: expected.to_owned(),
+                    found: found.to_owned(),
+                });
+            }
+        }
+        variable.value = value;
+        Ok(key)
+    }
+
+    /// The registered resources as prompt text.
+    pub fn describe(&self) -> Description {
+        let mut functions = Vec::new();
+        let mut variables = Vec::new();
+        let mut types = Vec::new();
+        for entry in &self.entries {
+            match &entry.resource {
+                Resource::Function(f) => functions.push(describe_function(&entry.name, f)),
+                Resource::Variable(v) => {
+                    let type_name = v.type_name.as_deref().unwrap_or(v.value.python_type());
+                    variables.push(describe_variable(
+                        &entry.name,
+                        type_name,
+                        v.description.as_deref(),
+                    ));
+                }
+                Resource::Object(o) => {
+                    variables.push(describe_variable(
+                        &entry.name,
+                        o.object.type_name(),
+                        o.description.as_deref(),
+                    ));
+                    let schema = TypeSchema {
+                        name: o.object.type_name().to_owned(),
+                        doc: o.object.doc(),
+                        description: None,
+                        shape: TypeShape::Methods(o.object.methods()),
+                        hidden: false,
+                    };
+                    let text = describe_type(&schema);
+                    if !types.contains(&text) {
+                        types.push(text);
+                    }
+                }
+                Resource::Type(t) if !t.hidden => types.push(describe_type(t)),
+                _ => {}
+            }
+        }
+        let section = |items: Vec<String>, empty: &str| {
+            let items: Vec<String> = items.into_iter().filter(|s| !s.is_empty()).collect();
+            if items.is_empty() {
+                empty.to_owned()
+            } else {
+                items.join("\n")
+            }
+        };
+        Description::new(
+            section(functions, "No functions available"),
+            section(variables, "No variables available"),
+            section(types, "No types available"),
+        )
+    }
+}
+
+/// Checks what a resource declares beyond its name: parameter and field names, and that
+/// fields without defaults come first (Python's dataclass rule).
+fn check_shape(resource: &Resource) -> Result<(), RuntimeError> {
+    let invalid = |problem: String| RuntimeError::InvalidResource {
+        name: resource.name().to_owned(),
+        problem,
+    };
+    let check_ident = |what: &str, name: &str| {
+        if is_identifier(name) && validate_name(NameKind::Binding, name).is_ok() {
+            Ok(())
+        } else {
+            Err(invalid(format!(
+                "{what} '{name}' is not a usable Python identifier"
+            )))
+        }
+    };
+    let check_params = |params: &[crate::Param]| -> Result<(), RuntimeError> {
+        let mut seen = BTreeSet::new();
+        for p in params {
+            check_ident("parameter", &p.name)?;
+            if !seen.insert(p.name.as_str()) {
+                return Err(invalid(format!("parameter '{}' appears twice", p.name)));
+            }
+        }
+        Ok(())
+    };
+    match resource {
+        Resource::Function(f) => check_params(&f.signature.params),
+        Resource::Object(o) => {
+            for m in o.object.methods() {
+                check_ident("method", &m.name)?;
+                check_params(&m.signature.params)?;
+            }
+            Ok(())
+        }
+        Resource::Type(t) => match &t.shape {
+            TypeShape::Fields(fields) => {
+                let mut defaulted = false;
+                for f in fields {
+                    check_ident("field", &f.name)?;
+                    if f.default.is_some() {
+                        defaulted = true;
+                    } else if defaulted {
+                        return Err(invalid(format!(
+                            "field '{}' has no default but follows a field with one; put required fields first",
+                            f.name
+                        )));
+                    }
+                }
+                Ok(())
+            }
+            TypeShape::Enum(members) => members
+                .iter()
+                .try_for_each(|(m, _)| check_ident("member", m)),
+            TypeShape::Methods(methods) => methods
+                .iter()
+                .try_for_each(|m| check_ident("method", &m.name)),
+        },
+        _ => Ok(()),
+    }
+}
+
+fn push_doc(out: &mut String, indent: &str, doc: &str) {
+    for line in doc.trim().lines() {
+        out.push('\n');
+        out.push_str(indent);
+        out.push_str(line);
+    }
+}
+
+fn describe_function(name: &str, f: &Function) -> String {
+    let mut out = format!(
+        "- function: {}{name}{}",
+        if f.is_async { "async " } else { "" },
+        f.signature
+    );
+    if let Some(d) = &f.description {
+        let _ = write!(out, "\n  description: {d}");
+    }
+    if let Some(doc) = f.doc.as_deref().filter(|d| !d.trim().is_empty()) {
+        out.push_str("\n  doc:");
+        push_doc(&mut out, "    ", doc);
+    }
+    out
+}
+
+fn describe_variable(name: &str, type_name: &str, description: Option<&str>) -> String {
+    let mut out = format!("- name: {name}\n  type: {type_name}");
+    if let Some(d) = description {
+        let _ = write!(out, "\n  description: {d}");
+    }
+    out
+}
+
+fn describe_type(t: &TypeSchema) -> String {
+    let mut out = match &t.shape {
+        TypeShape::Enum(_) => format!("{} (Enum):", t.name),
+        _ => format!("{}:", t.name),
+    };
+    if let Some(d) = &t.description {
+        let _ = write!(out, "\n  description: {d}");
+    }
+    if let Some(doc) = t.doc.as_deref().filter(|d| !d.trim().is_empty())
+        && !matches!(t.shape, TypeShape::Enum(_))
+    {
+        out.push_str("\n  doc:");
+        let doc = doc.trim();
+        if doc.contains('\n') {
+            push_doc(&mut out, "    ", doc);
+        } else {
+            let _ = write!(out, " {doc}");
+        }
+    }
+    match &t.shape {
+        TypeShape::Fields(fields) => {
+            out.push_str("\n  fields:");
+            for f in fields {
+                let _ = write!(out, "\n    - {}: {}", f.name, f.annotation);
+                if let Some(d) = &f.default {
+                    let _ = write!(out, " = {d}");
+                }
+                if let Some(d) = &f.description {
+                    let _ = write!(out, "  # {d}");
+                }
+            }
+        }
+        TypeShape::Enum(members) => {
+            for (m, v) in members {
+                let _ = write!(out, "\n  - {m} = {v}");
+            }
+        }
+        TypeShape::Methods(methods) => {
+            let public: Vec<_> = methods
+                .iter()
+                .filter(|m| !m.name.starts_with('_'))
+                .collect();
+            if public.is_empty() {
+                // A class with nothing to call has nothing to show.
+                return String::new();
+            }
+            out.push_str("\n  methods:");
+            for m in public {
+                let _ = write!(out, "\n    - {}{}", m.name, m.signature);
+                if let Some(doc) = m.doc.as_deref().filter(|d| !d.trim().is_empty()) {
+                    push_doc(&mut out, "        ", doc);
+                }
+            }
+        }
+    }
+    out
+}
+
+impl ParamKind {
+    /// The kind's name as the executor spells it (`positional_or_keyword`, …).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ParamKind::PositionalOrKeyword => "positional_or_keyword",
+            ParamKind::PositionalOnly => "positional_only",
+            ParamKind::KeywordOnly => "keyword_only",
+            ParamKind::VarPositional => "var_positional",
+            ParamKind::VarKeyword => "var_keyword",
+        }
+    }
+}

@@ -1,0 +1,273 @@
+"""The cell executor of cave-agent's runtimes.
+
+Loaded once per interpreter. Every function here is called by the host (Rust); the model's
+code never sees this module: cells run in their runtime's own namespace dict.
+"""
+
+import ast
+import asyncio
+import builtins
+import contextvars
+import copy
+import dataclasses
+import enum
+import inspect
+import io
+import keyword
+import linecache
+import sys
+import threading
+import traceback
+
+# Where the current execution's output goes: set per execution, so concurrent executions on
+# other threads (and host code printing meanwhile) each keep their own output.
+_output = contextvars.ContextVar("cave_output", default=None)
+_TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+_loops = threading.local()
+
+
+class _RoutedBinary:
+    """`sys.stdout.buffer`: bytes written during a cell are decoded into its output."""
+
+    def __init__(self, text):
+        self._text = text
+
+    def write(self, data):
+        sink = _output.get()
+        if sink is None:
+            real = getattr(self._text._real, "buffer", None)
+            return real.write(data) if real is not None else len(data)
+        sink(bytes(data).decode(self._text.encoding, "replace"))
+        return len(data)
+
+    def flush(self):
+        pass
+
+
+class _RoutedText(io.TextIOBase):
+    """Replaces `sys.stdout`/`sys.stderr` once: writes go to the current execution, if any."""
+
+    def __init__(self, real):
+        self._real = real
+        self.buffer = _RoutedBinary(self)
+
+    @property
+    def encoding(self):
+        return getattr(self._real, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self):
+        return "replace"
+
+    def writable(self):
+        return True
+
+    def isatty(self):
+        return False
+
+    def fileno(self):
+        return self._real.fileno()
+
+    def write(self, text):
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        sink = _output.get()
+        if sink is None:
+            return self._real.write(text) if self._real is not None else len(text)
+        sink(text)
+        return len(text)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        if _output.get() is None and self._real is not None:
+            self._real.flush()
+
+
+def install():
+    """Routes `sys.stdout` and `sys.stderr` through the executor (idempotent)."""
+    if not isinstance(sys.stdout, _RoutedText):
+        sys.stdout = _RoutedText(sys.stdout)
+    if not isinstance(sys.stderr, _RoutedText):
+        sys.stderr = _RoutedText(sys.stderr)
+
+
+def _loop():
+    loop = getattr(_loops, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = asyncio.new_event_loop()
+        _loops.loop = loop
+    return loop
+
+
+def _evaluate(code, namespace):
+    """Runs a code object; awaits it when the cell used top-level `await`."""
+    result = eval(code, namespace)
+    if code.co_flags & inspect.CO_COROUTINE:
+        loop = _loop()
+        try:
+            return loop.run_until_complete(result)
+        except BaseException:
+            if loop.is_running():
+                _loops.loop = None
+            raise
+    return result
+
+
+def _format_exception(error):
+    tb = error.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _FILE:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def run_cell(source, namespace, filename, write):
+    """Runs `source` in `namespace`, writing its output with `write`.
+
+    Returns None on success, or `(type name, message)` of the exception it raised (its
+    traceback has been written). The value of a trailing expression is echoed as its repr.
+    """
+    token = _output.set(write)
+    try:
+        linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        try:
+            tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | _TOP_LEVEL_AWAIT)
+        except (SyntaxError, ValueError) as error:
+            write("".join(traceback.format_exception_only(type(error), error)))
+            return (type(error).__name__, str(error))
+        trailing = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            trailing = ast.Expression(tree.body.pop().value)
+        try:
+            _evaluate(compile(tree, filename, "exec", _TOP_LEVEL_AWAIT), namespace)
+            if trailing is not None:
+                value = _evaluate(compile(trailing, filename, "eval", _TOP_LEVEL_AWAIT), namespace)
+                if value is not None:
+                    namespace["_"] = value
+                    write(repr(value) + "\n")
+        except BaseException as error:  # the model's code may raise anything, KeyboardInterrupt included
+            write(_format_exception(error))
+            return (type(error).__name__, str(error))
+        return None
+    finally:
+        _output.reset(token)
+
+
+_FILE = run_cell.__code__.co_filename
+
+_KINDS = {
+    "positional_only": inspect.Parameter.POSITIONAL_ONLY,
+    "positional_or_keyword": inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    "var_positional": inspect.Parameter.VAR_POSITIONAL,
+    "keyword_only": inspect.Parameter.KEYWORD_ONLY,
+    "var_keyword": inspect.Parameter.VAR_KEYWORD,
+}
+
+
+def _parameter_source(params, defaults):
+    """The parameter list of a generated `def`, and the names it binds, in order."""
+    parts, names = [], []
+    star = False
+    for index, (name, kind, has_default, default) in enumerate(params):
+        if kind == "keyword_only" and not star:
+            parts.append("*")
+            star = True
+        if kind == "var_positional":
+            parts.append("*" + name)
+            star = True
+        elif kind == "var_keyword":
+            parts.append("**" + name)
+        elif has_default:
+            key = f"__cave_default_{index}"
+            defaults[key] = default
+            parts.append(f"{name}={key}")
+        else:
+            parts.append(name)
+        names.append(name)
+        following = params[index + 1][1] if index + 1 < len(params) else None
+        if kind == "positional_only" and following != "positional_only":
+            parts.append("/")
+    return ", ".join(parts), names
+
+
+def make_function(name, params, doc, is_async, call, self_name=None):
+    """A function with a real signature that calls `call([(param, value), ...])`.
+
+    `params` are `(name, kind, has_default, default)`. With `self_name`, the function is a
+    method whose first parameter is `self_name` (not passed to `call`).
+    """
+    defaults = {"__cave_call": call}
+    params_src, names = _parameter_source(params, defaults)
+    if self_name is not None:
+        params_src = self_name + (", " + params_src if params_src else "")
+    args = ", ".join(f"({n!r}, {n})" for n in names)
+    prefix = "async def" if is_async else "def"
+    source = f"{prefix} {name}({params_src}):\n    return __cave_call([{args}])\n"
+    scope = dict(defaults)
+    exec(compile(source, f"<cave {name}>", "exec"), scope)
+    function = scope[name]
+    function.__doc__ = doc
+    function.__module__ = "__main__"
+    return function
+
+
+def make_record(name, doc, fields):
+    """A dataclass from `(field, annotation, has_default, default)` entries."""
+    spec = []
+    for field, annotation, has_default, default in fields:
+        if not has_default:
+            spec.append((field, annotation))
+        elif isinstance(default, (list, dict, set)):
+            spec.append((field, annotation, dataclasses.field(default_factory=lambda d=default: copy.deepcopy(d))))
+        else:
+            spec.append((field, annotation, dataclasses.field(default=default)))
+    cls = dataclasses.make_dataclass(name, spec, namespace={"__doc__": doc})
+    cls.__module__ = "__main__"
+    return cls
+
+
+def make_enum(name, doc, members):
+    """An Enum from `(member, value)` pairs."""
+    cls = enum.Enum(name, members, module="__main__")
+    if doc:
+        cls.__doc__ = doc
+    return cls
+
+
+def make_object(type_name, doc, methods, call):
+    """A proxy for a host object: each method calls `call(method, [(param, value), ...])`.
+
+    `methods` are `(name, params, doc)`. Returns the instance; its class is `type_name`.
+    """
+    body = {"__doc__": doc, "__slots__": (), "__module__": "__main__"}
+    for method, params, method_doc in methods:
+        body[method] = make_function(method, params, method_doc, False, lambda bound, m=method: call(m, bound), "self")
+    body["__repr__"] = lambda self: f"<{type_name} object (host)>"
+    return type(type_name, (), body)()
+
+
+def to_plain(value):
+    """What a value converts as when it crosses to the host: records as dicts, enum members
+    by name; anything else unchanged."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.name
+    return value
+
+
+def free_name(namespace, prefix, start, taken):
+    """The first `{prefix}_{n}` with n >= start bound neither in `namespace` nor in `taken`."""
+    index = start
+    while f"{prefix}_{index}" in namespace or f"{prefix}_{index}" in taken:
+        index += 1
+    return index
+
+
+def reset_namespace(namespace):
+    """Empties a namespace dict and gives it fresh builtins."""
+    namespace.clear()
+    namespace["__builtins__"] = builtins
+    namespace["__name__"] = "__main__"
