@@ -1,0 +1,174 @@
+//! Which Python environment the embedded interpreter sees, and starting the interpreter.
+
+use crate::InProcError;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyModule};
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// Where the selected environment came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum EnvironmentSource {
+    /// The interpreter named by `CAVE_PYTHON`.
+    CavePython,
+    /// The active virtualenv (`VIRTUAL_ENV`).
+    VirtualEnv,
+    /// `python3` found on `PATH`.
+    Path,
+    /// No interpreter could be asked: the embedded interpreter's own paths.
+    Embedded,
+}
+
+/// The Python environment the runtime uses: its packages are the ones code can import.
+#[derive(Clone, Debug)]
+#[non_exhaustive]
+pub struct PythonEnvironment {
+    /// Where the choice came from.
+    pub source: EnvironmentSource,
+    /// The interpreter asked for its paths (`sys.executable` inside the runtime).
+    pub executable: Option<PathBuf>,
+    /// `sys.prefix` of that interpreter (a virtualenv's directory, for a virtualenv).
+    pub prefix: Option<String>,
+    /// The import path code gets.
+    pub sys_path: Vec<String>,
+    /// The embedded interpreter's version, e.g. `3.11.7`.
+    pub embedded_version: String,
+}
+
+static ENVIRONMENT: OnceLock<Result<PythonEnvironment, InProcError>> = OnceLock::new();
+static EXECUTOR: OnceLock<Py<PyModule>> = OnceLock::new();
+
+/// Starts the interpreter once per process, set up for the selected environment, and returns
+/// that environment.
+///
+/// The environment is chosen, in order, from `CAVE_PYTHON` (a path to an interpreter), an
+/// active virtualenv (`VIRTUAL_ENV`), or `python3` on `PATH`. That interpreter is asked for its
+/// `sys.path`, which the embedded interpreter then uses, so a package installed with
+/// `python3 -m pip install` (or into the virtualenv) can be imported. Its `major.minor` must be
+/// the embedded one's.
+pub fn python_environment() -> Result<&'static PythonEnvironment, InProcError> {
+    ENVIRONMENT.get_or_init(initialize).as_ref().map_err(Clone::clone)
+}
+
+/// The executor module (the interpreter is initialized first).
+pub(crate) fn executor(py: Python<'_>) -> Result<&Bound<'_, PyModule>, InProcError> {
+    python_environment()?;
+    EXECUTOR
+        .get()
+        .map(|m| m.bind(py))
+        .ok_or_else(|| InProcError::Setup { message: "the executor module was not loaded".to_owned() })
+}
+
+struct Probe {
+    source: EnvironmentSource,
+    executable: PathBuf,
+}
+
+fn selected_interpreter() -> Option<Probe> {
+    if let Some(path) = std::env::var_os("CAVE_PYTHON").filter(|p| !p.is_empty()) {
+        return Some(Probe { source: EnvironmentSource::CavePython, executable: PathBuf::from(path) });
+    }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|p| !p.is_empty()) {
+        let python = Path::new(&venv).join("bin").join("python");
+        if python.exists() {
+            return Some(Probe { source: EnvironmentSource::VirtualEnv, executable: python });
+        }
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("python3"))
+        .find(|candidate| candidate.is_file())
+        .map(|executable| Probe { source: EnvironmentSource::Path, executable })
+}
+
+/// What an interpreter reports about itself: version, executable, prefix, then `sys.path`.
+struct Reported {
+    version: (u32, u32),
+    executable: PathBuf,
+    prefix: String,
+    sys_path: Vec<String>,
+}
+
+const REPORT: &str =
+    "import sys; print(sys.version_info[0]); print(sys.version_info[1]); print(sys.executable); print(sys.prefix)\n\
+for p in sys.path: print(p)";
+
+fn ask(executable: &Path) -> Result<Reported, InProcError> {
+    let failed = |message: String| InProcError::Environment { interpreter: executable.to_owned(), message };
+    let output = Command::new(executable)
+        .args(["-c", REPORT])
+        .output()
+        .map_err(|e| failed(format!("could not run it: {e}")))?;
+    if !output.status.success() {
+        return Err(failed(format!("it exited with {}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim())));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut lines = text.lines();
+    let mut next = || lines.next().map(str::to_owned).ok_or_else(|| failed("its report was cut short".to_owned()));
+    let major = next()?.parse().map_err(|_| failed("it reported no version".to_owned()))?;
+    let minor = next()?.parse().map_err(|_| failed("it reported no version".to_owned()))?;
+    let executable = PathBuf::from(next()?);
+    let prefix = next()?;
+    let sys_path = lines.filter(|p| !p.is_empty()).map(str::to_owned).collect();
+    Ok(Reported { version: (major, minor), executable, prefix, sys_path })
+}
+
+fn initialize() -> Result<PythonEnvironment, InProcError> {
+    let probe = selected_interpreter();
+    let reported = match &probe {
+        Some(p) => Some(ask(&p.executable)?),
+        None => None,
+    };
+    Python::initialize();
+    Python::attach(|py| {
+        let setup = |e: PyErr| InProcError::Setup { message: e.to_string() };
+        let sys = py.import("sys").map_err(setup)?;
+        let info = sys.getattr("version_info").map_err(setup)?;
+        let embedded: (u32, u32) = (
+            info.getattr("major").and_then(|v| v.extract()).map_err(setup)?,
+            info.getattr("minor").and_then(|v| v.extract()).map_err(setup)?,
+        );
+        let embedded_version: String = py
+            .import("platform")
+            .and_then(|p| p.call_method0("python_version"))
+            .and_then(|v| v.extract())
+            .map_err(setup)?;
+        let mut environment = PythonEnvironment {
+            source: EnvironmentSource::Embedded,
+            executable: None,
+            prefix: None,
+            sys_path: sys.getattr("path").and_then(|p| p.extract()).map_err(setup)?,
+            embedded_version,
+        };
+        if let (Some(probe), Some(reported)) = (probe, reported) {
+            if reported.version != embedded {
+                return Err(InProcError::VersionMismatch {
+                    interpreter: probe.executable,
+                    selected: format!("{}.{}", reported.version.0, reported.version.1),
+                    embedded: format!("{}.{}", embedded.0, embedded.1),
+                });
+            }
+            // The interpreter's own path (PYTHONPATH, site-packages, user site), without the
+            // current directory entry that `-c` adds.
+            let path = reported.sys_path;
+            sys.setattr("path", PyList::new(py, &path).map_err(setup)?).map_err(setup)?;
+            sys.setattr("executable", reported.executable.to_string_lossy().as_ref()).map_err(setup)?;
+            sys.setattr("prefix", reported.prefix.as_str()).map_err(setup)?;
+            environment.source = probe.source;
+            environment.executable = Some(reported.executable);
+            environment.prefix = Some(reported.prefix);
+            environment.sys_path = path;
+        }
+        let source = CString::new(cave_python::EXECUTOR).map_err(|e| InProcError::Setup { message: e.to_string() })?;
+        let file = CString::new(cave_python::EXECUTOR_FILE).map_err(|e| InProcError::Setup { message: e.to_string() })?;
+        let name = CString::new(cave_python::EXECUTOR_MODULE).map_err(|e| InProcError::Setup { message: e.to_string() })?;
+        let module = PyModule::from_code(py, &source, &file, &name).map_err(setup)?;
+        module.call_method0("install").map_err(setup)?;
+        let _ = EXECUTOR.set(module.unbind());
+        tracing::info!(source = ?environment.source, executable = ?environment.executable, "embedded Python ready");
+        Ok(environment)
+    })
+}

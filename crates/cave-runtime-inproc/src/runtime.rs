@@ -1,0 +1,558 @@
+//! `InProcRuntime`: the `Runtime` seam on an embedded CPython.
+
+use crate::convert::{FromPyError, from_py, to_py};
+use crate::env::{self, executor};
+use crate::interrupt::{CellInterrupt, InterruptHandle};
+use crate::worker::Worker;
+use crate::InProcError;
+use async_trait::async_trait;
+use cave_core::{
+    Args, Description, Entry, Execution, ExecutionError, Function, FunctionBody, HostError, HostObject, Interrupt,
+    NameKind, ObjectBinding, OutputSink, Param, Registry, Resource, Resources, Runtime, RuntimeError, TypeSchema,
+    TypeShape, Value, Variable, normalize_name, validate_name,
+};
+use pyo3::exceptions::{PyRuntimeError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple};
+use std::collections::HashMap;
+use std::ffi::CString;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::runtime::Handle;
+use tokio::sync::mpsc::UnboundedSender;
+
+static RUNTIMES: AtomicU64 = AtomicU64::new(0);
+
+/// A [`Runtime`] on CPython embedded in this process.
+///
+/// Each runtime has its own namespace and its own thread; several runtimes run side by side
+/// in one process, each seeing only its own names and output. Values are Python objects: a
+/// host object is called in place and a Python object (e.g. a pandas DataFrame) is never
+/// copied. Pure-Python code can be interrupted (`max_exec_timeout` works); code blocked in a C
+/// call stops only when the call returns: use the kernel runtime for a guaranteed kill.
+#[derive(Clone)]
+pub struct InProcRuntime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    worker: Worker,
+    namespace: Py<PyDict>,
+    registry: Mutex<Registry>,
+    state: Mutex<State>,
+    interrupt: Arc<CellInterrupt>,
+    executions: AtomicU64,
+    /// Where host functions' futures run (the creator's tokio runtime, or our own).
+    handle: Handle,
+    own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+#[derive(Default)]
+struct State {
+    /// The proxy bound for each host object, to tell whether the name still holds it.
+    proxies: HashMap<String, Py<PyAny>>,
+    /// Python objects the host registered as variables, by name.
+    py_values: HashMap<String, Py<PyAny>>,
+    /// The last index `bind_unique` handed out per prefix.
+    last_index: HashMap<String, u64>,
+    /// A registered resource that could not be created in Python, and why.
+    failed: Option<(String, String)>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn backend(operation: &'static str) -> impl Fn(PyErr) -> RuntimeError {
+    move |e| RuntimeError::Backend { operation, message: e.to_string() }
+}
+
+impl InProcRuntime {
+    /// A runtime with an empty namespace. Starts the interpreter on first use (see
+    /// [`python_environment`](crate::python_environment) for which packages it sees).
+    pub fn new() -> Result<Self, InProcError> {
+        env::python_environment()?;
+        let (handle, own_runtime) = match Handle::try_current() {
+            Ok(handle) => (handle, None),
+            Err(_) => {
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(1)
+                    .thread_name("cave-host-calls")
+                    .enable_all()
+                    .build()
+                    .map_err(|e| InProcError::Setup { message: format!("could not start a tokio runtime: {e}") })?;
+                (rt.handle().clone(), Some(rt))
+            }
+        };
+        let namespace = Python::attach(|py| -> Result<Py<PyDict>, InProcError> {
+            let ns = PyDict::new(py);
+            executor(py)?
+                .call_method1("reset_namespace", (&ns,))
+                .map_err(|e| InProcError::Setup { message: e.to_string() })?;
+            Ok(ns.unbind())
+        })?;
+        let interrupt = Arc::new(CellInterrupt::default());
+        let on_thread = interrupt.clone();
+        let id = RUNTIMES.fetch_add(1, Ordering::Relaxed) + 1;
+        let worker = Worker::spawn(format!("cave-python-{id}"), move |py| {
+            let ident = py.import("threading").and_then(|t| t.call_method0("get_ident")).and_then(|i| i.extract::<i64>());
+            match ident {
+                Ok(ident) => on_thread.set_thread(ident as _),
+                Err(e) => tracing::error!(error = %e, "could not read the runtime thread's id: interrupts are disabled"),
+            }
+        })
+        .map_err(|e| InProcError::Setup { message: format!("could not start the runtime's thread: {e}") })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                worker,
+                namespace,
+                registry: Mutex::new(Registry::new()),
+                state: Mutex::new(State::default()),
+                interrupt,
+                executions: AtomicU64::new(0),
+                handle,
+                own_runtime: Mutex::new(own_runtime),
+            }),
+        })
+    }
+
+    /// A runtime with these resources registered.
+    pub fn with_resources(resources: Resources) -> Result<Self, InProcError> {
+        let runtime = Self::new()?;
+        runtime.register(resources).map_err(|e| InProcError::Setup { message: e.to_string() })?;
+        Ok(runtime)
+    }
+
+    /// Registers a Python object the host created (e.g. a DataFrame) as a variable: bound as
+    /// is, never copied; `retrieve_py` hands it back.
+    pub fn register_py(&self, name: &str, object: Py<PyAny>, description: Option<&str>) -> Result<(), RuntimeError> {
+        let type_name = Python::attach(|py| {
+            object.bind(py).get_type().qualname().map(|n| n.to_string()).unwrap_or_else(|_| "object".to_owned())
+        });
+        let mut variable = Variable::new(name, Value::None).with_type_name(type_name);
+        variable.description = description.map(str::to_owned);
+        let entries = lock(&self.inner.registry).claim(Resources::new().variable(variable))?;
+        for entry in &entries {
+            lock(&self.inner.state).py_values.insert(entry.name.clone(), Python::attach(|py| object.clone_ref(py)));
+        }
+        let inner = self.inner.clone();
+        self.inner.worker.submit(move |py| inner.bind_entries(py, &entries))
+    }
+
+    /// The live Python object bound to `name` (any bound name).
+    pub async fn retrieve_py(&self, name: &str) -> Result<Py<PyAny>, RuntimeError> {
+        let inner = self.inner.clone();
+        let key = normalize_name(name);
+        let name = name.to_owned();
+        self.inner
+            .worker
+            .run("retrieve_py", move |py| {
+                inner.namespace.bind(py).get_item(&key).ok().flatten().map(Bound::unbind).ok_or(RuntimeError::Unbound { name })
+            })
+            .await?
+    }
+
+    /// The host object registered as `name`, as its concrete type: the same `Arc` that was
+    /// registered, with whatever state the model's code left it in.
+    pub async fn retrieve_object<T: HostObject>(&self, name: &str) -> Result<Arc<T>, RuntimeError> {
+        let object = lock(&self.inner.registry)
+            .object(name)
+            .map(|o| o.object.clone())
+            .ok_or_else(|| RuntimeError::NotAnObject { name: name.to_owned(), expected: std::any::type_name::<T>() })?;
+        let inner = self.inner.clone();
+        let key = normalize_name(name);
+        let still_bound = self
+            .inner
+            .worker
+            .run("retrieve_object", move |py| {
+                let bound = inner.namespace.bind(py).get_item(&key).ok().flatten();
+                let proxy = lock(&inner.state).proxies.get(&key).map(|p| p.clone_ref(py));
+                matches!((bound, proxy), (Some(b), Some(p)) if b.is(p.bind(py)))
+            })
+            .await?;
+        if !still_bound {
+            return Err(RuntimeError::Unbound { name: name.to_owned() });
+        }
+        cave_core::downcast_object::<T>(name, object)
+    }
+}
+
+impl std::fmt::Debug for InProcRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcRuntime")
+            .field("executions", &self.inner.executions.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // A runtime may be dropped inside async code, where a tokio runtime cannot block.
+        if let Some(rt) = lock(&self.own_runtime).take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+#[async_trait]
+impl Runtime for InProcRuntime {
+    async fn execute(&self, code: &str, output: &dyn OutputSink) -> Result<Execution, RuntimeError> {
+        let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let inner = self.inner.clone();
+        let code = code.to_owned();
+        let job = self.inner.worker.run("execute", move |py| inner.run_cell(py, &code, live));
+        tokio::pin!(job);
+        let result = loop {
+            tokio::select! {
+                result = &mut job => break result,
+                Some(chunk) = chunks.recv() => output.write(&chunk),
+            }
+        };
+        while let Ok(chunk) = chunks.try_recv() {
+            output.write(&chunk);
+        }
+        result?
+    }
+
+    fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
+        let entries = lock(&self.inner.registry).claim(batch)?;
+        let inner = self.inner.clone();
+        // Queued: it runs before any later operation of this runtime.
+        self.inner.worker.submit(move |py| inner.bind_entries(py, &entries))
+    }
+
+    fn describe(&self) -> Description {
+        lock(&self.inner.registry).describe()
+    }
+
+    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
+        {
+            let registry = lock(&self.inner.registry);
+            if registry.variable(name).is_none() {
+                return Err(registry.unknown_variable(name));
+            }
+        }
+        self.get(name).await
+    }
+
+    async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {
+        let key = lock(&self.inner.registry).update_variable(name, value.clone())?;
+        lock(&self.inner.state).py_values.remove(&key);
+        let inner = self.inner.clone();
+        self.inner
+            .worker
+            .run("update", move |py| {
+                let variable = lock(&inner.registry).variable(&key).cloned();
+                match variable {
+                    Some(v) => inner
+                        .variable_object(py, &key, &v)
+                        .and_then(|obj| inner.namespace.bind(py).set_item(&key, obj))
+                        .map_err(backend("update")),
+                    None => Ok(()),
+                }
+            })
+            .await?
+    }
+
+    async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
+        let inner = self.inner.clone();
+        let key = normalize_name(name);
+        let name = name.to_owned();
+        self.inner
+            .worker
+            .run("get", move |py| {
+                let executor = executor(py).map_err(|e| RuntimeError::Backend { operation: "get", message: e.to_string() })?;
+                let Some(obj) = inner.namespace.bind(py).get_item(&key).ok().flatten() else {
+                    return Err(RuntimeError::Unbound { name });
+                };
+                from_py(&obj, executor).map_err(|e| match e {
+                    FromPyError::Unsupported(python_type) => RuntimeError::Unsupported { name, python_type },
+                    FromPyError::Python(e) => RuntimeError::Backend { operation: "get", message: e.to_string() },
+                })
+            })
+            .await?
+    }
+
+    async fn bind_unique(&self, prefix: &str, value: Value, start: u64) -> Result<String, RuntimeError> {
+        if start == 0 {
+            return Err(RuntimeError::InvalidStart);
+        }
+        let first = validate_name(NameKind::Prefix, &format!("{prefix}_{start}"))?;
+        let prefix = first[..first.len() - format!("_{start}").len()].to_owned();
+        let inner = self.inner.clone();
+        self.inner
+            .worker
+            .run("bind_unique", move |py| {
+                let ns = inner.namespace.bind(py);
+                let mut registry = lock(&inner.registry);
+                let mut state = lock(&inner.state);
+                let mut index = start.max(state.last_index.get(&prefix).map_or(0, |last| last + 1));
+                let taken = |name: &str| registry.is_bound(name) || ns.contains(name).unwrap_or(true);
+                while taken(&format!("{prefix}_{index}")) {
+                    index += 1;
+                }
+                let name = format!("{prefix}_{index}");
+                let obj = to_py(py, &value).map_err(backend("bind_unique"))?;
+                ns.set_item(&name, obj).map_err(backend("bind_unique"))?;
+                registry.record_binding(&name, value);
+                state.last_index.insert(prefix, index);
+                Ok(name)
+            })
+            .await?
+    }
+
+    async fn reset(&self) -> Result<(), RuntimeError> {
+        let inner = self.inner.clone();
+        self.inner
+            .worker
+            .run("reset", move |py| {
+                let executor = executor(py).map_err(|e| RuntimeError::Backend { operation: "reset", message: e.to_string() })?;
+                executor.call_method1("reset_namespace", (inner.namespace.bind(py),)).map_err(backend("reset"))?;
+                {
+                    let mut state = lock(&inner.state);
+                    state.proxies.clear();
+                    state.failed = None;
+                }
+                let entries = lock(&inner.registry).entries().to_vec();
+                inner.bind_entries(py, &entries);
+                py.import("gc").and_then(|gc| gc.call_method0("collect")).map_err(backend("reset"))?;
+                Ok(())
+            })
+            .await?
+    }
+
+    fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
+        Some(Arc::new(InterruptHandle(self.inner.interrupt.clone())))
+    }
+}
+
+impl Inner {
+    fn run_cell(&self, py: Python<'_>, code: &str, live: UnboundedSender<String>) -> Result<Execution, RuntimeError> {
+        if let Some((name, error)) = lock(&self.state).failed.clone() {
+            return Err(RuntimeError::Backend {
+                operation: "execute",
+                message: format!(
+                    "the registered resource '{name}' could not be created in Python ({error}); register a corrected one or reset the runtime"
+                ),
+            });
+        }
+        let executor = executor(py).map_err(|e| RuntimeError::Backend { operation: "execute", message: e.to_string() })?;
+        let number = self.executions.fetch_add(1, Ordering::SeqCst) + 1;
+        let captured = Arc::new(Mutex::new(String::new()));
+        let sink = captured.clone();
+        let write = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+            let item = args.get_item(0)?;
+            let text = item.cast::<PyString>().map_err(PyErr::from)?.to_string_lossy().into_owned();
+            lock(&sink).push_str(&text);
+            let _ = live.send(text);
+            Ok(())
+        })
+        .map_err(backend("execute"))?;
+        self.interrupt.begin(number);
+        let result = executor.call_method1("run_cell", (code, self.namespace.bind(py), format!("<cell {number}>"), write));
+        self.interrupt.end(py);
+        let mut output = std::mem::take(&mut *lock(&captured));
+        match result {
+            Ok(raised) if raised.is_none() => Ok(Execution::ok(output)),
+            Ok(raised) => {
+                let (python_type, message): (String, String) = raised.extract().map_err(backend("execute"))?;
+                Ok(Execution::failed(output, ExecutionError::new(python_type, message)))
+            }
+            // Raised outside the cell's own frames (an interrupt that landed in the executor).
+            Err(error) => {
+                let python_type = error.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "BaseException".to_owned());
+                let message = error.value(py).str().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                output.push_str(&format!("{python_type}: {message}\n"));
+                Ok(Execution::failed(output, ExecutionError::new(python_type, message)))
+            }
+        }
+    }
+
+    /// Creates each entry's Python object and binds it; a failure is recorded (the runtime
+    /// then refuses to execute until it is fixed) rather than lost.
+    fn bind_entries(&self, py: Python<'_>, entries: &[Entry]) {
+        for entry in entries {
+            if let Err(error) = self.bind_entry(py, entry) {
+                tracing::error!(name = %entry.name, error = %error, "a registered resource could not be created in Python");
+                lock(&self.state).failed = Some((entry.name.clone(), error.to_string()));
+            }
+        }
+    }
+
+    fn bind_entry(&self, py: Python<'_>, entry: &Entry) -> PyResult<()> {
+        let ns = self.namespace.bind(py);
+        let obj = match &entry.resource {
+            Resource::Variable(v) => self.variable_object(py, &entry.name, v)?,
+            Resource::Binding { value, .. } => to_py(py, value)?,
+            Resource::Function(f) => self.function_object(py, &entry.name, f)?,
+            Resource::Type(t) => type_object(py, t)?,
+            Resource::Object(o) => {
+                let proxy = self.object_proxy(py, o)?;
+                lock(&self.state).proxies.insert(entry.name.clone(), proxy.clone().unbind());
+                // The object's class is usable by name (hidden from the prompt) if free.
+                let class_name = o.object.type_name();
+                if !lock(&self.registry).is_bound(class_name) && !ns.contains(class_name)? {
+                    ns.set_item(class_name, proxy.get_type())?;
+                }
+                proxy
+            }
+            _ => return Ok(()),
+        };
+        ns.set_item(&entry.name, obj)
+    }
+
+    /// A variable's object: the host's own Python object, an instance of a registered record
+    /// built from a dict, or the value converted.
+    fn variable_object<'py>(&self, py: Python<'py>, name: &str, v: &Variable) -> PyResult<Bound<'py, PyAny>> {
+        if let Some(obj) = lock(&self.state).py_values.get(name) {
+            return Ok(obj.bind(py).clone());
+        }
+        if let (Some(type_name), Value::Dict(_)) = (&v.type_name, &v.value) {
+            let is_record = matches!(
+                lock(&self.registry).type_schema(type_name).map(|t| &t.shape),
+                Some(TypeShape::Fields(_))
+            );
+            if is_record && let Some(class) = self.namespace.bind(py).get_item(type_name)? {
+                let kwargs = to_py(py, &v.value)?;
+                return class.call((), Some(kwargs.cast::<PyDict>().map_err(PyErr::from)?));
+            }
+        }
+        to_py(py, &v.value)
+    }
+
+    fn function_object<'py>(&self, py: Python<'py>, name: &str, f: &Function) -> PyResult<Bound<'py, PyAny>> {
+        match &f.body {
+            FunctionBody::Python(source) => {
+                let source = CString::new(source.as_str()).map_err(|e| PyTypeError::new_err(e.to_string()))?;
+                let ns = self.namespace.bind(py);
+                py.run(&source, Some(ns), None)?;
+                ns.get_item(name)?.ok_or_else(|| {
+                    PyRuntimeError::new_err(format!("the Python source of function '{name}' does not define '{name}'"))
+                })
+            }
+            FunctionBody::Host(host) => {
+                let host = host.clone();
+                let handle = self.handle.clone();
+                let call = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _kw: Option<&Bound<'_, PyDict>>| {
+                    let py = args.py();
+                    let bound = args.get_item(0)?;
+                    let host = host.clone();
+                    host_call(py, &handle, &bound, move |args| async move { host.call(args).await })
+                })?;
+                make_function(py, name, &f.signature.params, f.doc.as_deref(), f.is_async, call.into_any())
+            }
+            _ => Err(PyTypeError::new_err("this function body kind is not supported in-process")),
+        }
+    }
+
+    fn object_proxy<'py>(&self, py: Python<'py>, o: &ObjectBinding) -> PyResult<Bound<'py, PyAny>> {
+        let object = o.object.clone();
+        let handle = self.handle.clone();
+        let call = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _kw: Option<&Bound<'_, PyDict>>| {
+            let py = args.py();
+            let method: String = args.get_item(0)?.extract()?;
+            let bound = args.get_item(1)?;
+            let object = object.clone();
+            host_call(py, &handle, &bound, move |args| async move { object.call(&method, args).await })
+        })?;
+        let methods = PyList::empty(py);
+        for m in o.object.methods() {
+            methods.append((m.name.as_str(), params_list(py, &m.signature.params)?, m.doc.as_deref()))?;
+        }
+        executor(py)
+            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?
+            .call_method1("make_object", (o.object.type_name(), o.object.doc(), methods, call))
+    }
+}
+
+/// `(name, kind, has_default, default)` per parameter, as the executor takes them.
+fn params_list<'py>(py: Python<'py>, params: &[Param]) -> PyResult<Bound<'py, PyList>> {
+    let list = PyList::empty(py);
+    for p in params {
+        let default = match &p.default {
+            Some(v) => to_py(py, v)?,
+            None => py.None().into_bound(py),
+        };
+        list.append((p.name.as_str(), p.kind.as_str(), p.default.is_some(), default))?;
+    }
+    Ok(list)
+}
+
+fn make_function<'py>(
+    py: Python<'py>,
+    name: &str,
+    params: &[Param],
+    doc: Option<&str>,
+    is_async: bool,
+    call: Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyAny>> {
+    executor(py)
+        .map_err(|e| PyRuntimeError::new_err(e.to_string()))?
+        .call_method1("make_function", (name, params_list(py, params)?, doc, is_async, call))
+}
+
+fn type_object<'py>(py: Python<'py>, t: &TypeSchema) -> PyResult<Bound<'py, PyAny>> {
+    let executor = executor(py).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    match &t.shape {
+        TypeShape::Fields(fields) => {
+            let spec = PyList::empty(py);
+            for f in fields {
+                let default = match &f.default {
+                    Some(v) => to_py(py, v)?,
+                    None => py.None().into_bound(py),
+                };
+                spec.append((f.name.as_str(), f.annotation.as_str(), f.default.is_some(), default))?;
+            }
+            executor.call_method1("make_record", (t.name.as_str(), t.doc.as_deref(), spec))
+        }
+        TypeShape::Enum(members) => {
+            let spec = PyList::empty(py);
+            for (m, v) in members {
+                spec.append((m.as_str(), to_py(py, v)?))?;
+            }
+            executor.call_method1("make_enum", (t.name.as_str(), t.doc.as_deref(), spec))
+        }
+        _ => {
+            let body = PyDict::new(py);
+            body.set_item("__doc__", t.doc.as_deref())?;
+            py.import("builtins")?.getattr("type")?.call1((t.name.as_str(), PyTuple::empty(py), body))
+        }
+    }
+}
+
+/// Calls into the host from Python: converts the bound arguments, runs the future with the
+/// interpreter released, and turns the result (or the `HostError`) back into Python.
+fn host_call<'py, F, Fut>(py: Python<'py>, handle: &Handle, bound: &Bound<'py, PyAny>, call: F) -> PyResult<Py<PyAny>>
+where
+    F: FnOnce(Args) -> Fut + Send,
+    Fut: std::future::Future<Output = Result<Value, HostError>> + Send,
+{
+    let executor = executor(py).map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+    let mut values = Vec::new();
+    for item in bound.cast::<PyList>().map_err(PyErr::from)?.iter() {
+        let (name, value): (String, Bound<'_, PyAny>) = item.extract()?;
+        let value = from_py(&value, executor).map_err(|e| match e {
+            FromPyError::Unsupported(t) => PyTypeError::new_err(format!(
+                "argument '{name}' is a {t}, which cannot be passed to a host function: pass plain data (numbers, str, bytes, list, tuple, dict, set)"
+            )),
+            FromPyError::Python(e) => e,
+        })?;
+        values.push((name, value));
+    }
+    let args = Args::new(values);
+    let result = py.detach(|| handle.block_on(call(args)));
+    match result {
+        Ok(value) => Ok(to_py(py, &value)?.unbind()),
+        Err(HostError { python_type, message, .. }) => {
+            let builtins = py.import("builtins")?;
+            let exception = builtins.getattr(python_type.as_str()).ok().filter(|t| {
+                t.cast::<pyo3::types::PyType>()
+                    .is_ok_and(|t| t.is_subclass_of::<pyo3::exceptions::PyException>().unwrap_or(false))
+            });
+            match exception {
+                Some(kind) => Err(PyErr::from_value(kind.call1((message,))?)),
+                None => Err(PyRuntimeError::new_err(format!("{python_type}: {message}"))),
+            }
+        }
+    }
+}

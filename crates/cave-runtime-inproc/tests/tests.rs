@@ -1,0 +1,2 @@
+//! The in-process runtime against the real interpreter: one binary, one module per concern.
+mod execution;
