@@ -4,7 +4,8 @@ use cave_core::Value;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString, PyTuple,
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString,
+    PyTuple,
 };
 
 /// Nesting deeper than this is refused (it is almost surely a cycle).
@@ -34,11 +35,30 @@ pub(crate) fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, 
         Value::Float(x) => PyFloat::new(py, *x).into_any(),
         Value::Str(s) => PyString::new(py, s).into_any(),
         Value::Bytes(b) => PyBytes::new(py, b).into_any(),
-        Value::List(items) => PyList::new(py, items.iter().map(|v| to_py(py, v)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
-        Value::Tuple(items) => {
-            PyTuple::new(py, items.iter().map(|v| to_py(py, v)).collect::<PyResult<Vec<_>>>()?)?.into_any()
-        }
-        Value::Set(items) => PySet::new(py, items.iter().map(|v| to_py(py, v)).collect::<PyResult<Vec<_>>>()?)?.into_any(),
+        Value::List(items) => PyList::new(
+            py,
+            items
+                .iter()
+                .map(|v| to_py(py, v))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any(),
+        Value::Tuple(items) => PyTuple::new(
+            py,
+            items
+                .iter()
+                .map(|v| to_py(py, v))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any(),
+        Value::Set(items) => PySet::new(
+            py,
+            items
+                .iter()
+                .map(|v| to_py(py, v))
+                .collect::<PyResult<Vec<_>>>()?,
+        )?
+        .into_any(),
         Value::Dict(entries) => {
             let dict = PyDict::new(py);
             for (k, v) in entries {
@@ -46,22 +66,37 @@ pub(crate) fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, 
             }
             dict.into_any()
         }
-        _ => return Err(PyTypeError::new_err("this value kind has no Python counterpart yet")),
+        _ => {
+            return Err(PyTypeError::new_err(
+                "this value kind has no Python counterpart yet",
+            ));
+        }
     })
 }
 
 /// Reads a Python object as a value. Records (dataclasses) become dicts and enum members their
 /// names, through the executor's `to_plain`.
-pub(crate) fn from_py(obj: &Bound<'_, PyAny>, executor: &Bound<'_, PyModule>) -> Result<Value, FromPyError> {
+pub(crate) fn from_py(
+    obj: &Bound<'_, PyAny>,
+    executor: &Bound<'_, PyModule>,
+) -> Result<Value, FromPyError> {
     from_py_at(obj, executor, 0)
 }
 
-fn from_py_at(obj: &Bound<'_, PyAny>, executor: &Bound<'_, PyModule>, depth: usize) -> Result<Value, FromPyError> {
+fn from_py_at(
+    obj: &Bound<'_, PyAny>,
+    executor: &Bound<'_, PyModule>,
+    depth: usize,
+) -> Result<Value, FromPyError> {
     if depth > MAX_DEPTH {
-        return Err(FromPyError::Unsupported(format!("structure nested deeper than {MAX_DEPTH} levels")));
+        return Err(FromPyError::Unsupported(format!(
+            "structure nested deeper than {MAX_DEPTH} levels"
+        )));
     }
     let items = |seq: Vec<Bound<'_, PyAny>>| -> Result<Vec<Value>, FromPyError> {
-        seq.iter().map(|item| from_py_at(item, executor, depth + 1)).collect()
+        seq.iter()
+            .map(|item| from_py_at(item, executor, depth + 1))
+            .collect()
     };
     if obj.is_none() {
         return Ok(Value::None);
@@ -79,8 +114,7 @@ fn from_py_at(obj: &Bound<'_, PyAny>, executor: &Bound<'_, PyModule>, depth: usi
         return Ok(Value::Float(f.value()));
     }
     if let Ok(s) = obj.cast::<PyString>() {
-        // Lone surrogates cannot be UTF-8: they become U+FFFD.
-        return Ok(Value::Str(s.to_string_lossy().into_owned()));
+        return Ok(Value::Str(text_of(s)?));
     }
     if let Ok(b) = obj.cast::<PyBytes>() {
         return Ok(Value::Bytes(b.as_bytes().to_vec()));
@@ -97,7 +131,10 @@ fn from_py_at(obj: &Bound<'_, PyAny>, executor: &Bound<'_, PyModule>, depth: usi
     if let Ok(dict) = obj.cast::<PyDict>() {
         let mut entries = Vec::with_capacity(dict.len());
         for (k, v) in dict.iter() {
-            entries.push((from_py_at(&k, executor, depth + 1)?, from_py_at(&v, executor, depth + 1)?));
+            entries.push((
+                from_py_at(&k, executor, depth + 1)?,
+                from_py_at(&v, executor, depth + 1)?,
+            ));
         }
         return Ok(Value::Dict(entries));
     }
@@ -108,14 +145,27 @@ fn from_py_at(obj: &Bound<'_, PyAny>, executor: &Bound<'_, PyModule>, depth: usi
         return Ok(Value::Set(items(set.iter().collect())?));
     }
     // numpy and other integer-likes.
-    if obj.hasattr("__index__")? {
-        if let Ok(i) = obj.extract::<i128>() {
-            return Ok(Value::Int(i));
-        }
+    if obj.hasattr("__index__")?
+        && let Ok(i) = obj.extract::<i128>()
+    {
+        return Ok(Value::Int(i));
     }
     let plain = executor.call_method1("to_plain", (obj,))?;
     if !plain.is(obj) {
         return from_py_at(&plain, executor, depth + 1);
     }
-    Err(FromPyError::Unsupported(obj.get_type().qualname()?.to_string()))
+    Err(FromPyError::Unsupported(
+        obj.get_type().qualname()?.to_string(),
+    ))
+}
+
+/// A Python `str` as UTF-8: each lone surrogate (which UTF-8 cannot hold) becomes one U+FFFD.
+pub(crate) fn text_of(s: &Bound<'_, PyString>) -> PyResult<String> {
+    match s.to_str() {
+        Ok(text) => Ok(text.to_owned()),
+        Err(_) => s
+            .call_method1("encode", ("utf-16", "surrogatepass"))?
+            .call_method1("decode", ("utf-16", "replace"))?
+            .extract(),
+    }
 }

@@ -50,7 +50,10 @@ static EXECUTOR: OnceLock<Py<PyModule>> = OnceLock::new();
 /// `python3 -m pip install` (or into the virtualenv) can be imported. Its `major.minor` must be
 /// the embedded one's.
 pub fn python_environment() -> Result<&'static PythonEnvironment, InProcError> {
-    ENVIRONMENT.get_or_init(initialize).as_ref().map_err(Clone::clone)
+    ENVIRONMENT
+        .get_or_init(initialize)
+        .as_ref()
+        .map_err(Clone::clone)
 }
 
 /// The executor module (the interpreter is initialized first).
@@ -59,7 +62,9 @@ pub(crate) fn executor(py: Python<'_>) -> Result<&Bound<'_, PyModule>, InProcErr
     EXECUTOR
         .get()
         .map(|m| m.bind(py))
-        .ok_or_else(|| InProcError::Setup { message: "the executor module was not loaded".to_owned() })
+        .ok_or_else(|| InProcError::Setup {
+            message: "the executor module was not loaded".to_owned(),
+        })
 }
 
 struct Probe {
@@ -69,19 +74,28 @@ struct Probe {
 
 fn selected_interpreter() -> Option<Probe> {
     if let Some(path) = std::env::var_os("CAVE_PYTHON").filter(|p| !p.is_empty()) {
-        return Some(Probe { source: EnvironmentSource::CavePython, executable: PathBuf::from(path) });
+        return Some(Probe {
+            source: EnvironmentSource::CavePython,
+            executable: PathBuf::from(path),
+        });
     }
     if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|p| !p.is_empty()) {
         let python = Path::new(&venv).join("bin").join("python");
         if python.exists() {
-            return Some(Probe { source: EnvironmentSource::VirtualEnv, executable: python });
+            return Some(Probe {
+                source: EnvironmentSource::VirtualEnv,
+                executable: python,
+            });
         }
     }
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|dir| dir.join("python3"))
         .find(|candidate| candidate.is_file())
-        .map(|executable| Probe { source: EnvironmentSource::Path, executable })
+        .map(|executable| Probe {
+            source: EnvironmentSource::Path,
+            executable,
+        })
 }
 
 /// What an interpreter reports about itself: version, executable, prefix, then `sys.path`.
@@ -92,28 +106,48 @@ struct Reported {
     sys_path: Vec<String>,
 }
 
-const REPORT: &str =
-    "import sys; print(sys.version_info[0]); print(sys.version_info[1]); print(sys.executable); print(sys.prefix)\n\
+const REPORT: &str = "import sys; print(sys.version_info[0]); print(sys.version_info[1]); print(sys.executable); print(sys.prefix)\n\
 for p in sys.path: print(p)";
 
 fn ask(executable: &Path) -> Result<Reported, InProcError> {
-    let failed = |message: String| InProcError::Environment { interpreter: executable.to_owned(), message };
+    let failed = |message: String| InProcError::Environment {
+        interpreter: executable.to_owned(),
+        message,
+    };
     let output = Command::new(executable)
         .args(["-c", REPORT])
         .output()
         .map_err(|e| failed(format!("could not run it: {e}")))?;
     if !output.status.success() {
-        return Err(failed(format!("it exited with {}: {}", output.status, String::from_utf8_lossy(&output.stderr).trim())));
+        return Err(failed(format!(
+            "it exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        )));
     }
     let text = String::from_utf8_lossy(&output.stdout);
     let mut lines = text.lines();
-    let mut next = || lines.next().map(str::to_owned).ok_or_else(|| failed("its report was cut short".to_owned()));
-    let major = next()?.parse().map_err(|_| failed("it reported no version".to_owned()))?;
-    let minor = next()?.parse().map_err(|_| failed("it reported no version".to_owned()))?;
+    let mut next = || {
+        lines
+            .next()
+            .map(str::to_owned)
+            .ok_or_else(|| failed("its report was cut short".to_owned()))
+    };
+    let major = next()?
+        .parse()
+        .map_err(|_| failed("it reported no version".to_owned()))?;
+    let minor = next()?
+        .parse()
+        .map_err(|_| failed("it reported no version".to_owned()))?;
     let executable = PathBuf::from(next()?);
     let prefix = next()?;
     let sys_path = lines.filter(|p| !p.is_empty()).map(str::to_owned).collect();
-    Ok(Reported { version: (major, minor), executable, prefix, sys_path })
+    Ok(Reported {
+        version: (major, minor),
+        executable,
+        prefix,
+        sys_path,
+    })
 }
 
 fn initialize() -> Result<PythonEnvironment, InProcError> {
@@ -124,12 +158,18 @@ fn initialize() -> Result<PythonEnvironment, InProcError> {
     };
     Python::initialize();
     Python::attach(|py| {
-        let setup = |e: PyErr| InProcError::Setup { message: e.to_string() };
+        let setup = |e: PyErr| InProcError::Setup {
+            message: e.to_string(),
+        };
         let sys = py.import("sys").map_err(setup)?;
         let info = sys.getattr("version_info").map_err(setup)?;
         let embedded: (u32, u32) = (
-            info.getattr("major").and_then(|v| v.extract()).map_err(setup)?,
-            info.getattr("minor").and_then(|v| v.extract()).map_err(setup)?,
+            info.getattr("major")
+                .and_then(|v| v.extract())
+                .map_err(setup)?,
+            info.getattr("minor")
+                .and_then(|v| v.extract())
+                .map_err(setup)?,
         );
         let embedded_version: String = py
             .import("platform")
@@ -140,7 +180,10 @@ fn initialize() -> Result<PythonEnvironment, InProcError> {
             source: EnvironmentSource::Embedded,
             executable: None,
             prefix: None,
-            sys_path: sys.getattr("path").and_then(|p| p.extract()).map_err(setup)?,
+            sys_path: sys
+                .getattr("path")
+                .and_then(|p| p.extract())
+                .map_err(setup)?,
             embedded_version,
         };
         if let (Some(probe), Some(reported)) = (probe, reported) {
@@ -154,17 +197,26 @@ fn initialize() -> Result<PythonEnvironment, InProcError> {
             // The interpreter's own path (PYTHONPATH, site-packages, user site), without the
             // current directory entry that `-c` adds.
             let path = reported.sys_path;
-            sys.setattr("path", PyList::new(py, &path).map_err(setup)?).map_err(setup)?;
-            sys.setattr("executable", reported.executable.to_string_lossy().as_ref()).map_err(setup)?;
-            sys.setattr("prefix", reported.prefix.as_str()).map_err(setup)?;
+            sys.setattr("path", PyList::new(py, &path).map_err(setup)?)
+                .map_err(setup)?;
+            sys.setattr("executable", reported.executable.to_string_lossy().as_ref())
+                .map_err(setup)?;
+            sys.setattr("prefix", reported.prefix.as_str())
+                .map_err(setup)?;
             environment.source = probe.source;
             environment.executable = Some(reported.executable);
             environment.prefix = Some(reported.prefix);
             environment.sys_path = path;
         }
-        let source = CString::new(cave_python::EXECUTOR).map_err(|e| InProcError::Setup { message: e.to_string() })?;
-        let file = CString::new(cave_python::EXECUTOR_FILE).map_err(|e| InProcError::Setup { message: e.to_string() })?;
-        let name = CString::new(cave_python::EXECUTOR_MODULE).map_err(|e| InProcError::Setup { message: e.to_string() })?;
+        let source = CString::new(cave_python::EXECUTOR).map_err(|e| InProcError::Setup {
+            message: e.to_string(),
+        })?;
+        let file = CString::new(cave_python::EXECUTOR_FILE).map_err(|e| InProcError::Setup {
+            message: e.to_string(),
+        })?;
+        let name = CString::new(cave_python::EXECUTOR_MODULE).map_err(|e| InProcError::Setup {
+            message: e.to_string(),
+        })?;
         let module = PyModule::from_code(py, &source, &file, &name).map_err(setup)?;
         module.call_method0("install").map_err(setup)?;
         let _ = EXECUTOR.set(module.unbind());

@@ -69,18 +69,23 @@ impl Interrupt for InterruptHandle {
         // Raising it needs the interpreter, which the running cell holds between switches: do
         // it from a helper thread so this call never blocks.
         let state = self.0.clone();
-        let spawned = std::thread::Builder::new().name("cave-interrupt".to_owned()).spawn(move || {
-            Python::attach(|_py| {
-                let running = state.lock();
-                if running.execution == execution {
-                    // SAFETY: attached to the interpreter; the exception type is a valid,
-                    // immortal builtin; the thread id belongs to the runtime's live thread.
-                    unsafe {
-                        pyo3::ffi::PyThreadState_SetAsyncExc(thread as _, pyo3::ffi::PyExc_KeyboardInterrupt);
+        let spawned = std::thread::Builder::new()
+            .name("cave-interrupt".to_owned())
+            .spawn(move || {
+                Python::attach(|_py| {
+                    let running = state.lock();
+                    if running.execution == execution {
+                        // SAFETY: attached to the interpreter; the exception type is a valid,
+                        // immortal builtin; the thread id belongs to the runtime's live thread.
+                        unsafe {
+                            pyo3::ffi::PyThreadState_SetAsyncExc(
+                                thread as _,
+                                pyo3::ffi::PyExc_KeyboardInterrupt,
+                            );
+                        }
                     }
-                }
-            })
-        });
+                })
+            });
         match spawned {
             Ok(_) => Interruption::Delivered,
             Err(e) => {

@@ -52,7 +52,9 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum InProcError {
     /// The selected interpreter could not be asked for its paths.
-    #[error("could not read the Python environment of {interpreter}: {message} (set CAVE_PYTHON to a working python3)")]
+    #[error(
+        "could not read the Python environment of {interpreter}: {message} (set CAVE_PYTHON to a working python3)"
+    )]
     Environment {
         /// The interpreter.
         interpreter: PathBuf,

@@ -1,15 +1,16 @@
 //! `InProcRuntime`: the `Runtime` seam on an embedded CPython.
 
-use crate::convert::{FromPyError, from_py, to_py};
+use crate::InProcError;
+use crate::convert::{FromPyError, from_py, text_of, to_py};
 use crate::env::{self, executor};
 use crate::interrupt::{CellInterrupt, InterruptHandle};
 use crate::worker::Worker;
-use crate::InProcError;
 use async_trait::async_trait;
 use cave_core::{
-    Args, Description, Entry, Execution, ExecutionError, Function, FunctionBody, HostError, HostObject, Interrupt,
-    NameKind, ObjectBinding, OutputSink, Param, Registry, Resource, Resources, Runtime, RuntimeError, TypeSchema,
-    TypeShape, Value, Variable, normalize_name, validate_name,
+    Args, Description, Entry, Execution, ExecutionError, Function, FunctionBody, HostError,
+    HostObject, Interrupt, NameKind, ObjectBinding, OutputSink, Param, Registry, Resource,
+    Resources, Runtime, RuntimeError, TypeSchema, TypeShape, Value, Variable, normalize_name,
+    validate_name,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -64,7 +65,10 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 fn backend(operation: &'static str) -> impl Fn(PyErr) -> RuntimeError {
-    move |e| RuntimeError::Backend { operation, message: e.to_string() }
+    move |e| RuntimeError::Backend {
+        operation,
+        message: e.to_string(),
+    }
 }
 
 impl InProcRuntime {
@@ -80,7 +84,9 @@ impl InProcRuntime {
                     .thread_name("cave-host-calls")
                     .enable_all()
                     .build()
-                    .map_err(|e| InProcError::Setup { message: format!("could not start a tokio runtime: {e}") })?;
+                    .map_err(|e| InProcError::Setup {
+                        message: format!("could not start a tokio runtime: {e}"),
+                    })?;
                 (rt.handle().clone(), Some(rt))
             }
         };
@@ -88,7 +94,9 @@ impl InProcRuntime {
             let ns = PyDict::new(py);
             executor(py)?
                 .call_method1("reset_namespace", (&ns,))
-                .map_err(|e| InProcError::Setup { message: e.to_string() })?;
+                .map_err(|e| InProcError::Setup {
+                    message: e.to_string(),
+                })?;
             Ok(ns.unbind())
         })?;
         let interrupt = Arc::new(CellInterrupt::default());
@@ -119,24 +127,43 @@ impl InProcRuntime {
     /// A runtime with these resources registered.
     pub fn with_resources(resources: Resources) -> Result<Self, InProcError> {
         let runtime = Self::new()?;
-        runtime.register(resources).map_err(|e| InProcError::Setup { message: e.to_string() })?;
+        runtime
+            .register(resources)
+            .map_err(|e| InProcError::Setup {
+                message: e.to_string(),
+            })?;
         Ok(runtime)
     }
 
     /// Registers a Python object the host created (e.g. a DataFrame) as a variable: bound as
     /// is, never copied; `retrieve_py` hands it back.
-    pub fn register_py(&self, name: &str, object: Py<PyAny>, description: Option<&str>) -> Result<(), RuntimeError> {
+    pub fn register_py(
+        &self,
+        name: &str,
+        object: Py<PyAny>,
+        description: Option<&str>,
+    ) -> Result<(), RuntimeError> {
         let type_name = Python::attach(|py| {
-            object.bind(py).get_type().qualname().map(|n| n.to_string()).unwrap_or_else(|_| "object".to_owned())
+            object
+                .bind(py)
+                .get_type()
+                .qualname()
+                .map(|n| n.to_string())
+                .unwrap_or_else(|_| "object".to_owned())
         });
         let mut variable = Variable::new(name, Value::None).with_type_name(type_name);
         variable.description = description.map(str::to_owned);
         let entries = lock(&self.inner.registry).claim(Resources::new().variable(variable))?;
         for entry in &entries {
-            lock(&self.inner.state).py_values.insert(entry.name.clone(), Python::attach(|py| object.clone_ref(py)));
+            lock(&self.inner.state).py_values.insert(
+                entry.name.clone(),
+                Python::attach(|py| object.clone_ref(py)),
+            );
         }
         let inner = self.inner.clone();
-        self.inner.worker.submit(move |py| inner.bind_entries(py, &entries))
+        self.inner
+            .worker
+            .submit(move |py| inner.bind_entries(py, &entries))
     }
 
     /// The live Python object bound to `name` (any bound name).
@@ -147,7 +174,14 @@ impl InProcRuntime {
         self.inner
             .worker
             .run("retrieve_py", move |py| {
-                inner.namespace.bind(py).get_item(&key).ok().flatten().map(Bound::unbind).ok_or(RuntimeError::Unbound { name })
+                inner
+                    .namespace
+                    .bind(py)
+                    .get_item(&key)
+                    .ok()
+                    .flatten()
+                    .map(Bound::unbind)
+                    .ok_or(RuntimeError::Unbound { name })
             })
             .await?
     }
@@ -158,7 +192,10 @@ impl InProcRuntime {
         let object = lock(&self.inner.registry)
             .object(name)
             .map(|o| o.object.clone())
-            .ok_or_else(|| RuntimeError::NotAnObject { name: name.to_owned(), expected: std::any::type_name::<T>() })?;
+            .ok_or_else(|| RuntimeError::NotAnObject {
+                name: name.to_owned(),
+                expected: std::any::type_name::<T>(),
+            })?;
         let inner = self.inner.clone();
         let key = normalize_name(name);
         let still_bound = self
@@ -166,12 +203,17 @@ impl InProcRuntime {
             .worker
             .run("retrieve_object", move |py| {
                 let bound = inner.namespace.bind(py).get_item(&key).ok().flatten();
-                let proxy = lock(&inner.state).proxies.get(&key).map(|p| p.clone_ref(py));
+                let proxy = lock(&inner.state)
+                    .proxies
+                    .get(&key)
+                    .map(|p| p.clone_ref(py));
                 matches!((bound, proxy), (Some(b), Some(p)) if b.is(p.bind(py)))
             })
             .await?;
         if !still_bound {
-            return Err(RuntimeError::Unbound { name: name.to_owned() });
+            return Err(RuntimeError::Unbound {
+                name: name.to_owned(),
+            });
         }
         cave_core::downcast_object::<T>(name, object)
     }
@@ -196,11 +238,18 @@ impl Drop for Inner {
 
 #[async_trait]
 impl Runtime for InProcRuntime {
-    async fn execute(&self, code: &str, output: &dyn OutputSink) -> Result<Execution, RuntimeError> {
+    async fn execute(
+        &self,
+        code: &str,
+        output: &dyn OutputSink,
+    ) -> Result<Execution, RuntimeError> {
         let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<String>();
         let inner = self.inner.clone();
         let code = code.to_owned();
-        let job = self.inner.worker.run("execute", move |py| inner.run_cell(py, &code, live));
+        let job = self
+            .inner
+            .worker
+            .run("execute", move |py| inner.run_cell(py, &code, live));
         tokio::pin!(job);
         let result = loop {
             tokio::select! {
@@ -218,7 +267,9 @@ impl Runtime for InProcRuntime {
         let entries = lock(&self.inner.registry).claim(batch)?;
         let inner = self.inner.clone();
         // Queued: it runs before any later operation of this runtime.
-        self.inner.worker.submit(move |py| inner.bind_entries(py, &entries))
+        self.inner
+            .worker
+            .submit(move |py| inner.bind_entries(py, &entries))
     }
 
     fn describe(&self) -> Description {
@@ -261,19 +312,32 @@ impl Runtime for InProcRuntime {
         self.inner
             .worker
             .run("get", move |py| {
-                let executor = executor(py).map_err(|e| RuntimeError::Backend { operation: "get", message: e.to_string() })?;
+                let executor = executor(py).map_err(|e| RuntimeError::Backend {
+                    operation: "get",
+                    message: e.to_string(),
+                })?;
                 let Some(obj) = inner.namespace.bind(py).get_item(&key).ok().flatten() else {
                     return Err(RuntimeError::Unbound { name });
                 };
                 from_py(&obj, executor).map_err(|e| match e {
-                    FromPyError::Unsupported(python_type) => RuntimeError::Unsupported { name, python_type },
-                    FromPyError::Python(e) => RuntimeError::Backend { operation: "get", message: e.to_string() },
+                    FromPyError::Unsupported(python_type) => {
+                        RuntimeError::Unsupported { name, python_type }
+                    }
+                    FromPyError::Python(e) => RuntimeError::Backend {
+                        operation: "get",
+                        message: e.to_string(),
+                    },
                 })
             })
             .await?
     }
 
-    async fn bind_unique(&self, prefix: &str, value: Value, start: u64) -> Result<String, RuntimeError> {
+    async fn bind_unique(
+        &self,
+        prefix: &str,
+        value: Value,
+        start: u64,
+    ) -> Result<String, RuntimeError> {
         if start == 0 {
             return Err(RuntimeError::InvalidStart);
         }
@@ -287,7 +351,8 @@ impl Runtime for InProcRuntime {
                 let mut registry = lock(&inner.registry);
                 let mut state = lock(&inner.state);
                 let mut index = start.max(state.last_index.get(&prefix).map_or(0, |last| last + 1));
-                let taken = |name: &str| registry.is_bound(name) || ns.contains(name).unwrap_or(true);
+                let taken =
+                    |name: &str| registry.is_bound(name) || ns.contains(name).unwrap_or(true);
                 while taken(&format!("{prefix}_{index}")) {
                     index += 1;
                 }
@@ -306,8 +371,13 @@ impl Runtime for InProcRuntime {
         self.inner
             .worker
             .run("reset", move |py| {
-                let executor = executor(py).map_err(|e| RuntimeError::Backend { operation: "reset", message: e.to_string() })?;
-                executor.call_method1("reset_namespace", (inner.namespace.bind(py),)).map_err(backend("reset"))?;
+                let executor = executor(py).map_err(|e| RuntimeError::Backend {
+                    operation: "reset",
+                    message: e.to_string(),
+                })?;
+                executor
+                    .call_method1("reset_namespace", (inner.namespace.bind(py),))
+                    .map_err(backend("reset"))?;
                 {
                     let mut state = lock(&inner.state);
                     state.proxies.clear();
@@ -315,7 +385,9 @@ impl Runtime for InProcRuntime {
                 }
                 let entries = lock(&inner.registry).entries().to_vec();
                 inner.bind_entries(py, &entries);
-                py.import("gc").and_then(|gc| gc.call_method0("collect")).map_err(backend("reset"))?;
+                py.import("gc")
+                    .and_then(|gc| gc.call_method0("collect"))
+                    .map_err(backend("reset"))?;
                 Ok(())
             })
             .await?
@@ -327,7 +399,12 @@ impl Runtime for InProcRuntime {
 }
 
 impl Inner {
-    fn run_cell(&self, py: Python<'_>, code: &str, live: UnboundedSender<String>) -> Result<Execution, RuntimeError> {
+    fn run_cell(
+        &self,
+        py: Python<'_>,
+        code: &str,
+        live: UnboundedSender<String>,
+    ) -> Result<Execution, RuntimeError> {
         if let Some((name, error)) = lock(&self.state).failed.clone() {
             return Err(RuntimeError::Backend {
                 operation: "execute",
@@ -336,34 +413,65 @@ impl Inner {
                 ),
             });
         }
-        let executor = executor(py).map_err(|e| RuntimeError::Backend { operation: "execute", message: e.to_string() })?;
+        let executor = executor(py).map_err(|e| RuntimeError::Backend {
+            operation: "execute",
+            message: e.to_string(),
+        })?;
         let number = self.executions.fetch_add(1, Ordering::SeqCst) + 1;
         let captured = Arc::new(Mutex::new(String::new()));
         let sink = captured.clone();
-        let write = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
-            let item = args.get_item(0)?;
-            let text = item.cast::<PyString>().map_err(PyErr::from)?.to_string_lossy().into_owned();
-            lock(&sink).push_str(&text);
-            let _ = live.send(text);
-            Ok(())
-        })
+        let write = PyCFunction::new_closure(
+            py,
+            None,
+            None,
+            move |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
+                let item = args.get_item(0)?;
+                let text = text_of(item.cast::<PyString>().map_err(PyErr::from)?)?;
+                lock(&sink).push_str(&text);
+                let _ = live.send(text);
+                Ok(())
+            },
+        )
         .map_err(backend("execute"))?;
         self.interrupt.begin(number);
-        let result = executor.call_method1("run_cell", (code, self.namespace.bind(py), format!("<cell {number}>"), write));
+        let result = executor.call_method1(
+            "run_cell",
+            (
+                code,
+                self.namespace.bind(py),
+                format!("<cell {number}>"),
+                write,
+            ),
+        );
         self.interrupt.end(py);
         let mut output = std::mem::take(&mut *lock(&captured));
         match result {
             Ok(raised) if raised.is_none() => Ok(Execution::ok(output)),
             Ok(raised) => {
-                let (python_type, message): (String, String) = raised.extract().map_err(backend("execute"))?;
-                Ok(Execution::failed(output, ExecutionError::new(python_type, message)))
+                let (python_type, message): (String, String) =
+                    raised.extract().map_err(backend("execute"))?;
+                Ok(Execution::failed(
+                    output,
+                    ExecutionError::new(python_type, message),
+                ))
             }
             // Raised outside the cell's own frames (an interrupt that landed in the executor).
             Err(error) => {
-                let python_type = error.get_type(py).name().map(|n| n.to_string()).unwrap_or_else(|_| "BaseException".to_owned());
-                let message = error.value(py).str().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+                let python_type = error
+                    .get_type(py)
+                    .name()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "BaseException".to_owned());
+                let message = error
+                    .value(py)
+                    .str()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default();
                 output.push_str(&format!("{python_type}: {message}\n"));
-                Ok(Execution::failed(output, ExecutionError::new(python_type, message)))
+                Ok(Execution::failed(
+                    output,
+                    ExecutionError::new(python_type, message),
+                ))
             }
         }
     }
@@ -388,7 +496,9 @@ impl Inner {
             Resource::Type(t) => type_object(py, t)?,
             Resource::Object(o) => {
                 let proxy = self.object_proxy(py, o)?;
-                lock(&self.state).proxies.insert(entry.name.clone(), proxy.clone().unbind());
+                lock(&self.state)
+                    .proxies
+                    .insert(entry.name.clone(), proxy.clone().unbind());
                 // The object's class is usable by name (hidden from the prompt) if free.
                 let class_name = o.object.type_name();
                 if !lock(&self.registry).is_bound(class_name) && !ns.contains(class_name)? {
@@ -403,13 +513,20 @@ impl Inner {
 
     /// A variable's object: the host's own Python object, an instance of a registered record
     /// built from a dict, or the value converted.
-    fn variable_object<'py>(&self, py: Python<'py>, name: &str, v: &Variable) -> PyResult<Bound<'py, PyAny>> {
+    fn variable_object<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        v: &Variable,
+    ) -> PyResult<Bound<'py, PyAny>> {
         if let Some(obj) = lock(&self.state).py_values.get(name) {
             return Ok(obj.bind(py).clone());
         }
         if let (Some(type_name), Value::Dict(_)) = (&v.type_name, &v.value) {
             let is_record = matches!(
-                lock(&self.registry).type_schema(type_name).map(|t| &t.shape),
+                lock(&self.registry)
+                    .type_schema(type_name)
+                    .map(|t| &t.shape),
                 Some(TypeShape::Fields(_))
             );
             if is_record && let Some(class) = self.namespace.bind(py).get_item(type_name)? {
@@ -420,48 +537,86 @@ impl Inner {
         to_py(py, &v.value)
     }
 
-    fn function_object<'py>(&self, py: Python<'py>, name: &str, f: &Function) -> PyResult<Bound<'py, PyAny>> {
+    fn function_object<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        f: &Function,
+    ) -> PyResult<Bound<'py, PyAny>> {
         match &f.body {
             FunctionBody::Python(source) => {
-                let source = CString::new(source.as_str()).map_err(|e| PyTypeError::new_err(e.to_string()))?;
+                let source = CString::new(source.as_str())
+                    .map_err(|e| PyTypeError::new_err(e.to_string()))?;
                 let ns = self.namespace.bind(py);
                 py.run(&source, Some(ns), None)?;
                 ns.get_item(name)?.ok_or_else(|| {
-                    PyRuntimeError::new_err(format!("the Python source of function '{name}' does not define '{name}'"))
+                    PyRuntimeError::new_err(format!(
+                        "the Python source of function '{name}' does not define '{name}'"
+                    ))
                 })
             }
             FunctionBody::Host(host) => {
                 let host = host.clone();
                 let handle = self.handle.clone();
-                let call = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _kw: Option<&Bound<'_, PyDict>>| {
-                    let py = args.py();
-                    let bound = args.get_item(0)?;
-                    let host = host.clone();
-                    host_call(py, &handle, &bound, move |args| async move { host.call(args).await })
-                })?;
-                make_function(py, name, &f.signature.params, f.doc.as_deref(), f.is_async, call.into_any())
+                let call = PyCFunction::new_closure(
+                    py,
+                    None,
+                    None,
+                    move |args: &Bound<'_, PyTuple>, _kw: Option<&Bound<'_, PyDict>>| {
+                        let py = args.py();
+                        let bound = args.get_item(0)?;
+                        let host = host.clone();
+                        host_call(py, &handle, &bound, move |args| async move {
+                            host.call(args).await
+                        })
+                    },
+                )?;
+                make_function(
+                    py,
+                    name,
+                    &f.signature.params,
+                    f.doc.as_deref(),
+                    f.is_async,
+                    call.into_any(),
+                )
             }
-            _ => Err(PyTypeError::new_err("this function body kind is not supported in-process")),
+            _ => Err(PyTypeError::new_err(
+                "this function body kind is not supported in-process",
+            )),
         }
     }
 
     fn object_proxy<'py>(&self, py: Python<'py>, o: &ObjectBinding) -> PyResult<Bound<'py, PyAny>> {
         let object = o.object.clone();
         let handle = self.handle.clone();
-        let call = PyCFunction::new_closure(py, None, None, move |args: &Bound<'_, PyTuple>, _kw: Option<&Bound<'_, PyDict>>| {
-            let py = args.py();
-            let method: String = args.get_item(0)?.extract()?;
-            let bound = args.get_item(1)?;
-            let object = object.clone();
-            host_call(py, &handle, &bound, move |args| async move { object.call(&method, args).await })
-        })?;
+        let call = PyCFunction::new_closure(
+            py,
+            None,
+            None,
+            move |args: &Bound<'_, PyTuple>, _kw: Option<&Bound<'_, PyDict>>| {
+                let py = args.py();
+                let method: String = args.get_item(0)?.extract()?;
+                let bound = args.get_item(1)?;
+                let object = object.clone();
+                host_call(py, &handle, &bound, move |args| async move {
+                    object.call(&method, args).await
+                })
+            },
+        )?;
         let methods = PyList::empty(py);
         for m in o.object.methods() {
-            methods.append((m.name.as_str(), params_list(py, &m.signature.params)?, m.doc.as_deref()))?;
+            methods.append((
+                m.name.as_str(),
+                params_list(py, &m.signature.params)?,
+                m.doc.as_deref(),
+            ))?;
         }
         executor(py)
             .map_err(|e| PyRuntimeError::new_err(e.to_string()))?
-            .call_method1("make_object", (o.object.type_name(), o.object.doc(), methods, call))
+            .call_method1(
+                "make_object",
+                (o.object.type_name(), o.object.doc(), methods, call),
+            )
     }
 }
 
@@ -473,7 +628,12 @@ fn params_list<'py>(py: Python<'py>, params: &[Param]) -> PyResult<Bound<'py, Py
             Some(v) => to_py(py, v)?,
             None => py.None().into_bound(py),
         };
-        list.append((p.name.as_str(), p.kind.as_str(), p.default.is_some(), default))?;
+        list.append((
+            p.name.as_str(),
+            p.kind.as_str(),
+            p.default.is_some(),
+            default,
+        ))?;
     }
     Ok(list)
 }
@@ -488,7 +648,10 @@ fn make_function<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     executor(py)
         .map_err(|e| PyRuntimeError::new_err(e.to_string()))?
-        .call_method1("make_function", (name, params_list(py, params)?, doc, is_async, call))
+        .call_method1(
+            "make_function",
+            (name, params_list(py, params)?, doc, is_async, call),
+        )
 }
 
 fn type_object<'py>(py: Python<'py>, t: &TypeSchema) -> PyResult<Bound<'py, PyAny>> {
@@ -501,7 +664,12 @@ fn type_object<'py>(py: Python<'py>, t: &TypeSchema) -> PyResult<Bound<'py, PyAn
                     Some(v) => to_py(py, v)?,
                     None => py.None().into_bound(py),
                 };
-                spec.append((f.name.as_str(), f.annotation.as_str(), f.default.is_some(), default))?;
+                spec.append((
+                    f.name.as_str(),
+                    f.annotation.as_str(),
+                    f.default.is_some(),
+                    default,
+                ))?;
             }
             executor.call_method1("make_record", (t.name.as_str(), t.doc.as_deref(), spec))
         }
@@ -515,14 +683,23 @@ fn type_object<'py>(py: Python<'py>, t: &TypeSchema) -> PyResult<Bound<'py, PyAn
         _ => {
             let body = PyDict::new(py);
             body.set_item("__doc__", t.doc.as_deref())?;
-            py.import("builtins")?.getattr("type")?.call1((t.name.as_str(), PyTuple::empty(py), body))
+            py.import("builtins")?.getattr("type")?.call1((
+                t.name.as_str(),
+                PyTuple::empty(py),
+                body,
+            ))
         }
     }
 }
 
 /// Calls into the host from Python: converts the bound arguments, runs the future with the
 /// interpreter released, and turns the result (or the `HostError`) back into Python.
-fn host_call<'py, F, Fut>(py: Python<'py>, handle: &Handle, bound: &Bound<'py, PyAny>, call: F) -> PyResult<Py<PyAny>>
+fn host_call<'py, F, Fut>(
+    py: Python<'py>,
+    handle: &Handle,
+    bound: &Bound<'py, PyAny>,
+    call: F,
+) -> PyResult<Py<PyAny>>
 where
     F: FnOnce(Args) -> Fut + Send,
     Fut: std::future::Future<Output = Result<Value, HostError>> + Send,
@@ -543,11 +720,17 @@ where
     let result = py.detach(|| handle.block_on(call(args)));
     match result {
         Ok(value) => Ok(to_py(py, &value)?.unbind()),
-        Err(HostError { python_type, message, .. }) => {
+        Err(HostError {
+            python_type,
+            message,
+            ..
+        }) => {
             let builtins = py.import("builtins")?;
             let exception = builtins.getattr(python_type.as_str()).ok().filter(|t| {
-                t.cast::<pyo3::types::PyType>()
-                    .is_ok_and(|t| t.is_subclass_of::<pyo3::exceptions::PyException>().unwrap_or(false))
+                t.cast::<pyo3::types::PyType>().is_ok_and(|t| {
+                    t.is_subclass_of::<pyo3::exceptions::PyException>()
+                        .unwrap_or(false)
+                })
             });
             match exception {
                 Some(kind) => Err(PyErr::from_value(kind.call1((message,))?)),

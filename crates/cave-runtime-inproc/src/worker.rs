@@ -18,7 +18,10 @@ pub(crate) struct Worker {
 
 impl Worker {
     /// Starts the thread; `on_start` runs on it first (with the interpreter attached).
-    pub(crate) fn spawn(name: String, on_start: impl for<'py> FnOnce(Python<'py>) + Send + 'static) -> std::io::Result<Self> {
+    pub(crate) fn spawn(
+        name: String,
+        on_start: impl for<'py> FnOnce(Python<'py>) + Send + 'static,
+    ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new().name(name).spawn(move || {
             Python::attach(on_start);
@@ -43,15 +46,22 @@ impl Worker {
         })?;
         result.await.map_err(|_| RuntimeError::Backend {
             operation,
-            message: "the runtime's Python thread failed while doing it (a defect: please report it)".to_owned(),
+            message:
+                "the runtime's Python thread failed while doing it (a defect: please report it)"
+                    .to_owned(),
         })
     }
 
     /// Queues `f` without waiting for it.
-    pub(crate) fn submit(&self, f: impl for<'py> FnOnce(Python<'py>) + Send + 'static) -> Result<(), RuntimeError> {
-        self.jobs.send(Box::new(f)).map_err(|_| RuntimeError::Backend {
-            operation: "submit",
-            message: "the runtime's Python thread has stopped".to_owned(),
-        })
+    pub(crate) fn submit(
+        &self,
+        f: impl for<'py> FnOnce(Python<'py>) + Send + 'static,
+    ) -> Result<(), RuntimeError> {
+        self.jobs
+            .send(Box::new(f))
+            .map_err(|_| RuntimeError::Backend {
+                operation: "submit",
+                message: "the runtime's Python thread has stopped".to_owned(),
+            })
     }
 }

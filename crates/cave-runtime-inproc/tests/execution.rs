@@ -6,7 +6,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 pub(crate) async fn run(runtime: &InProcRuntime, code: &str) -> Execution {
-    runtime.execute(code, &DiscardOutput).await.expect("the runtime works")
+    runtime
+        .execute(code, &DiscardOutput)
+        .await
+        .expect("the runtime works")
 }
 
 #[tokio::test]
@@ -16,10 +19,23 @@ async fn output_is_captured_in_order() {
     assert_eq!(run(&rt, "5 + 3").await.output, "8\n");
     assert_eq!(run(&rt, "x = 1").await.output, "");
     assert_eq!(run(&rt, "None").await.output, "");
-    let out = run(&rt, "import sys\nprint('one')\nprint('warned', file=sys.stderr)\nprint('two')").await;
+    let out = run(
+        &rt,
+        "import sys\nprint('one')\nprint('warned', file=sys.stderr)\nprint('two')",
+    )
+    .await;
     assert_eq!(out.output, "one\nwarned\ntwo\n");
-    assert_eq!(run(&rt, "import sys\nsys.stdout.writelines(['A', 'B'])").await.output, "AB");
-    let out = run(&rt, "import sys\nsys.stdout.buffer.write(b'binary-output\\n\\xff')\nsys.stdout.flush()").await;
+    assert_eq!(
+        run(&rt, "import sys\nsys.stdout.writelines(['A', 'B'])")
+            .await
+            .output,
+        "AB"
+    );
+    let out = run(
+        &rt,
+        "import sys\nsys.stdout.buffer.write(b'binary-output\\n\\xff')\nsys.stdout.flush()",
+    )
+    .await;
     assert_eq!(out.output, "binary-output\n\u{fffd}");
     assert!(out.success());
     // Lone surrogates cannot be UTF-8: they arrive as U+FFFD.
@@ -32,15 +48,43 @@ async fn errors_show_the_cells_own_lines() {
     let out = run(&rt, "print('before')\ndef f():\n    return 1/0\nf()").await;
     assert!(!out.success());
     let error = out.error.as_ref().unwrap();
-    assert_eq!((error.python_type.as_str(), error.message.as_str()), ("ZeroDivisionError", "division by zero"));
-    assert!(out.output.starts_with("before\nTraceback (most recent call last):\n  File \"<cell "), "{}", out.output);
-    assert!(out.output.contains(", line 3, in f\n    return 1/0\n"), "{}", out.output);
-    assert!(out.output.ends_with("ZeroDivisionError: division by zero\n"), "{}", out.output);
-    assert!(!out.output.contains("cave-executor") && !out.output.contains("run_cell"), "{}", out.output);
+    assert_eq!(
+        (error.python_type.as_str(), error.message.as_str()),
+        ("ZeroDivisionError", "division by zero")
+    );
+    assert!(
+        out.output
+            .starts_with("before\nTraceback (most recent call last):\n  File \"<cell "),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.output.contains(", line 3, in f\n    return 1/0\n"),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.output
+            .ends_with("ZeroDivisionError: division by zero\n"),
+        "{}",
+        out.output
+    );
+    assert!(
+        !out.output.contains("cave-executor") && !out.output.contains("run_cell"),
+        "{}",
+        out.output
+    );
 
     let out = run(&rt, "if True:\nprint(1)").await;
     assert_eq!(out.error.unwrap().python_type, "IndentationError");
-    assert!(out.output.contains("    print(1)\n") && out.output.ends_with("IndentationError: expected an indented block after 'if' statement on line 1\n"), "{}", out.output);
+    assert!(
+        out.output.contains("    print(1)\n")
+            && out.output.ends_with(
+                "IndentationError: expected an indented block after 'if' statement on line 1\n"
+            ),
+        "{}",
+        out.output
+    );
     let out = run(&rt, "x = (").await;
     assert_eq!(out.error.unwrap().python_type, "SyntaxError");
 }
@@ -68,7 +112,9 @@ async fn namespaces_are_isolated_and_persistent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_runtimes_keep_their_own_output() {
     let runtimes: Vec<_> = (0..3).map(|_| InProcRuntime::new().unwrap()).collect();
-    let cell = |i: usize| format!("import time\nfor n in range(200):\n    print('r{i}', n)\n    time.sleep(0)");
+    let cell = |i: usize| {
+        format!("import time\nfor n in range(200):\n    print('r{i}', n)\n    time.sleep(0)")
+    };
     let outputs = futures_util::future::join_all(runtimes.iter().enumerate().map(|(i, rt)| {
         let code = cell(i);
         async move { rt.execute(&code, &DiscardOutput).await.unwrap().output }
@@ -76,7 +122,10 @@ async fn concurrent_runtimes_keep_their_own_output() {
     .await;
     for (i, out) in outputs.iter().enumerate() {
         let expected: String = (0..200).map(|n| format!("r{i} {n}\n")).collect();
-        assert_eq!(out, &expected, "runtime {i} got only its own output, in order");
+        assert_eq!(
+            out, &expected,
+            "runtime {i} got only its own output, in order"
+        );
     }
 }
 
@@ -94,7 +143,10 @@ impl OutputSink for Live {
 async fn long_cells_stream_their_output() {
     let rt = InProcRuntime::new().unwrap();
     let live = Live::default();
-    let out = rt.execute("for i in range(3):\n    print(i)", &live).await.unwrap();
+    let out = rt
+        .execute("for i in range(3):\n    print(i)", &live)
+        .await
+        .unwrap();
     assert_eq!(live.0.lock().unwrap().concat(), out.output);
     assert_eq!(out.output, "0\n1\n2\n");
 }
@@ -123,7 +175,11 @@ async fn a_busy_loop_is_preempted() {
     assert_eq!(interruption, Interruption::Delivered);
     assert_eq!(out.error.unwrap().python_type, "KeyboardInterrupt");
     let late = at.elapsed();
-    assert!(late < Duration::from_millis(500), "stopped {late:?} after the interrupt (started {:?} ago)", started.elapsed());
+    assert!(
+        late < Duration::from_millis(500),
+        "stopped {late:?} after the interrupt (started {:?} ago)",
+        started.elapsed()
+    );
     // The runtime stays usable and kept its state.
     assert!(run(&rt, "n > 0").await.output == "True\n");
     // A late interrupt does not leak into the next cell.
