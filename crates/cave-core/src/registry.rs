@@ -102,6 +102,12 @@ impl Registry {
         });
     }
 
+    /// Forgets a registered name (e.g. a resource the backend could not create).
+    pub fn remove(&mut self, name: &str) -> Option<Entry> {
+        let at = self.entries.iter().position(|e| e.name == name)?;
+        Some(self.entries.remove(at))
+    }
+
     /// Every entry, in registration order.
     pub fn entries(&self) -> &[Entry] {
         &self.entries

@@ -12,8 +12,8 @@
 //!   (`CAVE_PYTHON`, then `VIRTUAL_ENV`, then `python3` on `PATH`).
 //! - The cell executor itself is Python, shared with the kernel runtime (`cave-python`).
 //!
-//! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! ```
+//! # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 //! use cave_core::{DiscardOutput, Resources, Runtime, RuntimeExt, Value, Variable};
 //! use cave_runtime_inproc::InProcRuntime;
 //!
@@ -23,7 +23,8 @@
 //! assert_eq!(run.output, "[1, 3]\n");
 //! let sorted: Vec<i64> = runtime.retrieve_as("numbers").await?;
 //! assert_eq!(sorted, [1, 3]);
-//! # Ok(()) }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! # }).unwrap();
 //! ```
 //!
 //! # Interrupting

@@ -56,7 +56,8 @@ struct State {
     py_values: HashMap<String, Py<PyAny>>,
     /// The last index `bind_unique` handed out per prefix.
     last_index: HashMap<String, u64>,
-    /// A registered resource that could not be created in Python, and why.
+    /// A registered resource that could not be created in Python, and why: reported by the
+    /// next execution (the resource is no longer registered).
     failed: Option<(String, String)>,
 }
 
@@ -378,11 +379,7 @@ impl Runtime for InProcRuntime {
                 executor
                     .call_method1("reset_namespace", (inner.namespace.bind(py),))
                     .map_err(backend("reset"))?;
-                {
-                    let mut state = lock(&inner.state);
-                    state.proxies.clear();
-                    state.failed = None;
-                }
+                lock(&inner.state).proxies.clear();
                 let entries = lock(&inner.registry).entries().to_vec();
                 inner.bind_entries(py, &entries);
                 py.import("gc")
@@ -405,11 +402,11 @@ impl Inner {
         code: &str,
         live: UnboundedSender<String>,
     ) -> Result<Execution, RuntimeError> {
-        if let Some((name, error)) = lock(&self.state).failed.clone() {
+        if let Some((name, error)) = lock(&self.state).failed.take() {
             return Err(RuntimeError::Backend {
                 operation: "execute",
                 message: format!(
-                    "the registered resource '{name}' could not be created in Python ({error}); register a corrected one or reset the runtime"
+                    "the registered resource '{name}' could not be created in Python ({error}), so it was not registered; register a corrected one"
                 ),
             });
         }
@@ -476,12 +473,13 @@ impl Inner {
         }
     }
 
-    /// Creates each entry's Python object and binds it; a failure is recorded (the runtime
-    /// then refuses to execute until it is fixed) rather than lost.
+    /// Creates each entry's Python object and binds it. One that fails is unregistered and
+    /// the failure kept for the next execution to report, rather than lost.
     fn bind_entries(&self, py: Python<'_>, entries: &[Entry]) {
         for entry in entries {
             if let Err(error) = self.bind_entry(py, entry) {
                 tracing::error!(name = %entry.name, error = %error, "a registered resource could not be created in Python");
+                lock(&self.registry).remove(&entry.name);
                 lock(&self.state).failed = Some((entry.name.clone(), error.to_string()));
             }
         }
