@@ -4,7 +4,16 @@
 
 pub use cave_core::*;
 
+/// The in-process runtime: CPython embedded in this process (feature `inproc`, on by default).
+#[cfg(feature = "inproc")]
+pub mod inproc {
+    pub use cave_runtime_inproc::*;
+}
+
+#[cfg(feature = "inproc")]
+pub use cave_runtime_inproc::InProcRuntime;
+
 /// The workspace README's hello world, compiled and run as a doctest.
-#[cfg(all(doctest, feature = "testing"))]
+#[cfg(all(doctest, feature = "inproc", feature = "testing"))]
 #[doc = include_str!("../../../README.md")]
 struct WorkspaceReadme;

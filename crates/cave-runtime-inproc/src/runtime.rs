@@ -39,6 +39,9 @@ pub struct InProcRuntime {
 struct Inner {
     worker: Worker,
     namespace: Py<PyDict>,
+    /// The runtime's output function (one for all its cells: executions never overlap).
+    write: Py<PyAny>,
+    output: Arc<Mutex<CellOutput>>,
     registry: Mutex<Registry>,
     state: Mutex<State>,
     interrupt: Arc<CellInterrupt>,
@@ -46,6 +49,13 @@ struct Inner {
     /// Where host functions' futures run (the creator's tokio runtime, or our own).
     handle: Handle,
     own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
+}
+
+/// Where the running cell's output goes.
+#[derive(Default)]
+struct CellOutput {
+    text: String,
+    live: Option<UnboundedSender<String>>,
 }
 
 #[derive(Default)]
@@ -91,15 +101,37 @@ impl InProcRuntime {
                 (rt.handle().clone(), Some(rt))
             }
         };
-        let namespace = Python::attach(|py| -> Result<Py<PyDict>, InProcError> {
-            let ns = PyDict::new(py);
-            executor(py)?
-                .call_method1("reset_namespace", (&ns,))
-                .map_err(|e| InProcError::Setup {
+        let output = Arc::new(Mutex::new(CellOutput::default()));
+        let sink = output.clone();
+        let (namespace, write) =
+            Python::attach(|py| -> Result<(Py<PyDict>, Py<PyAny>), InProcError> {
+                let setup = |e: PyErr| InProcError::Setup {
                     message: e.to_string(),
-                })?;
-            Ok(ns.unbind())
-        })?;
+                };
+                let ns = PyDict::new(py);
+                executor(py)?
+                    .call_method1("reset_namespace", (&ns,))
+                    .map_err(setup)?;
+                let write = PyCFunction::new_closure(
+                    py,
+                    None,
+                    None,
+                    move |args: &Bound<'_, PyTuple>,
+                          _kw: Option<&Bound<'_, PyDict>>|
+                          -> PyResult<()> {
+                        let text =
+                            text_of(args.get_item(0)?.cast::<PyString>().map_err(PyErr::from)?)?;
+                        let mut sink = lock(&sink);
+                        if let Some(live) = &sink.live {
+                            let _ = live.send(text.clone());
+                        }
+                        sink.text.push_str(&text);
+                        Ok(())
+                    },
+                )
+                .map_err(setup)?;
+                Ok((ns.unbind(), write.into_any().unbind()))
+            })?;
         let interrupt = Arc::new(CellInterrupt::default());
         let on_thread = interrupt.clone();
         let id = RUNTIMES.fetch_add(1, Ordering::Relaxed) + 1;
@@ -115,6 +147,8 @@ impl InProcRuntime {
             inner: Arc::new(Inner {
                 worker,
                 namespace,
+                write,
+                output,
                 registry: Mutex::new(Registry::new()),
                 state: Mutex::new(State::default()),
                 interrupt,
@@ -415,21 +449,10 @@ impl Inner {
             message: e.to_string(),
         })?;
         let number = self.executions.fetch_add(1, Ordering::SeqCst) + 1;
-        let captured = Arc::new(Mutex::new(String::new()));
-        let sink = captured.clone();
-        let write = PyCFunction::new_closure(
-            py,
-            None,
-            None,
-            move |args: &Bound<'_, PyTuple>, _kwargs: Option<&Bound<'_, PyDict>>| -> PyResult<()> {
-                let item = args.get_item(0)?;
-                let text = text_of(item.cast::<PyString>().map_err(PyErr::from)?)?;
-                lock(&sink).push_str(&text);
-                let _ = live.send(text);
-                Ok(())
-            },
-        )
-        .map_err(backend("execute"))?;
+        *lock(&self.output) = CellOutput {
+            text: String::new(),
+            live: Some(live),
+        };
         self.interrupt.begin(number);
         let result = executor.call_method1(
             "run_cell",
@@ -437,11 +460,11 @@ impl Inner {
                 code,
                 self.namespace.bind(py),
                 format!("<cell {number}>"),
-                write,
+                self.write.bind(py),
             ),
         );
         self.interrupt.end(py);
-        let mut output = std::mem::take(&mut *lock(&captured));
+        let mut output = std::mem::take(&mut *lock(&self.output)).text;
         match result {
             Ok(raised) if raised.is_none() => Ok(Execution::ok(output)),
             Ok(raised) => {

@@ -7,6 +7,12 @@ use cave_core::RuntimeError;
 use pyo3::prelude::*;
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How long each side busy-waits before parking. Waking a parked thread costs tens of
+/// microseconds on small machines, more than a typical cell takes to run: a short spin turns
+/// the common case (a fast cell, or a burst of operations) into a few microseconds.
+const SPIN: Duration = Duration::from_micros(50);
 
 type Job = Box<dyn for<'py> FnOnce(Python<'py>) + Send>;
 
@@ -24,12 +30,21 @@ impl Worker {
     ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
         std::thread::Builder::new().name(name).spawn(move || {
-            Python::attach(on_start);
-            while let Ok(job) = queue.recv() {
-                // A panicking job drops its reply channel (the caller gets an error); the
-                // thread goes on serving the runtime.
-                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| Python::attach(job)));
-            }
+            // Attached once for the thread's life, so its Python thread state (and with it
+            // `threading.local` data such as the cell event loop) persists across jobs; the
+            // interpreter is released while waiting.
+            Python::attach(|py| {
+                on_start(py);
+                let mut queue = queue;
+                loop {
+                    let (job, returned) = py.detach(move || (next_job(&queue), queue));
+                    queue = returned;
+                    let Some(job) = job else { break };
+                    // A panicking job drops its reply channel (the caller gets an error); the
+                    // thread goes on serving the runtime.
+                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(py)));
+                }
+            })
         })?;
         Ok(Self { jobs })
     }
@@ -42,8 +57,21 @@ impl Worker {
     {
         let (reply, result) = tokio::sync::oneshot::channel();
         self.submit(move |py| {
-            let _ = reply.send(f(py));
+            // Whoever asked is gone (a timed-out or cancelled execution that was still
+            // queued): running it now would have effects nobody sees.
+            if !reply.is_closed() {
+                let _ = reply.send(f(py));
+            }
         })?;
+        let mut result = result;
+        let spin_until = Instant::now() + SPIN;
+        while Instant::now() < spin_until {
+            match result.try_recv() {
+                Ok(value) => return Ok(value),
+                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
+                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => break,
+            }
+        }
         result.await.map_err(|_| RuntimeError::Backend {
             operation,
             message:
@@ -64,4 +92,17 @@ impl Worker {
                 message: "the runtime's Python thread has stopped".to_owned(),
             })
     }
+}
+
+/// The next job: spin briefly for one, then block.
+fn next_job(queue: &mpsc::Receiver<Job>) -> Option<Job> {
+    let spin_until = Instant::now() + SPIN;
+    while Instant::now() < spin_until {
+        match queue.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Empty) => std::hint::spin_loop(),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+        }
+    }
+    queue.recv().ok()
 }

@@ -1,0 +1,205 @@
+//! Agent runs on the real in-process runtime, with scripted models.
+
+use cave_agent::testing::{Reply, ScriptedModel};
+use cave_agent::{
+    Agent, CancellationToken, Event, InProcRuntime, Message, Resources, Runtime, RuntimeExt,
+    StopReason, Value, Variable, prompt,
+};
+use futures_util::StreamExt;
+use std::time::{Duration, Instant};
+
+fn block(code: &str) -> String {
+    format!("```python\n{code}\n```")
+}
+
+fn results(history: &[Message]) -> Vec<&str> {
+    history
+        .iter()
+        .filter_map(|m| {
+            if let Message::ExecutionResult { content } = m {
+                Some(content.as_str())
+            } else {
+                None
+            }
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn state_builds_up_across_steps_and_runs() {
+    let runtime = InProcRuntime::new().unwrap();
+    runtime
+        .register(
+            Resources::new()
+                .variable(Variable::new("total", Value::Int(0)).with_description("running total")),
+        )
+        .unwrap();
+    let model = ScriptedModel::new([
+        Reply::text(block("data = [3, 1, 2]\nprint(len(data))")),
+        Reply::text(block("data.sort()\ntotal = sum(data)\ndata")),
+        Reply::text("Sorted, and the total is 6."),
+        Reply::text(block("total *= 10\ntotal")),
+        Reply::text("Now 60."),
+    ]);
+    let mut agent = Agent::builder(model, runtime.clone()).build().unwrap();
+    assert!(
+        agent
+            .system_prompt()
+            .contains("- name: total\n  type: int\n  description: running total")
+    );
+    let first = agent.run("Sort and sum.").await;
+    assert_eq!((first.stop_reason, first.steps), (StopReason::Completed, 3));
+    assert_eq!(runtime.retrieve_as::<i64>("total").await.unwrap(), 6);
+    let outputs = results(agent.history());
+    assert_eq!(
+        outputs[..2],
+        [
+            prompt::execution_output("3\n"),
+            prompt::execution_output("[1, 2, 3]\n")
+        ]
+    );
+    let second = agent.run("Scale it.").await;
+    assert!(second.completed());
+    assert_eq!(runtime.retrieve_as::<i64>("total").await.unwrap(), 60);
+}
+
+#[tokio::test]
+async fn errors_go_back_to_the_model() {
+    let runtime = InProcRuntime::new().unwrap();
+    let model = ScriptedModel::new([
+        Reply::text(block("values = {'a': 1}\nvalues['b']")),
+        Reply::text(block("values.get('b', 0)")),
+        Reply::text("There is no b; I used 0."),
+    ]);
+    let mut agent = Agent::builder(model, runtime).build().unwrap();
+    let events: Vec<Event> = agent.stream("Read b.").collect().await;
+    let failures: Vec<bool> = events
+        .iter()
+        .filter_map(|e| {
+            if let Event::ExecutionResult { success, .. } = e {
+                Some(*success)
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(failures, [false, true]);
+    let first = results(agent.history())[0];
+    assert!(
+        first.contains("Traceback (most recent call last):") && first.contains("KeyError: 'b'"),
+        "{first}"
+    );
+}
+
+#[tokio::test]
+async fn large_output_is_kept_in_the_runtime_for_the_model() {
+    let runtime = InProcRuntime::new().unwrap();
+    let model = ScriptedModel::new([
+        Reply::text(block("print('x' * 6000)")),
+        Reply::text(block("print(len(_output_1), _output_1[:3])")),
+        Reply::text("It printed 6001 characters."),
+    ]);
+    let mut agent = Agent::builder(model, runtime.clone()).build().unwrap();
+    let response = agent.run("Print a lot.").await;
+    assert!(response.completed());
+    let outputs = results(agent.history());
+    assert!(outputs[0].contains("`_output_1`") && outputs[0].contains("<persisted-output>"));
+    assert_eq!(outputs[1], prompt::execution_output("6001 xxx\n"));
+    assert_eq!(
+        runtime.get("_output_1").await.unwrap(),
+        Value::Str("x".repeat(6000) + "\n")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runaway_loop_is_stopped_at_the_time_limit() {
+    let runtime = InProcRuntime::new().unwrap();
+    let model = ScriptedModel::new([
+        Reply::text(block("kept = 'yes'\nwhile True:\n    pass")),
+        Reply::text(block("print(kept)")),
+        Reply::text("Done."),
+    ]);
+    let mut agent = Agent::builder(model, runtime)
+        .max_exec_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    assert!(agent.system_prompt().contains("stopped after 0.3 seconds"));
+    let started = Instant::now();
+    let events: Vec<Event> = agent.stream("Loop.").collect().await;
+    assert!(events.contains(&Event::ExecutionTimeout {
+        timeout: 0.3,
+        state_lost: false
+    }));
+    let outputs = results(agent.history());
+    assert_eq!(
+        outputs[0],
+        prompt::execution_timeout(0.3),
+        "stopped, not pending"
+    );
+    assert_eq!(
+        outputs[1],
+        prompt::execution_output("yes\n"),
+        "state survives the interrupt"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "the loop was preempted ({:?})",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocking_call_is_reported_as_still_running() {
+    let runtime = InProcRuntime::new().unwrap();
+    let model = ScriptedModel::new([
+        Reply::text(block("import time\ntime.sleep(3)")),
+        Reply::text("I will wait."),
+    ]);
+    let mut agent = Agent::builder(model, runtime.clone())
+        .max_exec_timeout(Duration::from_millis(200))
+        .build()
+        .unwrap();
+    let response = agent.run("Sleep.").await;
+    assert!(response.completed());
+    let outputs = results(agent.history());
+    assert!(
+        outputs[0].contains(prompt::INTERRUPT_PENDING_NOTICE),
+        "{}",
+        outputs[0]
+    );
+    // Once the call returns, the interrupt lands and the runtime serves the next cell.
+    let out = runtime
+        .execute("print('after')", &cave_agent::DiscardOutput)
+        .await
+        .unwrap();
+    assert_eq!(out.output, "after\n");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_stops_the_cell_and_the_next_run_works() {
+    let runtime = InProcRuntime::new().unwrap();
+    let model = ScriptedModel::new([
+        Reply::text(block("while True:\n    pass")),
+        Reply::text(block("print('fresh')")),
+        Reply::text("ok"),
+    ]);
+    let mut agent = Agent::builder(model, runtime).build().unwrap();
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        trigger.cancel();
+    });
+    let response = agent.run_until("Spin.", cancel).await;
+    assert_eq!(response.stop_reason, StopReason::Cancelled);
+    assert_eq!(
+        results(agent.history()).last().copied(),
+        Some(prompt::EXECUTION_CANCELLED)
+    );
+    let next = agent.run("Again.").await;
+    assert!(next.completed(), "{next:?}");
+    assert_eq!(
+        results(agent.history()).last().copied(),
+        Some(prompt::execution_output("fresh\n").as_str())
+    );
+}
