@@ -31,21 +31,22 @@ fn million_ints(c: &mut Criterion) {
         .unwrap();
     let runtime = rt.block_on(async { InProcRuntime::new() }).unwrap();
     let ints = Value::List((0..1_000_000).map(Value::Int).collect());
-    rt.block_on(runtime.execute("1", &DiscardOutput)).unwrap();
+    runtime
+        .register(Resources::new().variable(Variable::new("ints", Value::List(vec![]))))
+        .unwrap();
     let mut group = c.benchmark_group("million_ints");
     group.sample_size(10);
-    let mut n = 0u64;
     group.bench_function("inject_and_retrieve", |b| {
-        b.iter(|| {
-            n += 1;
-            let name = format!("ints_{n}");
-            runtime
-                .register(Resources::new().variable(Variable::new(&name, ints.clone())))
-                .unwrap();
-            let back = rt.block_on(runtime.retrieve(&name)).unwrap();
-            assert!(matches!(&back, Value::List(items) if items.len() == 1_000_000));
-            black_box(back)
-        })
+        b.iter_batched(
+            || ints.clone(),
+            |value| {
+                rt.block_on(runtime.update("ints", value)).unwrap();
+                let back = rt.block_on(runtime.retrieve("ints")).unwrap();
+                assert!(matches!(&back, Value::List(items) if items.len() == 1_000_000));
+                black_box(back)
+            },
+            criterion::BatchSize::LargeInput,
+        )
     });
     group.finish();
 }

@@ -31,7 +31,11 @@ pub(crate) fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, 
     Ok(match value {
         Value::None => py.None().into_bound(py),
         Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),
-        Value::Int(i) => i.into_pyobject(py)?.into_any(),
+        // The 64-bit conversion is much faster than the 128-bit one.
+        Value::Int(i) => match i64::try_from(*i) {
+            Ok(small) => small.into_pyobject(py)?.into_any(),
+            Err(_) => i.into_pyobject(py)?.into_any(),
+        },
         Value::Float(x) => PyFloat::new(py, *x).into_any(),
         Value::Str(s) => PyString::new(py, s).into_any(),
         Value::Bytes(b) => PyBytes::new(py, b).into_any(),
@@ -105,6 +109,9 @@ fn from_py_at(
         return Ok(Value::Bool(b.is_true()));
     }
     if obj.is_instance_of::<PyInt>() {
+        if let Ok(small) = obj.extract::<i64>() {
+            return Ok(Value::Int(small.into()));
+        }
         return obj
             .extract::<i128>()
             .map(Value::Int)
