@@ -1,0 +1,318 @@
+//! The HTTP/SSE client both adapters share: one streamed chat completion, with retries.
+
+use crate::classify::{
+    HttpFailure, classify_response, classify_stream_error, classify_transport, is_retryable,
+    parse_retry_after,
+};
+use crate::config::{ApiKey, RetryPolicy};
+use crate::wire::{ChatCompletionChunk, ChatCompletionRequest, StreamOptions, WireMessage};
+use cave_core::{
+    ChatRequest, ChatRole, Delta, DeltaStream, FinishReason, ModelError, ModelErrorKind,
+};
+use eventsource_stream::{EventStream, Eventsource};
+use futures_util::stream::{BoxStream, StreamExt};
+use serde_json::{Map, Value as Json};
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Everything a request needs; shared by the model and its streams.
+#[derive(Debug)]
+pub(crate) struct Client {
+    pub(crate) http: reqwest::Client,
+    pub(crate) endpoint: String,
+    pub(crate) model: String,
+    pub(crate) api_key: Option<ApiKey>,
+    pub(crate) headers: Vec<(String, String)>,
+    pub(crate) extra: Map<String, Json>,
+    pub(crate) max_tokens: Option<u32>,
+    pub(crate) stream_usage: bool,
+    pub(crate) retry: RetryPolicy,
+}
+
+type Events = EventStream<BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>>;
+
+impl Client {
+    /// Removes the API key (and anything shaped like one) from text bound for errors and logs.
+    pub(crate) fn redact(&self, text: &str) -> String {
+        let mut text = match &self.api_key {
+            Some(key) if !key.expose().is_empty() => text.replace(key.expose(), "[redacted]"),
+            _ => text.to_owned(),
+        };
+        // Providers echo keys back, sometimes partly masked ("sk-proj-****abcd").
+        let mut out = String::with_capacity(text.len());
+        while let Some(at) = text.find("sk-") {
+            out.push_str(&text[..at]);
+            out.push_str("sk-[redacted]");
+            let rest = &text[at + 3..];
+            let end = rest
+                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*' | '.')))
+                .unwrap_or(rest.len());
+            text = rest[end..].to_owned();
+        }
+        out.push_str(&text);
+        out
+    }
+
+    fn body(&self, request: &ChatRequest) -> Result<Vec<u8>, ModelError> {
+        let messages = request
+            .messages
+            .iter()
+            .map(|m| WireMessage {
+                role: match m.role {
+                    ChatRole::System => "system",
+                    ChatRole::User => "user",
+                    ChatRole::Assistant => "assistant",
+                },
+                content: &m.content,
+            })
+            .collect();
+        let wire = ChatCompletionRequest {
+            model: &self.model,
+            messages,
+            stream: true,
+            stream_options: self.stream_usage.then_some(StreamOptions {
+                include_usage: true,
+            }),
+            max_tokens: self.max_tokens,
+            extra: &self.extra,
+        };
+        serde_json::to_vec(&wire).map_err(|e| {
+            ModelError::new(
+                ModelErrorKind::InvalidRequest,
+                format!("could not encode the request: {e}"),
+            )
+        })
+    }
+
+    async fn connect(&self, body: &[u8]) -> Result<Events, ModelError> {
+        let mut request = self
+            .http
+            .post(&self.endpoint)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .header(reqwest::header::ACCEPT, "text/event-stream")
+            .body(body.to_vec());
+        if let Some(key) = &self.api_key {
+            request = request.bearer_auth(key.expose());
+        }
+        for (name, value) in &self.headers {
+            request = request.header(name, value);
+        }
+        let response = request
+            .send()
+            .await
+            .map_err(|e| classify_transport(&e, &|t| self.redact(t)))?;
+        let status = response.status();
+        if !status.is_success() {
+            let retry_after = response
+                .headers()
+                .get(reqwest::header::RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after);
+            let text = response.text().await.unwrap_or_default();
+            let failure = HttpFailure {
+                status: status.as_u16(),
+                body: &text,
+                retry_after,
+            };
+            return Err(classify_response(&failure, &|t| self.redact(t)));
+        }
+        let bytes: BoxStream<'static, Result<bytes::Bytes, reqwest::Error>> =
+            response.bytes_stream().boxed();
+        Ok(bytes.eventsource())
+    }
+}
+
+/// Streams one chat completion: connects (retrying transient failures with backoff, each
+/// announced as a `Delta::backoff`), then turns server-sent chunks into deltas. A stream that
+/// breaks before any content reconnects; after content, the break is reported so the agent
+/// can keep the partial answer; after the finish reason, it just ends.
+pub(crate) fn stream(
+    client: Arc<Client>,
+    request: &ChatRequest,
+) -> Result<DeltaStream, ModelError> {
+    let body = client.body(request)?;
+    let state = StreamState {
+        client,
+        body,
+        events: None,
+        retries: 0,
+        wait: None,
+        content_seen: false,
+        finished: false,
+        done: false,
+        pending: VecDeque::new(),
+    };
+    Ok(Box::pin(futures_util::stream::unfold(
+        state,
+        |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        },
+    )))
+}
+
+struct StreamState {
+    client: Arc<Client>,
+    body: Vec<u8>,
+    events: Option<Events>,
+    retries: u32,
+    /// A backoff to sleep before the next connection attempt.
+    wait: Option<Duration>,
+    /// Content (text, reasoning or refusal) arrived: no more reconnects.
+    content_seen: bool,
+    /// The finish reason arrived: only usage may follow.
+    finished: bool,
+    done: bool,
+    pending: VecDeque<Delta>,
+}
+
+impl StreamState {
+    async fn next(&mut self) -> Option<Result<Delta, ModelError>> {
+        loop {
+            if let Some(delta) = self.pending.pop_front() {
+                return Some(Ok(delta));
+            }
+            if self.done {
+                return None;
+            }
+            let Some(events) = self.events.as_mut() else {
+                if let Some(delay) = self.wait.take() {
+                    tokio::time::sleep(delay).await;
+                }
+                match self.client.connect(&self.body).await {
+                    Ok(events) => self.events = Some(events),
+                    Err(error) => {
+                        if let Some(backoff) = self.backoff_for(&error) {
+                            return Some(Ok(backoff));
+                        }
+                        self.done = true;
+                        return Some(Err(error));
+                    }
+                }
+                continue;
+            };
+            match events.next().await {
+                None => {
+                    self.done = true;
+                    return None;
+                }
+                Some(Err(error)) => {
+                    self.events = None;
+                    if self.finished {
+                        // Only optional usage was still to come.
+                        self.done = true;
+                        return None;
+                    }
+                    let error = match error {
+                        eventsource_stream::EventStreamError::Transport(e) => {
+                            let e = classify_transport(&e, &|t| self.client.redact(t));
+                            ModelError::new(
+                                ModelErrorKind::StreamInterrupted,
+                                e.message().to_owned(),
+                            )
+                        }
+                        other => ModelError::new(
+                            ModelErrorKind::StreamInterrupted,
+                            format!("the model's event stream is malformed: {other}"),
+                        ),
+                    };
+                    if !self.content_seen
+                        && let Some(backoff) = self.backoff_for(&ModelError::new(
+                            ModelErrorKind::Transient { retry_after: None },
+                            "",
+                        ))
+                    {
+                        tracing::warn!(error = %error, "the model stream broke before any content; reconnecting");
+                        return Some(Ok(backoff));
+                    }
+                    self.done = true;
+                    return Some(Err(error));
+                }
+                Some(Ok(event)) => {
+                    let data = event.data.trim();
+                    if data == "[DONE]" {
+                        self.done = true;
+                        return None;
+                    }
+                    if data.is_empty() {
+                        continue;
+                    }
+                    let chunk: ChatCompletionChunk = match serde_json::from_str(data) {
+                        Ok(chunk) => chunk,
+                        Err(e) => {
+                            self.done = true;
+                            let shown: String =
+                                self.client.redact(data).chars().take(200).collect();
+                            return Some(Err(ModelError::new(
+                                ModelErrorKind::StreamInterrupted,
+                                format!(
+                                    "the model sent a chunk that is not a chat completion ({e}): {shown}"
+                                ),
+                            )));
+                        }
+                    };
+                    if let Some(error) = &chunk.error {
+                        self.done = true;
+                        if self.finished {
+                            return None;
+                        }
+                        return Some(Err(classify_stream_error(error, &|t| {
+                            self.client.redact(t)
+                        })));
+                    }
+                    self.absorb(chunk);
+                }
+            }
+        }
+    }
+
+    /// Queues the deltas of one chunk.
+    fn absorb(&mut self, chunk: ChatCompletionChunk) {
+        let mut out = Delta::default();
+        for choice in chunk.choices.into_iter().take(1) {
+            if let Some(delta) = choice.delta {
+                out.text = delta.content.unwrap_or_default();
+                out.reasoning = delta
+                    .reasoning_content
+                    .or(delta.reasoning)
+                    .unwrap_or_default();
+                out.refusal = delta.refusal.unwrap_or_default();
+            }
+            out.finish_reason = choice
+                .finish_reason
+                .as_deref()
+                .map(FinishReason::from_provider);
+        }
+        out.usage = chunk
+            .usage
+            .map(|u| u.to_usage())
+            .filter(|u| u.total_tokens > 0);
+        self.content_seen |=
+            !(out.text.is_empty() && out.reasoning.is_empty() && out.refusal.is_empty());
+        self.finished |= out.finish_reason.is_some();
+        let empty = out == Delta::default();
+        if !empty {
+            self.pending.push_back(out);
+        }
+    }
+
+    /// The backoff delta for a retryable failure, if a retry is left.
+    fn backoff_for(&mut self, error: &ModelError) -> Option<Delta> {
+        if self.content_seen
+            || !is_retryable(error.kind())
+            || self.retries >= self.client.retry.max_retries
+        {
+            return None;
+        }
+        let retry_after = match error.kind() {
+            ModelErrorKind::Transient { retry_after } => *retry_after,
+            _ => None,
+        };
+        let delay = self.client.retry.delay(self.retries, retry_after);
+        self.retries += 1;
+        tracing::warn!(attempt = self.retries, delay_s = delay.as_secs_f64(), error = %error, "model request failed; retrying");
+        self.wait = Some(delay);
+        Some(Delta::backoff(delay))
+    }
+}

@@ -1,0 +1,504 @@
+//! The adapters against a real HTTP server on 127.0.0.1 that injects faults.
+
+use crate::support::{
+    Part, Reply, TestServer, answer, finish, finish_with_usage, reasoning, status, status_with,
+    text, usage,
+};
+use cave_core::testing::EchoRuntime;
+use cave_core::{
+    Agent, ChatMessage, ChatRequest, ChatRole, Delta, Event, FinishReason, Message, Model,
+    ModelError, ModelErrorKind, StopReason, Usage, prompt,
+};
+use cave_models::{
+    ApiKey, LiteLlmModel, ModelConfig, OpenAiModel, RecordingModel, ReplayModel, RetryPolicy,
+};
+use futures_util::StreamExt;
+use serde_json::json;
+use std::time::Duration;
+
+const KEY: &str = "sk-test-0123456789abcdef";
+
+/// Fast retries, so tests that retry take milliseconds.
+fn quick() -> RetryPolicy {
+    RetryPolicy {
+        max_retries: 3,
+        base_delay: Duration::from_millis(10),
+        max_delay: Duration::from_secs(32),
+    }
+}
+
+fn config(server: &TestServer) -> ModelConfig {
+    ModelConfig::new("test-model")
+        .base_url(server.base_url())
+        .api_key(ApiKey::new(KEY))
+        .retry(quick())
+}
+
+fn request() -> ChatRequest {
+    ChatRequest::new(vec![ChatMessage {
+        role: ChatRole::User,
+        content: "hi".into(),
+    }])
+}
+
+/// Everything a model streams for one request: deltas until the end, or the error.
+async fn collect(model: &dyn Model) -> (Vec<Delta>, Option<ModelError>) {
+    let mut stream = match model.stream(request()).await {
+        Ok(stream) => stream,
+        Err(e) => return (vec![], Some(e)),
+    };
+    let mut deltas = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(delta) => deltas.push(delta),
+            Err(e) => return (deltas, Some(e)),
+        }
+    }
+    (deltas, None)
+}
+
+fn text_of(deltas: &[Delta]) -> String {
+    deltas.iter().map(|d| d.text.as_str()).collect()
+}
+
+#[tokio::test]
+async fn streams_an_answer_with_usage_and_sends_what_it_should() {
+    let server = TestServer::start([Reply::Sse(vec![
+        text("Hel"),
+        text("lo"),
+        finish("stop"),
+        usage(12, 3),
+        Part::Done,
+    ])])
+    .await;
+    let model = OpenAiModel::new(
+        config(&server)
+            .max_output_tokens(256)
+            .param("temperature", json!(0.2)),
+    )
+    .unwrap();
+    let (deltas, error) = collect(&model).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "Hello");
+    assert_eq!(
+        deltas.iter().find_map(|d| d.finish_reason.clone()),
+        Some(FinishReason::Stop)
+    );
+    assert_eq!(deltas.iter().find_map(|d| d.usage), Some(Usage::new(12, 3)));
+    let sent = &server.received()[0];
+    assert_eq!(sent.path, "/v1/chat/completions");
+    assert_eq!(
+        sent.header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(sent.body["model"], "test-model");
+    assert_eq!(sent.body["stream"], true);
+    assert_eq!(sent.body["stream_options"], json!({"include_usage": true}));
+    assert_eq!(sent.body["max_tokens"], 256);
+    assert_eq!(sent.body["temperature"], 0.2);
+    assert_eq!(
+        sent.body["messages"],
+        json!([{"role": "user", "content": "hi"}])
+    );
+    assert_eq!(model.info().max_output_tokens, Some(256));
+}
+
+#[tokio::test]
+async fn reasoning_arrives_under_either_field_name() {
+    for field in ["reasoning_content", "reasoning"] {
+        let server = TestServer::start([Reply::Sse(vec![
+            reasoning(field, "think"),
+            text("ok"),
+            finish_with_usage("stop", 1, 2),
+            Part::Done,
+        ])])
+        .await;
+        let (deltas, _) = collect(&OpenAiModel::new(config(&server)).unwrap()).await;
+        assert_eq!(
+            deltas
+                .iter()
+                .map(|d| d.reasoning.as_str())
+                .collect::<String>(),
+            "think",
+            "{field}"
+        );
+        assert_eq!(
+            deltas.iter().find_map(|d| d.usage),
+            Some(Usage::new(1, 2)),
+            "usage and finish in one chunk"
+        );
+    }
+}
+
+#[tokio::test]
+async fn transient_failures_are_retried_with_announced_backoff() {
+    let server = TestServer::start([
+        status_with(
+            429,
+            &[("retry-after", "0.05")],
+            json!({"error": {"message": "slow down", "code": "rate_limit"}}),
+        ),
+        status(500, "boom"),
+        answer("fine", 2, "stop"),
+    ])
+    .await;
+    let (deltas, error) = collect(&OpenAiModel::new(config(&server)).unwrap()).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "fine");
+    let backoffs: Vec<Duration> = deltas.iter().filter_map(|d| d.backoff).collect();
+    assert_eq!(backoffs.len(), 2);
+    assert_eq!(
+        backoffs[0],
+        Duration::from_millis(50),
+        "Retry-After is honoured"
+    );
+    assert!(
+        backoffs[1] >= Duration::from_millis(20) && backoffs[1] <= Duration::from_millis(25),
+        "base·2 + ≤25% jitter: {:?}",
+        backoffs[1]
+    );
+    assert_eq!(server.received().len(), 3);
+}
+
+#[tokio::test]
+async fn what_money_or_a_shorter_prompt_fixes_is_never_retried() {
+    let cases = [
+        (
+            status(402, "Payment required"),
+            ModelErrorKind::BillingExhausted,
+        ),
+        (
+            status(
+                429,
+                "You exceeded your current quota, please check your plan",
+            ),
+            ModelErrorKind::BillingExhausted,
+        ),
+        (status(413, "too large"), ModelErrorKind::PromptTooLong),
+        (
+            status(400, "This model's maximum context length is 8192 tokens"),
+            ModelErrorKind::PromptTooLong,
+        ),
+        (
+            status_with(
+                400,
+                &[],
+                json!({"error": {"message": "bad", "code": "context_length_exceeded"}}),
+            ),
+            ModelErrorKind::PromptTooLong,
+        ),
+        (
+            status(400, "max_tokens must be positive"),
+            ModelErrorKind::InvalidRequest,
+        ),
+        (status(401, "bad key"), ModelErrorKind::Auth),
+        (status(403, "forbidden"), ModelErrorKind::Auth),
+    ];
+    for (reply, kind) in cases {
+        let server = TestServer::start([reply.clone(), answer("never", 5, "stop")]).await;
+        let (_, error) = collect(&OpenAiModel::new(config(&server)).unwrap()).await;
+        let error = error.expect("an error");
+        assert_eq!(error.kind(), &kind, "{reply:?}: {error}");
+        assert_eq!(server.received().len(), 1, "not retried: {reply:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_key_echoed_back_is_redacted() {
+    let body = json!({"error": {"message": format!("Incorrect API key provided: {KEY}. Also sk-proj-****wxyz is invalid."), "code": "invalid_api_key"}});
+    let server = TestServer::start([status_with(401, &[], body)]).await;
+    let model = OpenAiModel::new(config(&server)).unwrap();
+    let (_, error) = collect(&model).await;
+    let text = format!("{} {:?}", error.as_ref().unwrap(), error);
+    assert!(
+        !text.contains(KEY) && !text.contains("0123456789abcdef") && !text.contains("wxyz"),
+        "{text}"
+    );
+    assert!(
+        text.contains("Incorrect API key provided: [redacted]. Also sk-[redacted] is invalid."),
+        "{text}"
+    );
+    assert!(!format!("{model:?}").contains(KEY));
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_before_content_reconnects() {
+    let server = TestServer::start([
+        Reply::Sse(vec![Part::Drop]),
+        answer("second try", 4, "stop"),
+    ])
+    .await;
+    let (deltas, error) = collect(&OpenAiModel::new(config(&server)).unwrap()).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "second try");
+    assert_eq!(server.received().len(), 2);
+}
+
+#[tokio::test]
+async fn a_stream_that_breaks_after_content_is_reported_not_retried() {
+    let server = TestServer::start([
+        Reply::Sse(vec![text("half"), Part::Drop]),
+        answer("never", 4, "stop"),
+    ])
+    .await;
+    let (deltas, error) = collect(&OpenAiModel::new(config(&server)).unwrap()).await;
+    assert_eq!(text_of(&deltas), "half");
+    assert_eq!(error.unwrap().kind(), &ModelErrorKind::StreamInterrupted);
+    assert_eq!(server.received().len(), 1);
+}
+
+#[tokio::test]
+async fn a_break_after_the_finish_reason_just_ends_the_stream() {
+    let server =
+        TestServer::start([Reply::Sse(vec![text("done"), finish("stop"), Part::Drop])]).await;
+    let (deltas, error) = collect(&OpenAiModel::new(config(&server)).unwrap()).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "done");
+}
+
+#[tokio::test]
+async fn litellm_leaves_out_stream_options_and_reads_its_errors() {
+    let litellm_429 = json!({"error": {"message": "litellm.RateLimitError: AnthropicException - rate limited", "type": null, "param": null, "code": "429"}});
+    let server = TestServer::start([
+        status_with(429, &[], litellm_429),
+        answer("routed", 3, "stop"),
+    ])
+    .await;
+    let model = LiteLlmModel::new(
+        ModelConfig::new("anthropic/claude-sonnet")
+            .base_url(server.base_url())
+            .retry(quick()),
+    )
+    .unwrap();
+    let (deltas, error) = collect(&model).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "routed");
+    let sent = server.received();
+    assert_eq!(sent[1].body["model"], "anthropic/claude-sonnet");
+    assert!(sent[1].body.get("stream_options").is_none());
+    assert!(
+        sent[1].header("authorization").is_none(),
+        "no key configured, none sent"
+    );
+    let server = TestServer::start([Reply::Sse(vec![Part::Data(json!({"error": {"message": "litellm.BudgetExceededError: budget exceeded", "code": "400"}}))])]).await;
+    let model = LiteLlmModel::new(
+        ModelConfig::new("m")
+            .base_url(server.base_url())
+            .stream_usage(true),
+    )
+    .unwrap();
+    let (_, error) = collect(&model).await;
+    assert_eq!(
+        server.received()[0].body["stream_options"],
+        json!({"include_usage": true})
+    );
+    assert_eq!(error.unwrap().kind(), &ModelErrorKind::InvalidRequest);
+}
+
+fn block(code: &str) -> String {
+    format!("```python\n{code}\n```")
+}
+
+async fn run_agent(model: impl Model + 'static, idle: Option<Duration>) -> (Agent, Vec<Event>) {
+    let mut agent = Agent::builder(model, EchoRuntime::new())
+        .stream_idle_timeout(idle)
+        .max_steps(5)
+        .build()
+        .unwrap();
+    let events: Vec<Event> = agent.stream("go").collect().await;
+    (agent, events)
+}
+
+fn stopped(events: &[Event]) -> (StopReason, u32, Usage) {
+    match events.last() {
+        Some(Event::Stopped {
+            stop_reason,
+            steps,
+            usage,
+            ..
+        }) => (*stop_reason, *steps, *usage),
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn at_agent_level_a_retried_run_completes_and_billing_ends_it() {
+    let server =
+        TestServer::start([status(503, "overloaded"), answer("All good.", 4, "stop")]).await;
+    let (_, events) = run_agent(
+        OpenAiModel::new(config(&server)).unwrap(),
+        Some(Duration::from_secs(5)),
+    )
+    .await;
+    assert_eq!(stopped(&events).0, StopReason::Completed);
+    assert_eq!(server.received().len(), 2);
+
+    let server = TestServer::start([
+        status(402, "insufficient credits"),
+        answer("never", 4, "stop"),
+    ])
+    .await;
+    let (_, events) = run_agent(
+        OpenAiModel::new(config(&server)).unwrap(),
+        Some(Duration::from_secs(5)),
+    )
+    .await;
+    assert_eq!(stopped(&events).0, StopReason::ModelError);
+    assert_eq!(server.received().len(), 1, "one request, no retry");
+}
+
+#[tokio::test]
+async fn at_agent_level_stalls_truncation_and_filters_behave_as_documented() {
+    let idle = Some(Duration::from_millis(300));
+    // Stalled before content: the run ends.
+    let server = TestServer::start([Reply::Sse(vec![Part::Hang])]).await;
+    let (_, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), idle).await;
+    assert_eq!(stopped(&events).0, StopReason::ModelError);
+    // Stalled after content: the partial answer is kept and resumed.
+    let server = TestServer::start([
+        Reply::Sse(vec![text("Half"), Part::Hang]),
+        answer(" done.", 3, "stop"),
+    ])
+    .await;
+    let (agent, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), idle).await;
+    assert_eq!(stopped(&events).0, StopReason::Completed);
+    assert!(
+        agent
+            .history()
+            .contains(&Message::user(prompt::STREAM_INTERRUPTED_PROMPT))
+    );
+    // Dropped mid-answer: the same.
+    let server = TestServer::start([
+        Reply::Sse(vec![text("Hal"), Part::Drop]),
+        answer("f.", 3, "stop"),
+    ])
+    .await;
+    let (_, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), idle).await;
+    assert_eq!(stopped(&events).0, StopReason::Completed);
+    // Cut by the output cap: resumed with the recovery prompt.
+    let server = TestServer::start([
+        answer("The answer", 4, "length"),
+        answer(" is 42.", 4, "stop"),
+    ])
+    .await;
+    let (agent, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), idle).await;
+    assert!(events.contains(&Event::FinalResponse {
+        content: "The answer is 42.".into()
+    }));
+    assert!(
+        agent
+            .history()
+            .contains(&Message::user(prompt::OUTPUT_RECOVERY_PROMPT))
+    );
+    // Filtered after streaming part of it: nothing runs, the run ends.
+    let server = TestServer::start([answer(&block("print(1)"), 5, "content_filter")]).await;
+    let model = OpenAiModel::new(config(&server).filters_asynchronously(true)).unwrap();
+    let (agent, events) = run_agent(model, idle).await;
+    assert_eq!(stopped(&events).0, StopReason::ModelError);
+    assert!(!events.iter().any(|e| matches!(e, Event::Code { .. })));
+    assert_eq!(agent.history().len(), 2, "withdrawn text is not kept");
+}
+
+#[tokio::test]
+async fn at_agent_level_usage_is_reported_or_estimated() {
+    let idle = Some(Duration::from_secs(5));
+    for (parts, reported) in [
+        (
+            vec![text("Hi."), finish("stop"), usage(100, 5), Part::Done],
+            true,
+        ),
+        (
+            vec![text("Hi."), finish_with_usage("stop", 100, 5), Part::Done],
+            true,
+        ),
+        (vec![text("Hi."), finish("stop"), Part::Done], false),
+    ] {
+        let server = TestServer::start([Reply::Sse(parts)]).await;
+        let (_, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), idle).await;
+        let (reason, _, usage) = stopped(&events);
+        assert_eq!(reason, StopReason::Completed);
+        if reported {
+            assert_eq!(usage, Usage::new(100, 5));
+        } else {
+            assert!(
+                usage.prompt_tokens > 100 && usage.completion_tokens == 1,
+                "estimated: {usage:?}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_recorded_run_replays_to_the_same_events() {
+    let dir = std::env::temp_dir().join(format!("cave-cassette-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cassette = dir.join("run.jsonl");
+    let server = TestServer::start([
+        status(500, "blip"),
+        Reply::Sse(vec![
+            reasoning("reasoning_content", "plan"),
+            text("Let me run it.\n```python\nx = 1\n"),
+            text("print(x)\n```"),
+            finish("stop"),
+            usage(50, 9),
+            Part::Done,
+        ]),
+        answer("x is 1.", 3, "stop"),
+    ])
+    .await;
+    let recording =
+        RecordingModel::create(OpenAiModel::new(config(&server)).unwrap(), &cassette).unwrap();
+    let (_, recorded) = run_agent(recording, Some(Duration::from_secs(5))).await;
+    assert_eq!(stopped(&recorded).0, StopReason::Completed);
+    let text = std::fs::read_to_string(&cassette).unwrap();
+    assert!(!text.contains(KEY), "the key never reaches a cassette");
+
+    let (_, replayed) = run_agent(
+        ReplayModel::open(&cassette).unwrap(),
+        Some(Duration::from_secs(5)),
+    )
+    .await;
+    let strip = |events: &[Event]| -> Vec<Event> {
+        events
+            .iter()
+            .map(|e| match e {
+                Event::Stopped {
+                    content,
+                    stop_reason,
+                    steps,
+                    usage,
+                    error,
+                    ..
+                } => Event::Stopped {
+                    content: content.clone(),
+                    stop_reason: *stop_reason,
+                    steps: *steps,
+                    elapsed: 0.0,
+                    usage: *usage,
+                    error: error.clone(),
+                },
+                Event::Thinking { content, .. } => Event::Thinking {
+                    content: content.clone(),
+                    duration_ms: 0,
+                },
+                other => other.clone(),
+            })
+            .collect()
+    };
+    assert_eq!(strip(&replayed), strip(&recorded));
+
+    // A conversation that goes elsewhere fails loudly.
+    let mut agent = Agent::builder(ReplayModel::open(&cassette).unwrap(), EchoRuntime::new())
+        .build()
+        .unwrap();
+    let response = agent.run("something else").await;
+    assert_eq!(response.stop_reason, StopReason::ModelError);
+    assert!(
+        response
+            .error
+            .unwrap()
+            .contains("replay diverged at call 1: message"),
+        "says where"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,3 @@
+//! Adapter tests against a real local HTTP server.
+mod adapters;
+mod support;
