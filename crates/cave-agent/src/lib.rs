@@ -13,6 +13,15 @@ pub mod inproc {
 #[cfg(feature = "inproc")]
 pub use cave_runtime_inproc::InProcRuntime;
 
+/// Model adapters: OpenAI-compatible servers and LiteLLM proxies (feature `models`, on by default).
+#[cfg(feature = "models")]
+pub mod models {
+    pub use cave_models::*;
+}
+
+#[cfg(feature = "models")]
+pub use cave_models::{LiteLlmModel, ModelConfig, OpenAiModel};
+
 /// The workspace README's hello world, compiled and run as a doctest.
 #[cfg(all(doctest, feature = "inproc", feature = "testing"))]
 #[doc = include_str!("../../../README.md")]

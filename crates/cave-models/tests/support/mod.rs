@@ -55,7 +55,11 @@ impl Received {
 #[derive(Default)]
 struct State {
     script: VecDeque<Reply>,
+    /// Played when the script has run out.
+    fallback: Option<Reply>,
+    /// Kept only while `record` is on (a benchmark sends many requests).
     received: Vec<Received>,
+    record: bool,
 }
 
 /// The server; it stops when dropped.
@@ -74,14 +78,30 @@ impl Drop for TestServer {
 impl TestServer {
     /// Starts a server that answers with `script`, one reply per request (then 500s).
     pub async fn start(script: impl IntoIterator<Item = Reply>) -> Self {
+        Self::with_state(State {
+            script: script.into_iter().collect(),
+            record: true,
+            ..State::default()
+        })
+        .await
+    }
+
+    /// Starts a server that answers every request with `reply`, recording nothing.
+    #[allow(dead_code)]
+    pub async fn repeating(reply: Reply) -> Self {
+        Self::with_state(State {
+            fallback: Some(reply),
+            ..State::default()
+        })
+        .await
+    }
+
+    async fn with_state(state: State) -> Self {
         let listener = TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1");
         let addr = listener.local_addr().unwrap();
-        let state = Arc::new(Mutex::new(State {
-            script: script.into_iter().collect(),
-            received: Vec::new(),
-        }));
+        let state = Arc::new(Mutex::new(state));
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
@@ -150,12 +170,14 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
     let body = serde_json::from_slice(&buf[head_end..]).unwrap_or(Json::Null);
     let reply = {
         let mut state = state.lock().unwrap();
-        state.received.push(Received {
-            path,
-            headers,
-            body,
-        });
-        state.script.pop_front()
+        if state.record {
+            state.received.push(Received {
+                path,
+                headers,
+                body,
+            });
+        }
+        state.script.pop_front().or_else(|| state.fallback.clone())
     };
     match reply.unwrap_or_else(|| status(500, "the test script ran out of replies")) {
         Reply::Status {
