@@ -25,11 +25,17 @@ pub enum Message {
     Assistant {
         /// Message text.
         content: String,
+        /// The model's reasoning for this turn, kept for providers that want it back.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
     },
     /// An assistant turn whose first code block was executed; text ends at the closing fence.
     Code {
         /// Message text, up to and including the closing fence.
         content: String,
+        /// The model's reasoning for this turn, kept for providers that want it back.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reasoning: Option<String>,
     },
     /// What the execution of the preceding code message returned, as shown to the model.
     ExecutionResult {
@@ -62,13 +68,28 @@ pub enum ChatRole {
     Assistant,
 }
 
-/// A message as sent to a chat model: a role and plain text.
+/// A message as sent to a chat model: a role and plain text (and, for assistant turns, the
+/// reasoning that produced them, which adapters send back only if configured to).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     /// Wire role.
     pub role: ChatRole,
     /// Text.
     pub content: String,
+    /// The reasoning of an assistant turn.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning: Option<String>,
+}
+
+impl ChatMessage {
+    /// A message with this role and text.
+    pub fn new(role: ChatRole, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            reasoning: None,
+        }
+    }
 }
 
 impl Message {
@@ -88,12 +109,32 @@ impl Message {
     pub fn assistant(content: impl Into<String>) -> Self {
         Message::Assistant {
             content: content.into(),
+            reasoning: None,
         }
     }
     /// A code message.
     pub fn code(content: impl Into<String>) -> Self {
         Message::Code {
             content: content.into(),
+            reasoning: None,
+        }
+    }
+    /// Attaches the turn's reasoning to an assistant or code message (others are unchanged;
+    /// empty reasoning is none).
+    pub fn with_reasoning(mut self, text: impl Into<String>) -> Self {
+        let text = text.into();
+        if let Message::Assistant { reasoning, .. } | Message::Code { reasoning, .. } = &mut self {
+            *reasoning = (!text.is_empty()).then_some(text);
+        }
+        self
+    }
+    /// The reasoning attached to an assistant or code message.
+    pub fn reasoning(&self) -> Option<&str> {
+        match self {
+            Message::Assistant { reasoning, .. } | Message::Code { reasoning, .. } => {
+                reasoning.as_deref()
+            }
+            _ => None,
         }
     }
     /// An execution result message.
@@ -108,8 +149,8 @@ impl Message {
         match self {
             Message::System { content }
             | Message::User { content }
-            | Message::Assistant { content }
-            | Message::Code { content }
+            | Message::Assistant { content, .. }
+            | Message::Code { content, .. }
             | Message::ExecutionResult { content }
             | Message::Summary { content, .. }
             | Message::SummaryAcknowledgement { content } => content,
@@ -134,6 +175,7 @@ impl Message {
         ChatMessage {
             role: self.chat_role(),
             content: self.content().to_owned(),
+            reasoning: self.reasoning().map(str::to_owned),
         }
     }
 }

@@ -27,6 +27,7 @@ pub(crate) struct Client {
     pub(crate) extra: Map<String, Json>,
     pub(crate) max_tokens: Option<u32>,
     pub(crate) stream_usage: bool,
+    pub(crate) send_reasoning: bool,
     pub(crate) retry: RetryPolicy,
 }
 
@@ -65,6 +66,10 @@ impl Client {
                     ChatRole::Assistant => "assistant",
                 },
                 content: &m.content,
+                reasoning_content: m
+                    .reasoning
+                    .as_deref()
+                    .filter(|_| self.send_reasoning && m.role == ChatRole::Assistant),
             })
             .collect();
         let wire = ChatCompletionRequest {

@@ -94,6 +94,7 @@ pub struct ModelConfig {
     pub(crate) max_output_tokens: Option<u32>,
     pub(crate) stream_usage: Option<bool>,
     pub(crate) filters_asynchronously: bool,
+    pub(crate) send_reasoning: bool,
     pub(crate) retry: RetryPolicy,
     pub(crate) connect_timeout: Duration,
 }
@@ -112,6 +113,7 @@ impl ModelConfig {
             max_output_tokens: None,
             stream_usage: None,
             filters_asynchronously: false,
+            send_reasoning: false,
             retry: RetryPolicy::default(),
             connect_timeout: Duration::from_secs(30),
         }
@@ -170,6 +172,12 @@ impl ModelConfig {
     /// content filtering): the agent then reads each answer to its end before running code.
     pub fn filters_asynchronously(mut self, yes: bool) -> Self {
         self.filters_asynchronously = yes;
+        self
+    }
+    /// Sends each assistant turn's reasoning back as `reasoning_content` (off by default: most
+    /// providers reject or ignore it; some require it on later turns).
+    pub fn send_reasoning(mut self, on: bool) -> Self {
+        self.send_reasoning = on;
         self
     }
     /// How failed requests are retried.

@@ -43,6 +43,7 @@ fn build(
         extra: config.extra,
         max_tokens: config.max_output_tokens,
         stream_usage: config.stream_usage.unwrap_or(default_stream_usage),
+        send_reasoning: config.send_reasoning,
         retry: config.retry,
     };
     Ok((Arc::new(client), info))

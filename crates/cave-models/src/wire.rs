@@ -27,6 +27,9 @@ pub(crate) struct StreamOptions {
 pub(crate) struct WireMessage<'a> {
     pub(crate) role: &'static str,
     pub(crate) content: &'a str,
+    /// An assistant turn's reasoning, for providers that want it back.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reasoning_content: Option<&'a str>,
 }
 
 /// One streamed chunk. Every field is optional: providers differ, and metadata chunks (Azure

@@ -35,10 +35,7 @@ fn config(server: &TestServer) -> ModelConfig {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest::new(vec![ChatMessage {
-        role: ChatRole::User,
-        content: "hi".into(),
-    }])
+    ChatRequest::new(vec![ChatMessage::new(ChatRole::User, "hi")])
 }
 
 /// Everything a model streams for one request: deltas until the end, or the error.
@@ -501,4 +498,40 @@ async fn a_recorded_run_replays_to_the_same_events() {
         "says where"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+#[tokio::test]
+async fn reasoning_goes_back_only_when_configured() {
+    for send in [false, true] {
+        let server = TestServer::start([
+            Reply::Sse(vec![
+                reasoning("reasoning_content", "I should print."),
+                text(&block("print(1)")),
+                finish("stop"),
+                Part::Done,
+            ]),
+            answer("Done.", 3, "stop"),
+        ])
+        .await;
+        let model = OpenAiModel::new(config(&server).send_reasoning(send)).unwrap();
+        let (agent, events) = run_agent(model, Some(Duration::from_secs(5))).await;
+        assert_eq!(stopped(&events).0, StopReason::Completed);
+        assert_eq!(
+            agent.history()[2].reasoning(),
+            Some("I should print."),
+            "kept in history either way"
+        );
+        let second = &server.received()[1].body["messages"];
+        let assistant = second
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["role"] == "assistant")
+            .unwrap();
+        assert_eq!(
+            assistant.get("reasoning_content").is_some(),
+            send,
+            "{assistant}"
+        );
+    }
 }

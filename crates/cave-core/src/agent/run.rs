@@ -275,9 +275,9 @@ impl<'a> Run<'a> {
             };
             // A reasoning model can spend its whole cap thinking: no empty assistant message.
             if !turn.text.is_empty() {
-                self.agent
-                    .history
-                    .push(Message::assistant(std::mem::take(&mut turn.text)));
+                let message = Message::assistant(std::mem::take(&mut turn.text))
+                    .with_reasoning(std::mem::take(&mut turn.thinking));
+                self.agent.history.push(message);
             }
             self.agent.history.push(Message::user(resume));
             self.emit
@@ -299,9 +299,9 @@ impl<'a> Run<'a> {
         self.final_content = turn.full();
         let complete = turn.complete();
         let Some(code) = turn.code.take() else {
-            self.agent
-                .history
-                .push(Message::assistant(std::mem::take(&mut turn.text)));
+            let message = Message::assistant(std::mem::take(&mut turn.text))
+                .with_reasoning(std::mem::take(&mut turn.thinking));
+            self.agent.history.push(message);
             if !complete {
                 let error = turn.error.take().unwrap_or_else(|| {
                     ModelError::new(
@@ -322,9 +322,9 @@ impl<'a> Run<'a> {
             return Ok(());
         };
         self.emit.emit(Event::Code { code: code.clone() }).await;
-        self.agent
-            .history
-            .push(Message::code(std::mem::take(&mut turn.text)));
+        let message = Message::code(std::mem::take(&mut turn.text))
+            .with_reasoning(std::mem::take(&mut turn.thinking));
+        self.agent.history.push(message);
         let (event, result) = self.execute(&code).await?;
         self.agent.history.push(Message::execution_result(result));
         self.emit.emit(event).await;
@@ -395,6 +395,7 @@ impl<'a> Run<'a> {
             .position(|m| m.role == ChatRole::System)
             .map_or(0, |i| i + 1);
         let reminder = ChatMessage {
+            reasoning: None,
             role: ChatRole::User,
             content: prompt::date_reminder(&prompt::utc_hour_now()),
         };
