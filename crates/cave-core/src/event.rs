@@ -140,6 +140,11 @@ pub enum Event {
         /// The recovery limit.
         max_recoveries: Option<u32>,
     },
+    /// The model call failed and is retried after `delay` seconds (nothing was streamed yet).
+    Backoff {
+        /// The wait, in seconds.
+        delay: f64,
+    },
     /// The model's final answer.
     FinalResponse {
         /// The answer (all fragments, when it was resumed after a cut).

@@ -471,8 +471,12 @@ async fn a_backoff_extends_the_idle_deadline() {
         .then_stall(Duration::from_secs(250))
         .then_text("ok");
     let s = Setup::new([reply]);
-    let response = s.agent().run("go").await;
-    assert!(response.completed(), "{response:?}");
+    let ev = events(&mut s.agent(), "go").await;
+    assert!(
+        ev.contains(&Event::Backoff { delay: 200.0 }),
+        "the wait is announced"
+    );
+    assert_eq!(stopped(&ev).1, StopReason::Completed);
     let reply = Reply::default()
         .then_stall(Duration::from_secs(121))
         .then_text("ok");
@@ -1265,6 +1269,10 @@ async fn events_serialize_to_the_wire_format() {
                 max_recoveries: Some(3),
             },
             r#"{"type":"status","status":"output_recovery","before":null,"after":null,"recovery":1,"max_recoveries":3}"#,
+        ),
+        (
+            Event::Backoff { delay: 0.5 },
+            r#"{"type":"backoff","delay":0.5}"#,
         ),
         (
             Event::FinalResponse {

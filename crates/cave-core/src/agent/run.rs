@@ -464,6 +464,11 @@ impl<'a> Run<'a> {
             }
             if let Some(delay) = delta.backoff {
                 backoff = delay;
+                self.emit
+                    .emit(Event::Backoff {
+                        delay: delay.as_secs_f64(),
+                    })
+                    .await;
             }
             turn.refusal.push_str(&delta.refusal);
             if !delta.reasoning.is_empty() {
