@@ -474,6 +474,7 @@ async fn a_recorded_run_replays_to_the_same_events() {
                     usage: *usage,
                     error: error.clone(),
                 },
+                Event::Backoff { .. } => Event::Backoff { delay: 0.0 },
                 Event::Thinking { content, .. } => Event::Thinking {
                     content: content.clone(),
                     duration_ms: 0,
