@@ -1,0 +1,273 @@
+//! Wiring: a model, a runtime and an agent from the configuration, and the run and chat loops.
+
+use crate::args::{Cli, Command, Provider};
+use crate::config::{self, Config, ModelSource, OutputMode};
+use crate::exit::Exit;
+use crate::output::{Human, JsonLines, Output, Retrieved};
+use anyhow::Context;
+use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};
+use cave_agent::{
+    Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, Model, Resources, Runtime,
+    RuntimeError, StopReason,
+};
+use futures_util::StreamExt;
+use std::io::{self, IsTerminal, Write};
+
+/// Runs the command; returns how `cave` exits.
+pub fn run(cli: Cli, api_key: Option<ApiKey>, key_text: Option<String>) -> Exit {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("cave: could not start the async runtime: {e}");
+            return Exit::Stopped;
+        }
+    };
+    let stdout_is_terminal = io::stdout().is_terminal();
+    let (common, prompts) = match &cli.command {
+        Command::Run(args) => (&args.common, Some(args.prompts.clone())),
+        Command::Chat(args) => (&args.common, None),
+    };
+    let redactor = Redactor(key_text);
+    let session = config::resolve(common, api_key, stdout_is_terminal)
+        .and_then(|config| rt.block_on(Session::build(config, &redactor)));
+    let mut session = match session {
+        Ok(session) => session,
+        Err(e) => {
+            eprintln!("cave: {}", redactor.apply(&format!("{e:#}")));
+            return Exit::Usage;
+        }
+    };
+    let result = match prompts {
+        Some(prompts) => rt.block_on(session.run_prompts(prompts)),
+        None => session.chat(&rt),
+    };
+    rt.block_on(session.retrieve_all()).ok();
+    match result {
+        Ok(Some(StopReason::Completed)) | Ok(None) => Exit::Completed,
+        Ok(Some(_)) => Exit::Stopped,
+        // A reader that closed stdout had what it wanted.
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => Exit::Completed,
+        Err(e) => {
+            eprintln!("cave: {e}");
+            Exit::Stopped
+        }
+    }
+}
+
+/// Removes the API key from text the CLI prints.
+#[derive(Clone, Debug)]
+struct Redactor(Option<String>);
+
+impl Redactor {
+    fn apply(&self, text: &str) -> String {
+        match &self.0 {
+            Some(key) if key.len() >= 4 => text.replace(key.as_str(), "[redacted]"),
+            _ => text.to_owned(),
+        }
+    }
+}
+
+/// Stdout that holds each event's text until it is flushed, then writes it redacted (so a key
+/// split across writes is still found).
+struct RedactingStdout {
+    buffer: Vec<u8>,
+    redactor: Redactor,
+}
+
+impl Write for RedactingStdout {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        self.buffer.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let text = String::from_utf8_lossy(&self.buffer).into_owned();
+        self.buffer.clear();
+        let mut stdout = io::stdout().lock();
+        stdout.write_all(self.redactor.apply(&text).as_bytes())?;
+        stdout.flush()
+    }
+}
+
+struct Session {
+    agent: Agent,
+    runtime: InProcRuntime,
+    output: Box<dyn Output>,
+    retrieve: Vec<String>,
+}
+
+impl Session {
+    async fn build(config: Config, redactor: &Redactor) -> anyhow::Result<Self> {
+        let Config {
+            model,
+            record,
+            variables,
+            agent: settings,
+            output,
+            retrieve,
+            api_key: _,
+        } = config;
+        let model: Box<dyn Model> = match model {
+            ModelSource::Server {
+                provider: Provider::Openai,
+                config,
+            } => Box::new(OpenAiModel::new(config)?),
+            ModelSource::Server {
+                provider: Provider::Litellm,
+                config,
+            } => Box::new(LiteLlmModel::new(config)?),
+            ModelSource::Replay(path) => Box::new(ReplayModel::open(&path)?),
+        };
+        let model: Box<dyn Model> = match record {
+            Some(path) => Box::new(RecordingModel::create(model, &path)?),
+            None => model,
+        };
+        let runtime =
+            InProcRuntime::new().context("the in-process Python runtime could not start")?;
+        let resources = variables
+            .into_iter()
+            .fold(Resources::new(), Resources::variable);
+        runtime.register(resources)?;
+
+        let mut builder = Agent::builder(model, runtime.clone());
+        if let Some(v) = settings.max_steps {
+            builder.max_steps(v);
+        }
+        if let Some(v) = settings.max_run_time {
+            builder.max_run_time(v);
+        }
+        if let Some(v) = settings.max_total_tokens {
+            builder.max_total_tokens(v);
+        }
+        if let Some(v) = settings.max_input_tokens {
+            builder.max_input_tokens(v);
+        }
+        if let Some(v) = settings.max_output_tokens {
+            builder.max_output_tokens(v);
+        }
+        if let Some(v) = settings.max_exec_timeout {
+            builder.max_exec_timeout(v);
+        }
+        if let Some(v) = settings.max_exec_output {
+            builder.max_exec_output(v);
+        }
+        if let Some(v) = settings.stream_idle_timeout {
+            builder.stream_idle_timeout(v);
+        }
+        if let Some(v) = settings.instructions {
+            builder.instructions(v);
+        }
+        let agent = builder.build()?;
+        let stdout = RedactingStdout {
+            buffer: Vec::new(),
+            redactor: redactor.clone(),
+        };
+        let output: Box<dyn Output> = match output {
+            OutputMode::Json => Box::new(JsonLines::new(stdout)),
+            OutputMode::Human { color } => Box::new(Human::new(stdout, color)),
+        };
+        Ok(Self {
+            agent,
+            runtime,
+            output,
+            retrieve,
+        })
+    }
+
+    /// Runs one turn, printing its events; Ctrl-C cancels it.
+    async fn turn(&mut self, prompt: String) -> io::Result<Option<StopReason>> {
+        let cancel = CancellationToken::new();
+        let on_interrupt = cancel.clone();
+        let watcher = tokio::spawn(async move {
+            if tokio::signal::ctrl_c().await.is_ok() {
+                on_interrupt.cancel();
+            }
+        });
+        let mut reason = None;
+        let mut events = self.agent.stream_until(prompt, cancel);
+        let mut result = Ok(());
+        while let Some(event) = events.next().await {
+            if let Event::Stopped { stop_reason, .. } = &event {
+                reason = Some(*stop_reason);
+            }
+            if let Err(e) = self.output.event(&event) {
+                result = Err(e);
+                break;
+            }
+        }
+        drop(events);
+        watcher.abort();
+        result.map(|()| reason)
+    }
+
+    async fn run_prompts(&mut self, prompts: Vec<String>) -> io::Result<Option<StopReason>> {
+        let mut last = None;
+        for prompt in prompts {
+            last = self.turn(prompt).await?;
+        }
+        Ok(last)
+    }
+
+    fn chat(&mut self, rt: &tokio::runtime::Runtime) -> io::Result<Option<StopReason>> {
+        let mut editor = rustyline::DefaultEditor::new().map_err(io::Error::other)?;
+        let mut last = None;
+        loop {
+            match editor.readline("you › ") {
+                Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) => {
+                    let _ = editor.add_history_entry(line.as_str());
+                    last = rt.block_on(self.turn(line))?;
+                }
+                Err(rustyline::error::ReadlineError::Interrupted) => continue,
+                Err(rustyline::error::ReadlineError::Eof) => return Ok(last),
+                Err(e) => return Err(io::Error::other(e)),
+            }
+        }
+    }
+
+    /// Prints each `--retrieve` variable.
+    async fn retrieve_all(&mut self) -> io::Result<()> {
+        for name in std::mem::take(&mut self.retrieve) {
+            let retrieved = match self.runtime.get(&name).await {
+                Ok(value) => match serde_json::to_value(&value) {
+                    Ok(value) => Retrieved::Json { name, value },
+                    Err(_) => self.repr(name, value.python_type().to_owned()).await,
+                },
+                Err(RuntimeError::Unsupported { python_type, .. }) => {
+                    self.repr(name, python_type).await
+                }
+                Err(e) => Retrieved::Missing {
+                    name,
+                    error: e.to_string(),
+                },
+            };
+            self.output.retrieved(&retrieved)?;
+        }
+        Ok(())
+    }
+
+    async fn repr(&self, name: String, python_type: String) -> Retrieved {
+        match self
+            .runtime
+            .execute(&format!("print(repr({name}), end='')"), &DiscardOutput)
+            .await
+        {
+            Ok(run) if run.success() => Retrieved::Repr {
+                name,
+                repr: run.output,
+                python_type,
+            },
+            Ok(run) => Retrieved::Missing {
+                name,
+                error: run.output,
+            },
+            Err(e) => Retrieved::Missing {
+                name,
+                error: e.to_string(),
+            },
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Command-line arguments: parsing and validation only (no I/O). Adding an option is one line
+//! here and one in `config.rs`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// Run an LLM that operates a live Python runtime.
+#[derive(Debug, Parser)]
+#[command(name = "cave", version, about, propagate_version = true)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run a task: each PROMPT is one turn of the same session.
+    Run(RunArgs),
+    /// Chat interactively (Ctrl-C cancels the running turn, Ctrl-D exits).
+    Chat(ChatArgs),
+}
+
+/// `cave run`.
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    /// Shared options.
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// The prompts, one turn each.
+    #[arg(required = true, value_name = "PROMPT")]
+    pub prompts: Vec<String>,
+}
+
+/// `cave chat`.
+#[derive(Debug, Args)]
+pub struct ChatArgs {
+    /// Shared options.
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+/// Which adapter talks to the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Provider {
+    /// Any OpenAI-compatible server.
+    Openai,
+    /// A LiteLLM proxy.
+    Litellm,
+}
+
+/// Where the model's code runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RuntimeKind {
+    /// CPython embedded in this process.
+    Inproc,
+}
+
+/// Options of both subcommands.
+#[derive(Debug, Args)]
+pub struct CommonArgs {
+    /// The model's identifier.
+    #[arg(long, env = "LLM_MODEL_ID", help_heading = "Model")]
+    pub model: Option<String>,
+    /// The server's base URL (up to /v1). The API key comes only from LLM_API_KEY.
+    #[arg(long, env = "LLM_BASE_URL", help_heading = "Model")]
+    pub base_url: Option<String>,
+    /// The adapter.
+    #[arg(long, value_enum, default_value = "openai", help_heading = "Model")]
+    pub provider: Provider,
+    /// Play a recorded cassette instead of calling a model.
+    #[arg(
+        long,
+        value_name = "CASSETTE",
+        conflicts_with = "record",
+        help_heading = "Model"
+    )]
+    pub replay: Option<PathBuf>,
+    /// Record the model's traffic to a cassette.
+    #[arg(long, value_name = "CASSETTE", help_heading = "Model")]
+    pub record: Option<PathBuf>,
+
+    /// The runtime.
+    #[arg(long, value_enum, default_value = "inproc", help_heading = "Runtime")]
+    pub runtime: RuntimeKind,
+    /// A variable: NAME=JSON, or NAME=@FILE.json (repeatable).
+    #[arg(long = "var", value_name = "NAME=JSON", help_heading = "Runtime")]
+    pub vars: Vec<String>,
+    /// A variable's description for the model: NAME=TEXT (repeatable).
+    #[arg(long = "var-desc", value_name = "NAME=TEXT", help_heading = "Runtime")]
+    pub var_descs: Vec<String>,
+
+    /// Model calls per run.
+    #[arg(long, help_heading = "Limits")]
+    pub max_steps: Option<u32>,
+    /// Seconds per run (checked between steps).
+    #[arg(long, value_name = "SECS", help_heading = "Limits")]
+    pub max_run_time: Option<f64>,
+    /// Tokens per run.
+    #[arg(long, help_heading = "Limits")]
+    pub max_total_tokens: Option<u64>,
+    /// Prompt tokens per run.
+    #[arg(long, help_heading = "Limits")]
+    pub max_input_tokens: Option<u64>,
+    /// Completion tokens per run.
+    #[arg(long, help_heading = "Limits")]
+    pub max_output_tokens: Option<u64>,
+    /// Seconds per execution (the running code is interrupted).
+    #[arg(long, value_name = "SECS", help_heading = "Limits")]
+    pub max_exec_timeout: Option<f64>,
+    /// Characters of output shown to the model inline.
+    #[arg(long, value_name = "CHARS", help_heading = "Limits")]
+    pub max_exec_output: Option<usize>,
+    /// Seconds without data from the model before it counts as stalled (0 disables).
+    #[arg(long, value_name = "SECS", help_heading = "Limits")]
+    pub stream_idle_timeout: Option<f64>,
+    /// Who the agent is (replaces the default first paragraph of the system prompt).
+    #[arg(long, help_heading = "Limits")]
+    pub instructions: Option<String>,
+
+    /// Print events as JSON Lines on stdout (nothing else goes to stdout).
+    #[arg(long, help_heading = "Output")]
+    pub json: bool,
+    /// After the run, print this variable's value (repeatable).
+    #[arg(long = "retrieve", value_name = "NAME", help_heading = "Output")]
+    pub retrieve: Vec<String>,
+}

@@ -1,0 +1,183 @@
+//! Arguments and environment, resolved into a clap-free configuration. The only place that
+//! reads environment variables and input files.
+
+use crate::args::{CommonArgs, Provider};
+use anyhow::{Context, bail};
+use cave_agent::models::{ApiKey, ModelConfig};
+use cave_agent::{Value, Variable};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where the model's answers come from.
+#[derive(Debug)]
+pub enum ModelSource {
+    /// A server, through an adapter.
+    Server {
+        /// Which adapter.
+        provider: Provider,
+        /// Its settings (the key included).
+        config: ModelConfig,
+    },
+    /// A recorded cassette.
+    Replay(PathBuf),
+}
+
+/// Agent limits and texts.
+#[derive(Debug, Default)]
+pub struct AgentSettings {
+    /// `--max-steps`.
+    pub max_steps: Option<u32>,
+    /// `--max-run-time`.
+    pub max_run_time: Option<Duration>,
+    /// `--max-total-tokens`.
+    pub max_total_tokens: Option<u64>,
+    /// `--max-input-tokens`.
+    pub max_input_tokens: Option<u64>,
+    /// `--max-output-tokens`.
+    pub max_output_tokens: Option<u64>,
+    /// `--max-exec-timeout`.
+    pub max_exec_timeout: Option<Duration>,
+    /// `--max-exec-output`.
+    pub max_exec_output: Option<usize>,
+    /// `--stream-idle-timeout`; `Some(None)` disables the watchdog.
+    pub stream_idle_timeout: Option<Option<Duration>>,
+    /// `--instructions`.
+    pub instructions: Option<String>,
+}
+
+/// How events are printed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OutputMode {
+    /// JSON Lines.
+    Json,
+    /// For a person; colors only on a terminal without `NO_COLOR`.
+    Human {
+        /// Use ANSI colors.
+        color: bool,
+    },
+}
+
+/// Everything a session needs.
+#[derive(Debug)]
+pub struct Config {
+    /// Where answers come from.
+    pub model: ModelSource,
+    /// `--record`.
+    pub record: Option<PathBuf>,
+    /// `--var` (with `--var-desc`).
+    pub variables: Vec<Variable>,
+    /// Limits and texts.
+    pub agent: AgentSettings,
+    /// How events are printed.
+    pub output: OutputMode,
+    /// `--retrieve`.
+    pub retrieve: Vec<String>,
+    /// The key, for redacting anything printed.
+    pub api_key: Option<ApiKey>,
+}
+
+/// Resolves the shared options. `api_key` was taken from the environment at start-up.
+pub fn resolve(
+    args: &CommonArgs,
+    api_key: Option<ApiKey>,
+    stdout_is_terminal: bool,
+) -> anyhow::Result<Config> {
+    let model = match &args.replay {
+        Some(path) => ModelSource::Replay(path.clone()),
+        None => {
+            let Some(id) = args.model.as_deref().filter(|m| !m.trim().is_empty()) else {
+                bail!(
+                    "no model given: pass --model ID or set LLM_MODEL_ID (or use --replay CASSETTE)"
+                );
+            };
+            let mut config = ModelConfig::new(id);
+            if let Some(url) = &args.base_url {
+                config = config.base_url(url.clone());
+            }
+            if let Some(key) = &api_key {
+                config = config.api_key(key.clone());
+            }
+            ModelSource::Server {
+                provider: args.provider,
+                config,
+            }
+        }
+    };
+    let mut variables = args
+        .vars
+        .iter()
+        .map(|v| parse_var(v))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for desc in &args.var_descs {
+        let (name, text) = desc
+            .split_once('=')
+            .with_context(|| format!("--var-desc expects NAME=TEXT, got {desc:?}"))?;
+        let variable = variables
+            .iter_mut()
+            .find(|v| v.name == name)
+            .with_context(|| format!("--var-desc names {name:?}, which no --var defines"))?;
+        variable.description = Some(text.to_owned());
+    }
+    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
+        Duration::try_from_secs_f64(s)
+            .map_err(|_| anyhow::anyhow!("{flag} must be a number of seconds ≥ 0, not {s}"))
+    };
+    let agent = AgentSettings {
+        max_steps: args.max_steps,
+        max_run_time: args
+            .max_run_time
+            .map(|s| seconds("--max-run-time", s))
+            .transpose()?,
+        max_total_tokens: args.max_total_tokens,
+        max_input_tokens: args.max_input_tokens,
+        max_output_tokens: args.max_output_tokens,
+        max_exec_timeout: args
+            .max_exec_timeout
+            .map(|s| seconds("--max-exec-timeout", s))
+            .transpose()?,
+        max_exec_output: args.max_exec_output,
+        stream_idle_timeout: args
+            .stream_idle_timeout
+            .map(|s| seconds("--stream-idle-timeout", s).map(|d| (!d.is_zero()).then_some(d)))
+            .transpose()?,
+        instructions: args.instructions.clone(),
+    };
+    let output = if args.json {
+        OutputMode::Json
+    } else {
+        OutputMode::Human {
+            color: stdout_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        }
+    };
+    Ok(Config {
+        model,
+        record: args.record.clone(),
+        variables,
+        agent,
+        output,
+        retrieve: args.retrieve.clone(),
+        api_key,
+    })
+}
+
+/// `NAME=JSON` or `NAME=@FILE`.
+fn parse_var(spec: &str) -> anyhow::Result<Variable> {
+    let (name, raw) = spec
+        .split_once('=')
+        .with_context(|| format!("--var expects NAME=JSON, got {spec:?}"))?;
+    if name.is_empty() {
+        bail!("--var {spec:?} has no name before '='");
+    }
+    let (text, origin) = match raw.strip_prefix('@') {
+        Some(path) => (
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--var {name}: cannot read {path}"))?,
+            format!("the file {path}"),
+        ),
+        None => (raw.to_owned(), "its value".to_owned()),
+    };
+    let value: Value = serde_json::from_str(&text).with_context(|| {
+        format!("--var {name}: {origin} is not valid JSON (strings need quotes: {name}='\"text\"')")
+    })?;
+    Ok(Variable::new(name, value))
+}

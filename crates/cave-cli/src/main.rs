@@ -1,0 +1,22 @@
+//! `cave`: run an LLM that operates a live Python runtime.
+
+use cave_agent::models::ApiKey;
+use cave_cli::{args::Cli, exit::Exit};
+use clap::Parser;
+use std::process::ExitCode;
+
+fn main() -> ExitCode {
+    let key = cave_cli::take_api_key();
+    let exit = match Cli::try_parse() {
+        Ok(cli) => cave_cli::app::run(cli, key.clone().map(ApiKey::new), key),
+        Err(e) => {
+            let _ = e.print();
+            if e.use_stderr() {
+                Exit::Usage
+            } else {
+                Exit::Completed
+            }
+        }
+    };
+    exit.into()
+}

@@ -1,0 +1,563 @@
+//! Printing a run: JSON Lines for programs, a readable transcript for people. Both are
+//! generic over `W: Write` and know nothing of where events come from.
+
+use cave_agent::{Event, Status, StopReason};
+use serde_json::json;
+use std::io::{self, Write};
+
+/// A variable's value after the run, as `--retrieve` prints it.
+#[derive(Debug)]
+pub enum Retrieved {
+    /// A value JSON can hold.
+    Json {
+        /// The variable.
+        name: String,
+        /// Its value.
+        value: serde_json::Value,
+    },
+    /// A value JSON cannot hold (a DataFrame, a host object): its repr.
+    Repr {
+        /// The variable.
+        name: String,
+        /// `repr()` of it.
+        repr: String,
+        /// Its Python type.
+        python_type: String,
+    },
+    /// The name is not bound.
+    Missing {
+        /// The variable.
+        name: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// Where a session's events and results go.
+pub trait Output {
+    /// Prints one event.
+    fn event(&mut self, event: &Event) -> io::Result<()>;
+    /// Prints a retrieved variable.
+    fn retrieved(&mut self, retrieved: &Retrieved) -> io::Result<()>;
+}
+
+/// One JSON object per line, flushed per event: exactly the core's serde form.
+#[derive(Debug)]
+pub struct JsonLines<W> {
+    out: W,
+}
+
+impl<W: Write> JsonLines<W> {
+    /// Prints to `out`.
+    pub fn new(out: W) -> Self {
+        Self { out }
+    }
+
+    fn line(&mut self, value: &impl serde::Serialize) -> io::Result<()> {
+        serde_json::to_writer(&mut self.out, value)?;
+        self.out.write_all(b"\n")?;
+        self.out.flush()
+    }
+}
+
+impl<W: Write> Output for JsonLines<W> {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        self.line(event)
+    }
+
+    fn retrieved(&mut self, retrieved: &Retrieved) -> io::Result<()> {
+        let value = match retrieved {
+            Retrieved::Json { name, value } => {
+                json!({"type": "retrieved", "name": name, "value": value})
+            }
+            Retrieved::Repr {
+                name,
+                repr,
+                python_type,
+            } => {
+                json!({"type": "retrieved", "name": name, "repr": repr, "python_type": python_type})
+            }
+            Retrieved::Missing { name, error } => {
+                json!({"type": "retrieved", "name": name, "error": error})
+            }
+        };
+        self.line(&value)
+    }
+}
+
+/// Output lines kept per block before the rest is summarized.
+const SHOWN_LINES: usize = 12;
+/// Characters kept per block.
+const SHOWN_CHARS: usize = 2000;
+
+/// A transcript for people: prose as light Markdown, code highlighted, output shortened,
+/// and a closing line with the stop reason, steps, tokens and time.
+#[derive(Debug)]
+pub struct Human<W> {
+    out: W,
+    color: bool,
+    /// Prose not yet printed because its line is not finished.
+    line: String,
+    /// Whether the current Markdown line sits inside a fenced block.
+    in_fence: bool,
+    thinking: bool,
+    /// Live output of the current execution: started, lines shown, cut, inside a line.
+    live_started: bool,
+    live_lines: usize,
+    live_cut: bool,
+    live_mid_line: bool,
+}
+
+const BOLD: &str = "\x1b[1m";
+const DIM: &str = "\x1b[2m";
+const RED: &str = "\x1b[31m";
+const GREEN: &str = "\x1b[32m";
+const YELLOW: &str = "\x1b[33m";
+const BLUE: &str = "\x1b[34m";
+const MAGENTA: &str = "\x1b[35m";
+const CYAN: &str = "\x1b[36m";
+const RESET: &str = "\x1b[0m";
+
+impl<W: Write> Human<W> {
+    /// Prints to `out`, with ANSI colors if `color`.
+    pub fn new(out: W, color: bool) -> Self {
+        Self {
+            out,
+            color,
+            line: String::new(),
+            in_fence: false,
+            thinking: false,
+            live_started: false,
+            live_lines: 0,
+            live_cut: false,
+            live_mid_line: false,
+        }
+    }
+
+    fn paint(&self, style: &str, text: &str) -> String {
+        if self.color && !text.is_empty() {
+            format!("{style}{text}{RESET}")
+        } else {
+            text.to_owned()
+        }
+    }
+
+    fn flush_prose(&mut self) -> io::Result<()> {
+        if !self.line.is_empty() {
+            let line = std::mem::take(&mut self.line);
+            let rendered = self.markdown_line(&line);
+            writeln!(self.out, "{rendered}")?;
+        }
+        Ok(())
+    }
+
+    /// Light Markdown for one line: headings, bullets, **bold** and `code`.
+    fn markdown_line(&mut self, line: &str) -> String {
+        if line.trim_start().starts_with("```") {
+            self.in_fence = !self.in_fence;
+            return self.paint(DIM, line);
+        }
+        if self.in_fence {
+            return self.paint(CYAN, line);
+        }
+        let trimmed = line.trim_start();
+        if trimmed.starts_with('#') {
+            return self.paint(BOLD, trimmed.trim_start_matches('#').trim_start());
+        }
+        let (indent, body) = line.split_at(line.len() - trimmed.len());
+        let body = match body.strip_prefix("- ").or_else(|| body.strip_prefix("* ")) {
+            Some(rest) => format!("• {rest}"),
+            None => body.to_owned(),
+        };
+        let mut out = String::from(indent);
+        let mut rest = body.as_str();
+        while !rest.is_empty() {
+            let next = [rest.find("**"), rest.find('`')]
+                .into_iter()
+                .flatten()
+                .min();
+            let Some(at) = next else {
+                out.push_str(rest);
+                break;
+            };
+            out.push_str(&rest[..at]);
+            let (marker, style) = if rest[at..].starts_with("**") {
+                ("**", BOLD)
+            } else {
+                ("`", CYAN)
+            };
+            let after = &rest[at + marker.len()..];
+            match after.find(marker) {
+                Some(end) => {
+                    out.push_str(&self.paint(style, &after[..end]));
+                    rest = &after[end + marker.len()..];
+                }
+                None => {
+                    out.push_str(&rest[at..]);
+                    break;
+                }
+            }
+        }
+        out
+    }
+
+    fn block(&mut self, marker_style: &str, title: &str) -> io::Result<()> {
+        self.flush_prose()?;
+        let dot = self.paint(marker_style, "●");
+        writeln!(self.out, "{dot} {}", self.paint(BOLD, title))
+    }
+
+    /// Writes output shortened to a readable size, with a note of what was cut.
+    fn shortened(&mut self, text: &str) -> io::Result<()> {
+        let text = text.trim_end();
+        let total_chars = text.chars().count();
+        let kept: String = text.chars().take(SHOWN_CHARS).collect();
+        let lines: Vec<&str> = kept.lines().collect();
+        let shown = lines.len().min(SHOWN_LINES);
+        for (i, line) in lines[..shown].iter().enumerate() {
+            let lead = if i == 0 { "  ⎿  " } else { "     " };
+            writeln!(self.out, "{lead}{line}")?;
+        }
+        let more_lines = lines.len().saturating_sub(shown);
+        let more_chars = total_chars.saturating_sub(SHOWN_CHARS);
+        let note = match (more_lines, more_chars) {
+            (0, 0) => None,
+            (lines, 0) => Some(format!("     … {lines} more lines")),
+            (0, chars) => Some(format!("     … {chars} more characters")),
+            (lines, chars) => Some(format!(
+                "     … {lines} more lines and {chars} more characters"
+            )),
+        };
+        if let Some(note) = note {
+            writeln!(self.out, "{}", self.paint(DIM, &note))?;
+        }
+        Ok(())
+    }
+
+    fn code(&mut self, code: &str) -> io::Result<()> {
+        for line in code.lines() {
+            let highlighted = if self.color {
+                highlight_python(line)
+            } else {
+                line.to_owned()
+            };
+            writeln!(self.out, "    {highlighted}")?;
+        }
+        Ok(())
+    }
+}
+
+impl<W: Write> Output for Human<W> {
+    fn event(&mut self, event: &Event) -> io::Result<()> {
+        match event {
+            Event::UserPrompt { content } => {
+                let prompt = self.paint(BLUE, &format!("> {content}"));
+                writeln!(self.out, "\n{}\n", self.paint(BOLD, &prompt))?;
+            }
+            Event::ThinkingChunk { .. } if !std::mem::replace(&mut self.thinking, true) => {
+                self.flush_prose()?;
+                writeln!(self.out, "{}", self.paint(DIM, "✻ Thinking…"))?;
+            }
+            Event::Thinking {
+                content,
+                duration_ms,
+            } => {
+                self.thinking = false;
+                let note = format!(
+                    "  ({} characters of reasoning, {:.1}s)",
+                    content.chars().count(),
+                    *duration_ms as f64 / 1000.0
+                );
+                writeln!(self.out, "{}", self.paint(DIM, &note))?;
+            }
+            Event::Text { content } => {
+                for piece in content.split_inclusive('\n') {
+                    match piece.strip_suffix('\n') {
+                        Some(done) => {
+                            self.line.push_str(done);
+                            let line = std::mem::take(&mut self.line);
+                            let rendered = self.markdown_line(&line);
+                            writeln!(self.out, "{rendered}")?;
+                        }
+                        None => self.line.push_str(piece),
+                    }
+                }
+            }
+            Event::Code { code } => {
+                self.in_fence = false;
+                self.flush_prose()?;
+                writeln!(self.out)?;
+                self.block(GREEN, "Code")?;
+                self.code(code)?;
+                self.live_lines = 0;
+                self.live_cut = false;
+                self.live_started = false;
+                self.live_mid_line = false;
+            }
+            Event::ExecutionOutput { chunk } => {
+                if !std::mem::replace(&mut self.live_started, true) {
+                    self.block(GREEN, "Output")?;
+                }
+                for piece in chunk.split_inclusive('\n') {
+                    if self.live_lines >= SHOWN_LINES {
+                        if !std::mem::replace(&mut self.live_cut, true) {
+                            writeln!(
+                                self.out,
+                                "{}",
+                                self.paint(DIM, "     … (more output: shortened below)")
+                            )?;
+                        }
+                        break;
+                    }
+                    // Output arrives in pieces (print writes the text, then the newline).
+                    if !self.live_mid_line {
+                        write!(
+                            self.out,
+                            "{}",
+                            if self.live_lines == 0 {
+                                "  ⎿  "
+                            } else {
+                                "     "
+                            }
+                        )?;
+                    }
+                    write!(self.out, "{piece}")?;
+                    self.live_mid_line = !piece.ends_with('\n');
+                    if !self.live_mid_line {
+                        self.live_lines += 1;
+                    }
+                }
+            }
+            Event::ExecutionResult {
+                output,
+                success,
+                persisted_variable,
+                state_lost,
+                ..
+            } => {
+                if std::mem::take(&mut self.live_mid_line) {
+                    writeln!(self.out)?;
+                }
+                let shown_live = self.live_started && !self.live_cut;
+                if !shown_live {
+                    let (style, title) = if *success {
+                        (GREEN, "Output")
+                    } else {
+                        (RED, "Output (the code raised)")
+                    };
+                    self.block(style, title)?;
+                    self.shortened(output)?;
+                } else if !success {
+                    writeln!(self.out, "{}", self.paint(RED, "     (the code raised)"))?;
+                }
+                self.live_lines = 0;
+                self.live_cut = false;
+                if let Some(var) = persisted_variable {
+                    writeln!(
+                        self.out,
+                        "{}",
+                        self.paint(DIM, &format!("     full output kept in `{var}`"))
+                    )?;
+                }
+                if *state_lost {
+                    writeln!(
+                        self.out,
+                        "{}",
+                        self.paint(
+                            YELLOW,
+                            "     runtime restarted: unregistered state was lost"
+                        )
+                    )?;
+                }
+            }
+            Event::ExecutionTimeout {
+                timeout,
+                state_lost,
+            } => {
+                self.block(RED, &format!("Execution stopped after {timeout}s"))?;
+                if *state_lost {
+                    writeln!(
+                        self.out,
+                        "{}",
+                        self.paint(
+                            YELLOW,
+                            "     runtime restarted: unregistered state was lost"
+                        )
+                    )?;
+                }
+            }
+            Event::SecurityError { message } => {
+                self.block(RED, "Blocked by the code policy")?;
+                self.shortened(message)?;
+            }
+            Event::Status {
+                status,
+                before,
+                after,
+                recovery,
+                max_recoveries,
+            } => {
+                self.flush_prose()?;
+                let text = match status {
+                    Status::Compacting => "● Compacting the conversation…".to_owned(),
+                    Status::Compacted => format!(
+                        "● Compacted {} → {} messages",
+                        before.unwrap_or(0),
+                        after.unwrap_or(0)
+                    ),
+                    Status::OutputRecovery => {
+                        format!(
+                            "● Answer cut off; resuming ({}/{})",
+                            recovery.unwrap_or(0),
+                            max_recoveries.unwrap_or(0)
+                        )
+                    }
+                    _ => format!("● {status:?}"),
+                };
+                writeln!(self.out, "{}", self.paint(YELLOW, &text))?;
+            }
+            Event::Backoff { delay } => {
+                self.flush_prose()?;
+                writeln!(
+                    self.out,
+                    "{}",
+                    self.paint(
+                        YELLOW,
+                        &format!("↻ The model call failed; retrying in {delay:.1}s")
+                    )
+                )?;
+            }
+            Event::FinalResponse { .. } => self.flush_prose()?,
+            Event::Stopped {
+                stop_reason,
+                steps,
+                elapsed,
+                usage,
+                error,
+                ..
+            } => {
+                self.flush_prose()?;
+                let mut summary = format!(
+                    "{stop_reason} · {steps} step{}",
+                    if *steps == 1 { "" } else { "s" }
+                );
+                if usage.total_tokens > 0 {
+                    summary.push_str(&format!(
+                        " · {} tokens ({} in, {} out)",
+                        usage.total_tokens, usage.prompt_tokens, usage.completion_tokens
+                    ));
+                }
+                summary.push_str(&format!(" · {elapsed:.1}s"));
+                let style = if *stop_reason == StopReason::Completed {
+                    DIM
+                } else {
+                    YELLOW
+                };
+                writeln!(self.out, "\n{}", self.paint(style, &summary))?;
+                if let Some(error) = error {
+                    writeln!(self.out, "{}", self.paint(RED, error))?;
+                }
+            }
+            _ => {}
+        }
+        self.out.flush()
+    }
+
+    fn retrieved(&mut self, retrieved: &Retrieved) -> io::Result<()> {
+        match retrieved {
+            Retrieved::Json { name, value } => {
+                let pretty = serde_json::to_string_pretty(value).unwrap_or_default();
+                writeln!(self.out, "\n{}", self.paint(BOLD, &format!("{name} =")))?;
+                for line in pretty.lines() {
+                    writeln!(self.out, "  {line}")?;
+                }
+            }
+            Retrieved::Repr {
+                name,
+                repr,
+                python_type,
+            } => {
+                writeln!(
+                    self.out,
+                    "\n{}",
+                    self.paint(BOLD, &format!("{name} ({python_type}) ="))
+                )?;
+                for line in repr.lines() {
+                    writeln!(self.out, "  {line}")?;
+                }
+            }
+            Retrieved::Missing { name, error } => {
+                writeln!(
+                    self.out,
+                    "\n{}",
+                    self.paint(RED, &format!("{name}: {error}"))
+                )?;
+            }
+        }
+        self.out.flush()
+    }
+}
+
+const KEYWORDS: &[&str] = &[
+    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
+    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
+    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
+    "with", "yield",
+];
+
+/// Colors one line of Python: keywords, strings, numbers and comments.
+fn highlight_python(line: &str) -> String {
+    let mut out = String::with_capacity(line.len() * 2);
+    let chars: Vec<char> = line.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        if c == '#' {
+            let rest: String = chars[i..].iter().collect();
+            out.push_str(&format!("{DIM}{rest}{RESET}"));
+            break;
+        }
+        if c == '\'' || c == '"' {
+            let start = i;
+            i += 1;
+            while i < chars.len() && chars[i] != c {
+                if chars[i] == '\\' {
+                    i += 1;
+                }
+                i += 1;
+            }
+            let end = (i + 1).min(chars.len());
+            let s: String = chars[start..end].iter().collect();
+            out.push_str(&format!("{GREEN}{s}{RESET}"));
+            i = end;
+            continue;
+        }
+        if c.is_alphabetic() || c == '_' {
+            let start = i;
+            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
+                i += 1;
+            }
+            let word: String = chars[start..i].iter().collect();
+            if KEYWORDS.contains(&word.as_str()) {
+                out.push_str(&format!("{MAGENTA}{word}{RESET}"));
+            } else {
+                out.push_str(&word);
+            }
+            continue;
+        }
+        if c.is_ascii_digit() {
+            let start = i;
+            while i < chars.len()
+                && (chars[i].is_ascii_alphanumeric() || chars[i] == '.' || chars[i] == '_')
+            {
+                i += 1;
+            }
+            let number: String = chars[start..i].iter().collect();
+            out.push_str(&format!("{YELLOW}{number}{RESET}"));
+            continue;
+        }
+        out.push(c);
+        i += 1;
+    }
+    out
+}

@@ -1,0 +1,283 @@
+//! Running the built binary.
+
+use crate::support::{Reply, TestServer, answer, status_with};
+use serde_json::{Value as Json, json};
+use std::process::{Command, Output};
+
+const KEY: &str = "sk-cli-test-secret-4242";
+
+fn block(code: &str) -> String {
+    format!("```python\n{code}\n```")
+}
+
+/// Runs `cave` with a clean model environment pointing at `server`.
+fn cave(server: Option<&TestServer>, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cave"));
+    command
+        .args(args)
+        .env_remove("LLM_MODEL_ID")
+        .env_remove("LLM_BASE_URL")
+        .env_remove("LLM_API_KEY");
+    if let Some(server) = server {
+        command
+            .env("LLM_MODEL_ID", "test-model")
+            .env("LLM_BASE_URL", server.base_url())
+            .env("LLM_API_KEY", KEY);
+    }
+    command.output().expect("the binary runs")
+}
+
+fn events(output: &Output) -> Vec<Json> {
+    String::from_utf8(output.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| {
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("stdout line is not JSON ({e}): {l}"))
+        })
+        .collect()
+}
+
+fn kinds(events: &[Json]) -> Vec<String> {
+    let mut kinds: Vec<String> = events
+        .iter()
+        .map(|e| e["type"].as_str().unwrap().to_owned())
+        .collect();
+    kinds.dedup();
+    kinds
+}
+
+async fn server(replies: impl IntoIterator<Item = Reply>) -> TestServer {
+    TestServer::start(replies).await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_lines_for_a_two_step_run_with_injection_and_retrieval() {
+    let server = server([
+        answer(
+            &format!("Adding.\n{}", block("data.append(4)\nprint(sum(data))")),
+            8,
+            "stop",
+        ),
+        answer("The sum is 10.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--var",
+            "data=[1, 2, 3]",
+            "--var-desc",
+            "data=numbers to sum",
+            "--retrieve",
+            "data",
+            "--retrieve",
+            "missing",
+            "Sum the numbers.",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events(&out);
+    assert_eq!(
+        kinds(&events),
+        [
+            "user_prompt",
+            "text",
+            "code",
+            "execution_output",
+            "execution_result",
+            "text",
+            "final_response",
+            "stopped",
+            "retrieved"
+        ]
+    );
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert_eq!(result["output"], "10\n");
+    let stopped = events.iter().find(|e| e["type"] == "stopped").unwrap();
+    assert_eq!(
+        (stopped["stop_reason"].as_str(), stopped["steps"].as_u64()),
+        (Some("completed"), Some(2))
+    );
+    let retrieved: Vec<&Json> = events.iter().filter(|e| e["type"] == "retrieved").collect();
+    assert_eq!(
+        retrieved[0],
+        &json!({"type": "retrieved", "name": "data", "value": [1, 2, 3, 4]})
+    );
+    assert_eq!(retrieved[1]["name"], "missing");
+    let system = &server.received()[0].body["messages"][0]["content"];
+    assert!(
+        system
+            .as_str()
+            .unwrap()
+            .contains("- name: data\n  type: list\n  description: numbers to sum")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_value_json_cannot_hold_comes_back_as_its_repr() {
+    let server = server([
+        answer(&block("s = {1, 2}\nt = {(1, 2): 'pair'}"), 8, "stop"),
+        answer("Done.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(
+        Some(&server),
+        &["run", "--json", "--retrieve", "t", "--retrieve", "s", "go"],
+    );
+    let events = events(&out);
+    let retrieved: Vec<&Json> = events.iter().filter(|e| e["type"] == "retrieved").collect();
+    assert_eq!(
+        retrieved[0],
+        &json!({"type": "retrieved", "name": "t", "repr": "{(1, 2): 'pair'}", "python_type": "dict"})
+    );
+    assert_eq!(retrieved[1]["value"], json!([1, 2]));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_that_does_not_complete_exits_1_without_the_key() {
+    let echo = json!({"error": {"message": format!("Incorrect API key provided: {KEY}"), "code": "invalid_api_key"}});
+    let server = server([status_with(401, &[], echo)]).await;
+    let out = cave(Some(&server), &["run", "--json", "hello"]);
+    assert_eq!(out.status.code(), Some(1));
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!all.contains(KEY) && !all.contains("4242"), "{all}");
+    let stopped = events(&out).pop().unwrap();
+    assert_eq!(stopped["stop_reason"], "model_error");
+    assert!(
+        stopped["error"]
+            .as_str()
+            .unwrap()
+            .contains("Incorrect API key provided")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn model_code_cannot_read_the_key() {
+    let server = server([
+        answer(&block("import os\nprint(os.environ.get('LLM_API_KEY'))\nprint(sorted(k for k in os.environ if 'KEY' in k))"), 8, "stop"),
+        answer("Nothing there.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(Some(&server), &["run", "--json", "look"]);
+    let result = events(&out)
+        .into_iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert_eq!(result["output"], "None\n[]\n");
+}
+
+#[test]
+fn bad_arguments_and_configuration_exit_2_with_one_line() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["run", "hello"], "LLM_MODEL_ID"),
+        (
+            &["run", "--model", "m", "--var", "x=not json", "hello"],
+            "--var x: its value is not valid JSON",
+        ),
+        (
+            &[
+                "run",
+                "--model",
+                "m",
+                "--var",
+                "x=@/nonexistent/file.json",
+                "hello",
+            ],
+            "cannot read /nonexistent/file.json",
+        ),
+        (
+            &["run", "--model", "m", "--var", "noequals", "hello"],
+            "--var expects NAME=JSON",
+        ),
+        (
+            &["run", "--model", "m", "--var-desc", "y=text", "hello"],
+            "which no --var defines",
+        ),
+        (
+            &["run", "--model", "m", "--var", "for=1", "hello"],
+            "Python keyword",
+        ),
+        (&["run", "--no-such-option", "hello"], "--no-such-option"),
+        (&["run"], "PROMPT"),
+    ];
+    for (args, expected) in cases {
+        let out = cave(None, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+        assert!(out.stdout.is_empty(), "{args:?}: nothing on stdout");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recorded_run_replays_offline() {
+    let dir = std::env::temp_dir().join(format!("cave-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cassette = dir.join("session.jsonl");
+    let cassette = cassette.to_str().unwrap();
+    let server = server([
+        answer(&block("x = 6 * 7\nx"), 8, "stop"),
+        answer("It is 42.", 8, "stop"),
+    ])
+    .await;
+    let recorded = cave(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--record",
+            cassette,
+            "--retrieve",
+            "x",
+            "Compute.",
+        ],
+    );
+    assert_eq!(recorded.status.code(), Some(0));
+    assert!(!std::fs::read_to_string(cassette).unwrap().contains(KEY));
+    let replayed = cave(
+        None,
+        &[
+            "run",
+            "--json",
+            "--replay",
+            cassette,
+            "--retrieve",
+            "x",
+            "Compute.",
+        ],
+    );
+    assert_eq!(
+        replayed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&replayed.stderr)
+    );
+    let strip = |events: Vec<Json>| -> Vec<Json> {
+        events
+            .into_iter()
+            .map(|mut e| {
+                if let Some(o) = e.as_object_mut() {
+                    o.remove("elapsed");
+                    o.remove("duration_ms");
+                }
+                e
+            })
+            .collect()
+    };
+    assert_eq!(strip(events(&replayed)), strip(events(&recorded)));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,124 @@
+//! The human rendering of a scripted run, colors off, against a snapshot.
+//! `UPDATE_SNAPSHOTS=1` rewrites the snapshot after a deliberate change.
+
+use cave_agent::{Event, Status, StopReason, Usage};
+use cave_cli::output::{Human, Output, Retrieved};
+
+fn transcript() -> Vec<Event> {
+    vec![
+        Event::UserPrompt {
+            content: "Sort the scores.".into(),
+        },
+        Event::ThinkingChunk {
+            content: "The scores".into(),
+        },
+        Event::ThinkingChunk {
+            content: " are a list.".into(),
+        },
+        Event::Thinking {
+            content: "The scores are a list.".into(),
+            duration_ms: 1250,
+        },
+        Event::Text {
+            content: "## Plan\nI will **sort** them with `sorted`:\n- first".into(),
+        },
+        Event::Text {
+            content: " sort\n".into(),
+        },
+        Event::Code {
+            code: "scores = sorted(scores)\nprint(scores)".into(),
+        },
+        Event::ExecutionOutput {
+            chunk: "[1, 2".into(),
+        },
+        Event::ExecutionOutput {
+            chunk: ", 3]".into(),
+        },
+        Event::ExecutionOutput { chunk: "\n".into() },
+        Event::ExecutionResult {
+            output: "[1, 2, 3]\n".into(),
+            success: true,
+            persisted: false,
+            persisted_variable: None,
+            state_lost: false,
+        },
+        Event::Backoff { delay: 1.5 },
+        Event::Status {
+            status: Status::OutputRecovery,
+            before: None,
+            after: None,
+            recovery: Some(1),
+            max_recoveries: Some(3),
+        },
+        Event::Code {
+            code: "print('x' * 9000)".into(),
+        },
+        Event::ExecutionResult {
+            output: (1..=20).map(|i| format!("line {i}\n")).collect(),
+            success: false,
+            persisted: true,
+            persisted_variable: Some("_output_1".into()),
+            state_lost: false,
+        },
+        Event::ExecutionTimeout {
+            timeout: 2.0,
+            state_lost: true,
+        },
+        Event::Text {
+            content: "Done: **[1, 2, 3]**.".into(),
+        },
+        Event::FinalResponse {
+            content: "Done: **[1, 2, 3]**.".into(),
+        },
+        Event::Stopped {
+            content: "Done.".into(),
+            stop_reason: StopReason::Completed,
+            steps: 3,
+            elapsed: 2.345,
+            usage: Usage::new(1200, 34),
+            error: None,
+        },
+    ]
+}
+
+#[test]
+fn the_human_rendering_matches_its_snapshot() {
+    let mut out = Vec::new();
+    {
+        let mut human = Human::new(&mut out, false);
+        for event in transcript() {
+            human.event(&event).unwrap();
+        }
+        human
+            .retrieved(&Retrieved::Json {
+                name: "scores".into(),
+                value: serde_json::json!([1, 2, 3]),
+            })
+            .unwrap();
+    }
+    let rendered = String::from_utf8(out).unwrap();
+    assert!(!rendered.contains('\x1b'), "no colors when they are off");
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/snapshots/human.txt");
+    if std::env::var_os("UPDATE_SNAPSHOTS").is_some() {
+        std::fs::create_dir_all(std::path::Path::new(path).parent().unwrap()).unwrap();
+        std::fs::write(path, &rendered).unwrap();
+    }
+    let expected =
+        std::fs::read_to_string(path).expect("the snapshot exists (UPDATE_SNAPSHOTS=1 writes it)");
+    assert_eq!(rendered, expected);
+}
+
+#[test]
+fn colors_are_used_on_a_terminal() {
+    let mut out = Vec::new();
+    Human::new(&mut out, true)
+        .event(&Event::Code {
+            code: "if x: return 'a'  # c".into(),
+        })
+        .unwrap();
+    let rendered = String::from_utf8(out).unwrap();
+    assert!(
+        rendered.contains("\x1b[35mif\x1b[0m") && rendered.contains("\x1b[32m'a'\x1b[0m"),
+        "{rendered:?}"
+    );
+}

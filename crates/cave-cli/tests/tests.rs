@@ -1,0 +1,6 @@
+//! The `cave` binary against a local SSE server, and the human renderer's snapshot.
+mod cli;
+mod render;
+#[path = "../../cave-models/tests/support/mod.rs"]
+#[allow(dead_code)]
+mod support;
