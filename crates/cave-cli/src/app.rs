@@ -105,6 +105,7 @@ impl Session {
             model,
             record,
             variables,
+            python_files,
             agent: settings,
             output,
             retrieve,
@@ -131,6 +132,12 @@ impl Session {
             .into_iter()
             .fold(Resources::new(), Resources::variable);
         runtime.register(resources)?;
+        for path in &python_files {
+            runtime
+                .register_python_file(path)
+                .await
+                .with_context(|| format!("--py {}", path.display()))?;
+        }
 
         let mut builder = Agent::builder(model, runtime.clone());
         if let Some(v) = settings.max_steps {

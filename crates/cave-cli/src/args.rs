@@ -87,6 +87,10 @@ pub struct CommonArgs {
     /// A variable: NAME=JSON, or NAME=@FILE.json (repeatable).
     #[arg(long = "var", value_name = "NAME=JSON", help_heading = "Runtime")]
     pub vars: Vec<String>,
+    /// A Python module to inject: its `__exports__`, else its public functions and classes
+    /// (repeatable).
+    #[arg(long = "py", value_name = "FILE.py", help_heading = "Runtime")]
+    pub py: Vec<PathBuf>,
     /// A variable's description for the model: NAME=TEXT (repeatable).
     #[arg(long = "var-desc", value_name = "NAME=TEXT", help_heading = "Runtime")]
     pub var_descs: Vec<String>,

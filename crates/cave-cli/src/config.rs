@@ -66,6 +66,8 @@ pub struct Config {
     pub record: Option<PathBuf>,
     /// `--var` (with `--var-desc`).
     pub variables: Vec<Variable>,
+    /// `--py`.
+    pub python_files: Vec<PathBuf>,
     /// Limits and texts.
     pub agent: AgentSettings,
     /// How events are printed.
@@ -153,6 +155,7 @@ pub fn resolve(
         model,
         record: args.record.clone(),
         variables,
+        python_files: args.py.clone(),
         agent,
         output,
         retrieve: args.retrieve.clone(),

@@ -281,3 +281,68 @@ async fn a_recorded_run_replays_offline() {
     assert_eq!(strip(events(&replayed)), strip(events(&recorded)));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn python_modules_are_injected_either_way() {
+    let dir = std::env::temp_dir().join(format!("cave-cli-py-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let exports = dir.join("injection.py");
+    std::fs::write(
+        &exports,
+        "from cave_agent.runtime import Function, Variable\n\ndef double(x: int) -> int:\n    \"\"\"Twice x.\"\"\"\n    return 2 * x\n\n__exports__ = [Function(double), Variable('base', 21, 'the base')]\n",
+    )
+    .unwrap();
+    let plain = dir.join("plain.py");
+    std::fs::write(
+        &plain,
+        "def shout(text: str) -> str:\n    return text.upper()\n",
+    )
+    .unwrap();
+    let server = server([
+        answer(&block("print(double(base), shout('ok'))"), 8, "stop"),
+        answer("42 OK", 8, "stop"),
+    ])
+    .await;
+    let out = cave(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--py",
+            exports.to_str().unwrap(),
+            "--py",
+            plain.to_str().unwrap(),
+            "go",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = events(&out)
+        .into_iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert_eq!(result["output"], "42 OK\n");
+    let system = server.received()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        system.contains("- function: double(x: int) -> int\n  doc:\n    Twice x."),
+        "{system}"
+    );
+    assert!(
+        system.contains("- function: shout(text: str) -> str")
+            && system.contains("- name: base\n  type: int\n  description: the base")
+    );
+    let bad = cave(
+        None,
+        &["run", "--model", "m", "--py", "/nonexistent/x.py", "go"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("--py /nonexistent/x.py"));
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -87,11 +87,56 @@ class _RoutedText(io.TextIOBase):
 
 
 def install():
-    """Routes `sys.stdout` and `sys.stderr` through the executor (idempotent)."""
+    """Routes `sys.stdout` and `sys.stderr` through the executor, and provides the
+    `cave_agent.runtime` compatibility module (idempotent)."""
     if not isinstance(sys.stdout, _RoutedText):
         sys.stdout = _RoutedText(sys.stdout)
     if not isinstance(sys.stderr, _RoutedText):
         sys.stderr = _RoutedText(sys.stderr)
+    if "cave_agent.runtime" not in sys.modules:
+        import types
+
+        package = types.ModuleType("cave_agent", "CaveAgent compatibility: injection modules import from here.")
+        runtime = types.ModuleType("cave_agent.runtime")
+        for cls in (Function, Variable, Type):
+            setattr(package, cls.__name__, cls)
+            setattr(runtime, cls.__name__, cls)
+        package.runtime = runtime
+        package.__path__ = []
+        sys.modules["cave_agent"] = package
+        sys.modules["cave_agent.runtime"] = runtime
+
+
+class Function:
+    """An exported function (CaveAgent's `Function`)."""
+
+    def __init__(self, func, description=None, include_doc=True):
+        self.func = func
+        self.name = func.__name__
+        self.description = description
+        self.include_doc = include_doc
+
+
+class Variable:
+    """An exported variable (CaveAgent's `Variable`)."""
+
+    def __init__(self, name, value=None, description=None):
+        self.name = name
+        self.value = value
+        self.description = description
+
+
+class Type:
+    """An exported class (CaveAgent's `Type`)."""
+
+    def __init__(self, value, description=None, include_schema=True, include_doc=True):
+        if not isinstance(value, type):
+            raise ValueError(f"Type value must be a class, got {type(value).__name__}")
+        self.value = value
+        self.name = value.__name__
+        self.description = description
+        self.include_schema = include_schema
+        self.include_doc = include_doc
 
 
 def _loop():
@@ -271,3 +316,140 @@ def reset_namespace(namespace):
     namespace.clear()
     namespace["__builtins__"] = builtins
     namespace["__name__"] = "__main__"
+
+
+def _annotation(a):
+    """An annotation as the prompt shows it (`list[str]`, `Optional[Order]`), without modules."""
+    import typing
+
+    if a is inspect.Parameter.empty or a is inspect.Signature.empty:
+        return None
+    if isinstance(a, str):
+        return a
+    if a is None or a is type(None):
+        return "None"
+    if isinstance(a, typing.ForwardRef):
+        return a.__forward_arg__
+    origin, args = typing.get_origin(a), typing.get_args(a)
+    if origin is typing.Union or type(a).__name__ == "UnionType":
+        arms = [x for x in args if x is not type(None)]
+        if len(arms) == 1 and len(args) == 2:
+            return f"Optional[{_annotation(arms[0])}]"
+        return "Union[" + ", ".join(_annotation(x) for x in args) + "]"
+    if origin is not None:
+        name = getattr(origin, "__name__", None) or str(origin).replace("typing.", "")
+        if not args:
+            return name
+        return f"{name}[" + ", ".join(_annotation(x) if x is not Ellipsis else "..." for x in args) + "]"
+    return getattr(a, "__name__", None) or str(a).replace("typing.", "")
+
+
+def _format_signature(sig):
+    parts = []
+    star = False
+    params = list(sig.parameters.values())
+    for i, p in enumerate(params):
+        if p.kind == p.KEYWORD_ONLY and not star:
+            parts.append("*")
+            star = True
+        text = p.name
+        if p.kind == p.VAR_POSITIONAL:
+            text, star = "*" + p.name, True
+        elif p.kind == p.VAR_KEYWORD:
+            text = "**" + p.name
+        annotation = _annotation(p.annotation)
+        if annotation is not None:
+            text += f": {annotation}"
+        if p.default is not p.empty:
+            text += f" = {p.default!r}" if annotation is not None else f"={p.default!r}"
+        parts.append(text)
+        following = params[i + 1].kind if i + 1 < len(params) else None
+        if p.kind == p.POSITIONAL_ONLY and following != p.POSITIONAL_ONLY:
+            parts.append("/")
+    text = "(" + ", ".join(parts) + ")"
+    returns = _annotation(sig.return_annotation)
+    return text + (f" -> {returns}" if returns is not None else "")
+
+
+def _doc(obj):
+    doc = getattr(obj, "__doc__", None)
+    return doc.strip() if isinstance(doc, str) and doc.strip() else None
+
+
+def _signature(obj, drop_self=False):
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return "(...)"
+    if drop_self:
+        params = list(sig.parameters.values())[1:]
+        sig = sig.replace(parameters=params)
+    return _format_signature(sig)
+
+
+def _describe(kind, name, obj, description):
+    """One export as `(kind, name, object, description, details)` for the host."""
+    if kind == "function":
+        details = {"signature": _signature(obj), "doc": _doc(obj), "is_async": inspect.iscoroutinefunction(obj)}
+    elif kind == "type":
+        details = {"doc": _doc(obj)}
+        if dataclasses.is_dataclass(obj):
+            fields = []
+            for f in dataclasses.fields(obj):
+                has_default = f.default is not dataclasses.MISSING
+                fields.append((f.name, _annotation(f.type) or "object", has_default, f.default if has_default else None))
+            details["fields"] = fields
+        elif isinstance(obj, type) and issubclass(obj, enum.Enum):
+            details["members"] = [(m.name, m.value) for m in obj]
+        else:
+            methods = []
+            for method_name, method in vars(obj).items():
+                if method_name.startswith("_") or not callable(method):
+                    continue
+                methods.append((method_name, _signature(method, drop_self=True), _doc(method)))
+            details["methods"] = methods
+    else:
+        details = {}
+    return (kind, name, obj, description, details)
+
+
+def load_exports(path):
+    """Runs a Python file as a module and returns what it exports.
+
+    With `__exports__` (a list of `Function`, `Variable`, `Type` from `cave_agent.runtime`),
+    exactly those; otherwise its public top-level functions and classes defined in it.
+    """
+    import importlib.util
+    import os
+
+    stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
+    module_name = f"cave_injection_{stem}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    # Registered while it runs, so that dataclasses with postponed annotations resolve.
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        sys.modules.pop(module_name, None)
+    exports = getattr(module, "__exports__", None)
+    out = []
+    if exports is not None:
+        for item in exports:
+            if isinstance(item, Function):
+                out.append(_describe("function", item.name, item.func, item.description))
+            elif isinstance(item, Variable):
+                out.append(_describe("variable", item.name, item.value, item.description))
+            elif isinstance(item, Type):
+                out.append(_describe("type", item.name, item.value, item.description))
+        return out
+    for name, obj in vars(module).items():
+        if name.startswith("_") or getattr(obj, "__module__", None) != module_name:
+            continue
+        if inspect.isfunction(obj):
+            out.append(_describe("function", name, obj, None))
+        elif inspect.isclass(obj):
+            out.append(_describe("type", name, obj, None))
+    return out

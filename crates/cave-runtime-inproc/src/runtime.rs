@@ -201,6 +201,23 @@ impl InProcRuntime {
             .submit(move |py| inner.bind_entries(py, &entries))
     }
 
+    /// Registers what a Python file exports: its `__exports__` list (CaveAgent's convention,
+    /// with `Function`, `Variable` and `Type` from the `cave_agent.runtime` module the runtime
+    /// provides), or else its public top-level functions and classes. The objects are bound as
+    /// they are (and survive `reset`); the prompt shows their signatures, fields and docs.
+    /// Returns the names registered.
+    pub async fn register_python_file(
+        &self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Vec<String>, RuntimeError> {
+        let path = path.as_ref().to_string_lossy().into_owned();
+        let inner = self.inner.clone();
+        self.inner
+            .worker
+            .run("register_python_file", move |py| inner.load_file(py, &path))
+            .await?
+    }
+
     /// The live Python object bound to `name` (any bound name).
     pub async fn retrieve_py(&self, name: &str) -> Result<Py<PyAny>, RuntimeError> {
         let inner = self.inner.clone();
@@ -430,6 +447,87 @@ impl Runtime for InProcRuntime {
 }
 
 impl Inner {
+    fn load_file(&self, py: Python<'_>, path: &str) -> Result<Vec<String>, RuntimeError> {
+        let invalid = |e: PyErr| RuntimeError::InvalidResource {
+            name: path.to_owned(),
+            problem: e.to_string(),
+        };
+        let executor = executor(py).map_err(|e| RuntimeError::Backend {
+            operation: "register_python_file",
+            message: e.to_string(),
+        })?;
+        let exports = executor
+            .call_method1("load_exports", (path,))
+            .map_err(invalid)?;
+        let mut resources = Resources::new();
+        let mut objects = Vec::new();
+        for item in exports.try_iter().map_err(invalid)? {
+            let item = item.map_err(invalid)?;
+            let (kind, name, obj, description, details): (
+                String,
+                String,
+                Bound<'_, PyAny>,
+                Option<String>,
+                Bound<'_, PyDict>,
+            ) = item.extract().map_err(invalid)?;
+            let text = |key: &str| -> Option<String> {
+                details
+                    .get_item(key)
+                    .ok()
+                    .flatten()
+                    .and_then(|v| v.extract().ok())
+            };
+            match kind.as_str() {
+                "function" => {
+                    let f = Function {
+                        name: name.clone(),
+                        signature: cave_core::Signature::from_text(
+                            text("signature").unwrap_or_else(|| "(...)".to_owned()),
+                        ),
+                        doc: text("doc"),
+                        description,
+                        is_async: details
+                            .get_item("is_async")
+                            .ok()
+                            .flatten()
+                            .is_some_and(|v| v.is_truthy().unwrap_or(false)),
+                        body: FunctionBody::Bound,
+                    };
+                    resources = resources.function(f);
+                }
+                "variable" => {
+                    let type_name = obj
+                        .get_type()
+                        .qualname()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default();
+                    let mut variable = match from_py(&obj, executor) {
+                        Ok(value) => Variable::new(&name, value),
+                        Err(_) => Variable::new(&name, Value::None).with_type_name(type_name),
+                    };
+                    variable.description = description;
+                    resources = resources.variable(variable);
+                }
+                _ => {
+                    let mut schema = python_type_schema(&name, &details, executor);
+                    schema.description = description;
+                    resources = resources.type_(schema);
+                }
+            }
+            objects.push((normalize_name(&name), obj.unbind()));
+        }
+        let entries = lock(&self.registry).claim(resources)?;
+        lock(&self.state).py_values.extend(objects);
+        self.bind_entries(py, &entries);
+        if let Some((name, error)) = lock(&self.state).failed.take() {
+            return Err(RuntimeError::InvalidResource {
+                name,
+                problem: error,
+            });
+        }
+        Ok(entries.into_iter().map(|e| e.name).collect())
+    }
+
     fn run_cell(
         &self,
         py: Python<'_>,
@@ -514,7 +612,10 @@ impl Inner {
             Resource::Variable(v) => self.variable_object(py, &entry.name, v)?,
             Resource::Binding { value, .. } => to_py(py, value)?,
             Resource::Function(f) => self.function_object(py, &entry.name, f)?,
-            Resource::Type(t) => type_object(py, t)?,
+            Resource::Type(t) => match lock(&self.state).py_values.get(&entry.name) {
+                Some(class) => class.bind(py).clone(),
+                None => type_object(py, t)?,
+            },
             Resource::Object(o) => {
                 let proxy = self.object_proxy(py, o)?;
                 lock(&self.state)
@@ -565,6 +666,13 @@ impl Inner {
         f: &Function,
     ) -> PyResult<Bound<'py, PyAny>> {
         match &f.body {
+            FunctionBody::Bound => lock(&self.state)
+                .py_values
+                .get(name)
+                .map(|obj| obj.bind(py).clone())
+                .ok_or_else(|| {
+                    PyRuntimeError::new_err(format!("no Python object was loaded for '{name}'"))
+                }),
             FunctionBody::Python(source) => {
                 let source = CString::new(source.as_str())
                     .map_err(|e| PyTypeError::new_err(e.to_string()))?;
@@ -759,4 +867,57 @@ where
             }
         }
     }
+}
+
+/// A class loaded from Python, described for the prompt: a dataclass by its fields, an Enum
+/// by its members, any other class by its public methods.
+fn python_type_schema(
+    name: &str,
+    details: &Bound<'_, PyDict>,
+    executor: &Bound<'_, pyo3::types::PyModule>,
+) -> TypeSchema {
+    let item = |key: &str| details.get_item(key).ok().flatten();
+    let doc: Option<String> = item("doc").and_then(|d| d.extract().ok());
+    let shape = if let Some(fields) = item("fields") {
+        let fields: Vec<(String, String, bool, Bound<'_, PyAny>)> =
+            fields.extract().unwrap_or_default();
+        TypeShape::Fields(
+            fields
+                .into_iter()
+                .map(|(field, annotation, has_default, default)| {
+                    let mut f = cave_core::Field::new(field, annotation);
+                    if has_default {
+                        f.default = from_py(&default, executor).ok();
+                    }
+                    f
+                })
+                .collect(),
+        )
+    } else if let Some(members) = item("members") {
+        let members: Vec<(String, Bound<'_, PyAny>)> = members.extract().unwrap_or_default();
+        TypeShape::Enum(
+            members
+                .into_iter()
+                .map(|(m, v)| (m, from_py(&v, executor).unwrap_or_default()))
+                .collect(),
+        )
+    } else {
+        let methods: Vec<(String, String, Option<String>)> = item("methods")
+            .and_then(|m| m.extract().ok())
+            .unwrap_or_default();
+        TypeShape::Methods(
+            methods
+                .into_iter()
+                .map(|(m, sig, doc)| {
+                    let mut method =
+                        cave_core::Method::new(m, cave_core::Signature::from_text(sig));
+                    method.doc = doc;
+                    method
+                })
+                .collect(),
+        )
+    };
+    let mut schema = TypeSchema::with_shape(name, shape);
+    schema.doc = doc;
+    schema
 }

@@ -503,3 +503,114 @@ async fn a_pandas_dataframe_is_shared_not_copied() {
         cave_core::from_value(rt.get("summary").await.unwrap()).unwrap();
     assert_eq!(summary["c"], [11, 22, 33]);
 }
+
+fn python_file(name: &str, source: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("cave-py-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{name}.py"));
+    std::fs::write(&path, source).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_caveagent_injection_module_registers_its_exports() {
+    let path = python_file(
+        "injection",
+        r#"
+from __future__ import annotations
+from dataclasses import dataclass
+from cave_agent.runtime import Function, Variable, Type
+
+@dataclass
+class Order:
+    """An order."""
+    item: str
+    qty: int = 1
+
+def total(orders: list[Order], tax: float = 0.2) -> float:
+    """Sum the quantities, with tax."""
+    return sum(o.qty for o in orders) * (1 + tax)
+
+def helper():
+    return "not exported"
+
+__exports__ = [Function(total, description="totals orders"), Type(Order), Variable("orders", [Order("a", 2), Order("b")], "pending orders")]
+"#,
+    );
+    let rt = InProcRuntime::new().unwrap();
+    let names = rt.register_python_file(&path).await.unwrap();
+    assert_eq!(names, ["Order", "total", "orders"]);
+    assert_eq!(
+        run(
+            &rt,
+            "round(total(orders), 2), total(orders + [Order('c', 3)], tax=0)"
+        )
+        .await
+        .output,
+        "(3.6, 6)\n"
+    );
+    assert_eq!(run(&rt, "'helper' in globals()").await.output, "False\n");
+    let d = rt.describe();
+    assert!(d.functions.contains("- function: total(orders: list[Order], tax: float = 0.2) -> float\n  description: totals orders\n  doc:\n    Sum the quantities, with tax."), "{}", d.functions);
+    assert!(
+        d.types
+            .contains("Order:\n  doc: An order.\n  fields:\n    - item: str\n    - qty: int = 1"),
+        "{}",
+        d.types
+    );
+    assert!(
+        d.variables
+            .contains("- name: orders\n  type: list\n  description: pending orders"),
+        "{}",
+        d.variables
+    );
+    // The exports survive a reset; what the model made does not.
+    run(&rt, "orders.append(Order('z'))\nmine = 1").await;
+    rt.reset().await.unwrap();
+    assert_eq!(
+        run(&rt, "len(orders), 'mine' in globals(), total([])")
+            .await
+            .output,
+        "(3, False, 0.0)\n"
+    );
+}
+
+#[tokio::test]
+async fn a_plain_module_exports_its_public_functions_and_classes() {
+    let path = python_file(
+        "plain",
+        "import math\n\nclass Shape:\n    \"\"\"A shape.\"\"\"\n    def area(self, scale: float = 1.0) -> float:\n        \"\"\"The area.\"\"\"\n        return 1.0 * scale\n\ndef circle(r):\n    return math.pi * r * r\n\ndef _private():\n    pass\n",
+    );
+    let rt = InProcRuntime::new().unwrap();
+    assert_eq!(
+        rt.register_python_file(&path).await.unwrap(),
+        ["Shape", "circle"]
+    );
+    assert_eq!(
+        run(&rt, "round(circle(1), 3), Shape().area(2)")
+            .await
+            .output,
+        "(3.142, 2.0)\n"
+    );
+    let d = rt.describe();
+    assert!(
+        d.functions.contains("- function: circle(r)"),
+        "{}",
+        d.functions
+    );
+    assert!(d.types.contains("Shape:\n  doc: A shape.\n  methods:\n    - area(scale: float = 1.0) -> float\n        The area."), "{}", d.types);
+}
+
+#[tokio::test]
+async fn a_broken_module_is_refused_with_its_error() {
+    let rt = InProcRuntime::new().unwrap();
+    let path = python_file("broken", "def f(:\n    pass\n");
+    let err = rt.register_python_file(&path).await.unwrap_err();
+    assert!(err.to_string().contains("SyntaxError"), "{err}");
+    let err = rt
+        .register_python_file("/nonexistent/module.py")
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("No such file"), "{err}");
+    assert_eq!(run(&rt, "1").await.output, "1\n", "the runtime goes on");
+}

@@ -216,6 +216,8 @@ pub struct Signature {
     pub params: Vec<Param>,
     /// The return annotation.
     pub returns: Option<String>,
+    /// The signature as Python printed it, for a function Python defined (shown as is).
+    pub text: Option<String>,
 }
 
 impl Signature {
@@ -224,6 +226,14 @@ impl Signature {
         Self {
             params: params.into_iter().collect(),
             returns: None,
+            text: None,
+        }
+    }
+    /// A signature known only as Python printed it, e.g. `(a: int, b: int = 2) -> int`.
+    pub fn from_text(text: impl Into<String>) -> Self {
+        Self {
+            text: Some(text.into()),
+            ..Self::default()
         }
     }
     /// Sets the return annotation.
@@ -236,6 +246,9 @@ impl Signature {
 /// Writes the signature as Python shows it: `(a: int, b: int = 2, *, c=None) -> int`.
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(text) = &self.text {
+            return f.write_str(text);
+        }
         f.write_str("(")?;
         let mut first = true;
         let mut sep = |f: &mut fmt::Formatter<'_>| {
@@ -366,6 +379,9 @@ pub enum FunctionBody {
     Host(Arc<dyn HostFunction>),
     /// By Python source defining a function of the same name.
     Python(String),
+    /// By a Python object the runtime itself bound (e.g. loaded from a Python file); the
+    /// descriptor only tells the prompt about it.
+    Bound,
 }
 
 impl fmt::Debug for FunctionBody {
@@ -373,6 +389,7 @@ impl fmt::Debug for FunctionBody {
         match self {
             FunctionBody::Host(_) => f.write_str("Host(..)"),
             FunctionBody::Python(src) => f.debug_tuple("Python").field(src).finish(),
+            FunctionBody::Bound => f.write_str("Bound"),
         }
     }
 }
