@@ -346,3 +346,66 @@ async fn python_modules_are_injected_either_way() {
     assert!(String::from_utf8_lossy(&bad.stderr).contains("--py /nonexistent/x.py"));
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// The README's offline quick start: arguments shared by the recording and the replay.
+const DEMO_ARGS: &[&str] = &[
+    "--var",
+    r#"text="the cat sat on the mat and the dog sat on the log""#,
+    "--var-desc",
+    "text=a sentence to analyse",
+    "--retrieve",
+    "counts",
+    "Which word appears most often in `text`, and how often?",
+];
+
+fn demo_cassette() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/examples/demo.jsonl").to_owned()
+}
+
+/// Rewrites `examples/demo.jsonl` from a scripted model (run after changing prompt texts):
+/// `cargo test -p cave-cli -- --ignored write_demo_cassette`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "writes examples/demo.jsonl"]
+async fn write_demo_cassette() {
+    let server = server([
+        answer("I'll count the words in `text`.\n```python\nfrom collections import Counter\ncounts = Counter(text.split())\ncounts.most_common(3)\n```", 8, "stop"),
+        answer("The most common word is \"the\": it appears 4 times (then \"sat\" and \"on\", twice each).", 8, "stop"),
+    ])
+    .await;
+    let cassette = demo_cassette();
+    let mut args = vec!["run", "--record", cassette.as_str()];
+    args.extend_from_slice(DEMO_ARGS);
+    let out = cave(Some(&server), &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn the_shipped_demo_cassette_replays() {
+    let cassette = demo_cassette();
+    let mut args = vec!["run", "--json", "--replay", cassette.as_str()];
+    args.extend_from_slice(DEMO_ARGS);
+    let out = cave(None, &args);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "if prompts changed, regenerate it: cargo test -p cave-cli -- --ignored write_demo_cassette\n{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let events = events(&out);
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert_eq!(result["output"], "[('the', 4), ('sat', 2), ('on', 2)]\n");
+    let retrieved = events.iter().find(|e| e["type"] == "retrieved").unwrap();
+    // A Counter is a dict: it comes back as a value.
+    assert_eq!(
+        retrieved["value"],
+        json!({"the": 4, "sat": 2, "on": 2, "cat": 1, "mat": 1, "and": 1, "dog": 1, "log": 1})
+    );
+}
