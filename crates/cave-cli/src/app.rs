@@ -196,7 +196,20 @@ impl Session {
         let mut reason = None;
         let mut events = self.agent.stream_until(prompt, cancel);
         let mut result = Ok(());
-        while let Some(event) = events.next().await {
+        let mut ticker = tokio::time::interval(std::time::Duration::from_millis(100));
+        loop {
+            // `next` is cancel-safe: a tick that wins the race loses no event.
+            let event = tokio::select! {
+                event = events.next() => event,
+                _ = ticker.tick() => {
+                    if let Err(e) = self.output.tick() {
+                        result = Err(e);
+                        break;
+                    }
+                    continue;
+                }
+            };
+            let Some(event) = event else { break };
             if let Event::Stopped { stop_reason, .. } = &event {
                 reason = Some(*stop_reason);
             }

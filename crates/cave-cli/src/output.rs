@@ -39,6 +39,10 @@ pub trait Output {
     fn event(&mut self, event: &Event) -> io::Result<()>;
     /// Prints a retrieved variable.
     fn retrieved(&mut self, retrieved: &Retrieved) -> io::Result<()>;
+    /// Called about ten times a second while waiting (for a spinner).
+    fn tick(&mut self) -> io::Result<()> {
+        Ok(())
+    }
 }
 
 /// One JSON object per line, flushed per event: exactly the core's serde form.
@@ -106,7 +110,14 @@ pub struct Human<W> {
     live_lines: usize,
     live_cut: bool,
     live_mid_line: bool,
+    /// What the spinner says while waiting (interactive output only), its frame, and whether
+    /// it is on screen.
+    waiting: Option<&'static str>,
+    frame: usize,
+    spinner_drawn: bool,
 }
+
+const FRAMES: &[char] = &['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 const BOLD: &str = "\x1b[1m";
 const DIM: &str = "\x1b[2m";
@@ -131,6 +142,9 @@ impl<W: Write> Human<W> {
             live_lines: 0,
             live_cut: false,
             live_mid_line: false,
+            waiting: None,
+            frame: 0,
+            spinner_drawn: false,
         }
     }
 
@@ -247,8 +261,44 @@ impl<W: Write> Human<W> {
     }
 }
 
+impl<W: Write> Human<W> {
+    fn clear_spinner(&mut self) -> io::Result<()> {
+        if std::mem::take(&mut self.spinner_drawn) {
+            write!(self.out, "\r\x1b[K")?;
+        }
+        Ok(())
+    }
+
+    /// What to show while waiting after `event`.
+    fn waiting_after(event: &Event) -> Option<&'static str> {
+        match event {
+            Event::Code { .. } | Event::ExecutionOutput { .. } => Some("running"),
+            Event::FinalResponse { .. } | Event::Stopped { .. } => None,
+            _ => Some("thinking"),
+        }
+    }
+}
+
 impl<W: Write> Output for Human<W> {
+    fn tick(&mut self) -> io::Result<()> {
+        // Colors mean a terminal; the spinner only draws at the start of a line.
+        let Some(label) = self.waiting.filter(|_| self.color && !self.live_mid_line) else {
+            return Ok(());
+        };
+        self.frame = (self.frame + 1) % FRAMES.len();
+        let frame = FRAMES[self.frame];
+        write!(
+            self.out,
+            "\r{}",
+            self.paint(DIM, &format!("{frame} {label}…"))
+        )?;
+        self.spinner_drawn = true;
+        self.out.flush()
+    }
+
     fn event(&mut self, event: &Event) -> io::Result<()> {
+        self.clear_spinner()?;
+        self.waiting = Self::waiting_after(event);
         match event {
             Event::UserPrompt { content } => {
                 let prompt = self.paint(BLUE, &format!("> {content}"));
@@ -464,6 +514,8 @@ impl<W: Write> Output for Human<W> {
     }
 
     fn retrieved(&mut self, retrieved: &Retrieved) -> io::Result<()> {
+        self.clear_spinner()?;
+        self.waiting = None;
         match retrieved {
             Retrieved::Json { name, value } => {
                 let pretty = serde_json::to_string_pretty(value).unwrap_or_default();

@@ -122,3 +122,49 @@ fn colors_are_used_on_a_terminal() {
         "{rendered:?}"
     );
 }
+
+#[test]
+fn the_spinner_draws_while_waiting_and_is_erased_before_output() {
+    let mut out = Vec::new();
+    {
+        let mut human = Human::new(&mut out, true);
+        human
+            .event(&Event::UserPrompt {
+                content: "go".into(),
+            })
+            .unwrap();
+        human.tick().unwrap();
+        human
+            .event(&Event::Code {
+                code: "x = 1".into(),
+            })
+            .unwrap();
+        human.tick().unwrap();
+        human
+            .event(&Event::FinalResponse {
+                content: "done".into(),
+            })
+            .unwrap();
+        human.tick().unwrap();
+    }
+    let rendered = String::from_utf8(out).unwrap();
+    assert!(
+        rendered.contains("thinking…") && rendered.contains("running…"),
+        "{rendered:?}"
+    );
+    assert_eq!(
+        rendered.matches("\r\x1b[K").count(),
+        2,
+        "each drawn frame is erased: {rendered:?}"
+    );
+    // Without colors (not a terminal), no spinner at all.
+    let mut plain = Vec::new();
+    let mut human = Human::new(&mut plain, false);
+    human
+        .event(&Event::UserPrompt {
+            content: "go".into(),
+        })
+        .unwrap();
+    human.tick().unwrap();
+    assert!(!String::from_utf8(plain).unwrap().contains("thinking"));
+}
