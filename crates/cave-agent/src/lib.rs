@@ -22,6 +22,10 @@ pub mod models {
 #[cfg(feature = "models")]
 pub use cave_models::{LiteLlmModel, ModelConfig, OpenAiModel};
 
+/// The code policy: rules checked before code runs (feature `security`, on by default).
+#[cfg(feature = "security")]
+pub use cave_security::{PolicyError, SecurityPolicy};
+
 /// The workspace README's hello world, compiled and run as a doctest.
 #[cfg(all(doctest, feature = "inproc", feature = "testing"))]
 #[doc = include_str!("../../../README.md")]

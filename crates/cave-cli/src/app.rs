@@ -106,6 +106,7 @@ impl Session {
             record,
             variables,
             python_files,
+            policy,
             agent: settings,
             output,
             retrieve,
@@ -140,6 +141,9 @@ impl Session {
         }
 
         let mut builder = Agent::builder(model, runtime.clone());
+        if let Some(policy) = policy {
+            builder.policy(policy);
+        }
         if let Some(v) = settings.max_steps {
             builder.max_steps(v);
         }

@@ -50,6 +50,13 @@ pub enum Provider {
     Litellm,
 }
 
+/// A preset code policy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PolicyPreset {
+    /// `SecurityPolicy::strict()`.
+    Strict,
+}
+
 /// Where the model's code runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RuntimeKind {
@@ -94,6 +101,38 @@ pub struct CommonArgs {
     /// A variable's description for the model: NAME=TEXT (repeatable).
     #[arg(long = "var-desc", value_name = "NAME=TEXT", help_heading = "Runtime")]
     pub var_descs: Vec<String>,
+
+    /// Refuse code importing these modules (and their submodules): MOD[,MOD] (repeatable).
+    #[arg(
+        long,
+        value_name = "MOD[,MOD]",
+        value_delimiter = ',',
+        help_heading = "Code policy"
+    )]
+    pub deny_import: Vec<String>,
+    /// Refuse code calling or referring to these functions: NAME[,NAME] (repeatable).
+    #[arg(
+        long,
+        value_name = "NAME[,NAME]",
+        value_delimiter = ',',
+        help_heading = "Code policy"
+    )]
+    pub deny_call: Vec<String>,
+    /// Refuse code using these attributes: NAME[,NAME] (repeatable).
+    #[arg(
+        long,
+        value_name = "NAME[,NAME]",
+        value_delimiter = ',',
+        help_heading = "Code policy"
+    )]
+    pub deny_attr: Vec<String>,
+    /// Refuse code matching this regular expression (repeatable).
+    #[arg(long, value_name = "PATTERN", help_heading = "Code policy")]
+    pub deny_regex: Vec<String>,
+    /// Start from a preset policy (`strict`: no system modules, no dynamic code, no
+    /// interpreter internals).
+    #[arg(long, value_enum, help_heading = "Code policy")]
+    pub policy: Option<PolicyPreset>,
 
     /// Model calls per run.
     #[arg(long, help_heading = "Limits")]

@@ -1,8 +1,9 @@
 //! Arguments and environment, resolved into a clap-free configuration. The only place that
 //! reads environment variables and input files.
 
-use crate::args::{CommonArgs, Provider};
+use crate::args::{CommonArgs, PolicyPreset, Provider};
 use anyhow::{Context, bail};
+use cave_agent::SecurityPolicy;
 use cave_agent::models::{ApiKey, ModelConfig};
 use cave_agent::{Value, Variable};
 use std::path::PathBuf;
@@ -68,6 +69,8 @@ pub struct Config {
     pub variables: Vec<Variable>,
     /// `--py`.
     pub python_files: Vec<PathBuf>,
+    /// `--policy` and the `--deny-*` rules, if any.
+    pub policy: Option<SecurityPolicy>,
     /// Limits and texts.
     pub agent: AgentSettings,
     /// How events are printed.
@@ -156,6 +159,7 @@ pub fn resolve(
         record: args.record.clone(),
         variables,
         python_files: args.py.clone(),
+        policy: policy(args)?,
         agent,
         output,
         retrieve: args.retrieve.clone(),
@@ -183,4 +187,34 @@ fn parse_var(spec: &str) -> anyhow::Result<Variable> {
         format!("--var {name}: {origin} is not valid JSON (strings need quotes: {name}='\"text\"')")
     })?;
     Ok(Variable::new(name, value))
+}
+
+/// The code policy the flags describe, if any.
+fn policy(args: &CommonArgs) -> anyhow::Result<Option<SecurityPolicy>> {
+    let mut policy = match args.policy {
+        Some(PolicyPreset::Strict) => SecurityPolicy::strict(),
+        None => SecurityPolicy::new(),
+    };
+    let list = |items: &[String]| {
+        items
+            .iter()
+            .map(|s| s.trim().to_owned())
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+    };
+    if !args.deny_import.is_empty() {
+        policy = policy.deny_imports(list(&args.deny_import), None);
+    }
+    if !args.deny_call.is_empty() {
+        policy = policy.deny_calls(list(&args.deny_call), None);
+    }
+    if !args.deny_attr.is_empty() {
+        policy = policy.deny_attributes(list(&args.deny_attr), None);
+    }
+    for pattern in &args.deny_regex {
+        policy = policy
+            .deny_regex(pattern, None)
+            .with_context(|| "--deny-regex".to_owned())?;
+    }
+    Ok((!policy.is_empty()).then_some(policy))
 }

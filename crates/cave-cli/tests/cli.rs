@@ -409,3 +409,53 @@ fn the_shipped_demo_cassette_replays() {
         json!({"the": 4, "sat": 2, "on": 2, "cat": 1, "mat": 1, "and": 1, "dog": 1, "log": 1})
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn policy_flags_refuse_code_before_it_runs() {
+    let server = server([
+        answer(&block("import os\nmarker = 'ran'"), 8, "stop"),
+        answer(&block("print(eval('1 + 1'))"), 8, "stop"),
+        answer("Both were refused.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--deny-import",
+            "os,subprocess",
+            "--deny-call",
+            "eval",
+            "--retrieve",
+            "marker",
+            "try",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events(&out);
+    let refused: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "security_error")
+        .map(|e| e["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(refused.len(), 2);
+    assert!(
+        refused[0].contains("Forbidden import 'os' at line 1")
+            && refused[1].contains("Forbidden call to 'eval' at line 1")
+    );
+    assert!(
+        !events.iter().any(|e| e["type"] == "execution_result"),
+        "nothing ran"
+    );
+    let marker = events.iter().find(|e| e["type"] == "retrieved").unwrap();
+    assert!(
+        marker.get("error").is_some(),
+        "the refused cell's assignment never happened: {marker}"
+    );
+}

@@ -1,0 +1,54 @@
+//! A 300-line cell checked by four rules.
+//!
+//! Run with `cargo xtask bench` (or `cargo bench -p cave-security`).
+
+use cave_core::CodePolicy;
+use cave_security::SecurityPolicy;
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+
+fn cell() -> String {
+    let block = "import pandas as pd\nfrom collections import Counter\n\ndef summarize(df, column='sales'):\n    \"\"\"Totals by region.\"\"\"\n    grouped = df.groupby('region')[column].sum()\n    top = grouped.sort_values(ascending=False).head(5)\n    counts = Counter(df['region'])\n    return {'top': top.to_dict(), 'counts': dict(counts)}\n\nresult = summarize(data)\nprint(result['top'])\n";
+    let mut code = String::new();
+    while code.lines().count() < 300 {
+        code.push_str(block);
+    }
+    code
+}
+
+fn four_rules(c: &mut Criterion) {
+    let policy = SecurityPolicy::new()
+        .deny_imports(["os", "subprocess", "sys"], None)
+        .deny_calls(["eval", "exec", "open"], None)
+        .deny_attributes(["__globals__", "__code__"], None)
+        .deny_regex(r"rm\s+-rf", None)
+        .unwrap();
+    let code = cell();
+    assert!(policy.check(&code).is_empty());
+    c.bench_function("check_300_lines_4_rules", |b| {
+        b.iter(|| black_box(policy.check(black_box(&code))))
+    });
+    // The same cell with a door to names by string: the full parse and walk.
+    let walked = format!("{code}getattr(result, 'items')\n");
+    assert!(policy.check(&walked).is_empty());
+    c.bench_function("check_300_lines_4_rules_full_walk", |b| {
+        b.iter(|| black_box(policy.check(black_box(&walked))))
+    });
+}
+
+criterion_group!(benches, four_rules);
+criterion_main!(benches, parse);
+
+fn parse_only(c: &mut Criterion) {
+    let code = cell();
+    c.bench_function("parse_300_lines", |b| {
+        b.iter(|| {
+            let mut parser = tree_sitter::Parser::new();
+            parser
+                .set_language(&tree_sitter_python::LANGUAGE.into())
+                .unwrap();
+            black_box(parser.parse(black_box(&code), None))
+        })
+    });
+}
+criterion_group!(parse, parse_only);

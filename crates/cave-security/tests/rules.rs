@@ -1,0 +1,378 @@
+use cave_core::testing::{EchoRuntime, Reply, ScriptedModel};
+use cave_core::{Agent, CodePolicy, Event, Message, StopReason};
+use cave_security::SecurityPolicy;
+use futures_util::StreamExt;
+use proptest::prelude::*;
+use std::sync::Arc;
+
+fn messages(policy: &SecurityPolicy, code: &str) -> Vec<String> {
+    policy.check(code).into_iter().map(|v| v.message).collect()
+}
+
+fn blocked(policy: &SecurityPolicy, code: &str) -> bool {
+    !policy.check(code).is_empty()
+}
+
+#[test]
+fn imports_match_modules_and_their_submodules() {
+    let policy = SecurityPolicy::new().deny_imports(["os", "subprocess"], None);
+    for code in [
+        "import os",
+        "import os.path",
+        "import os.path as p",
+        "from os.path import join",
+        "from os import system",
+        "import json, subprocess",
+        "import  os . path",
+    ] {
+        assert!(blocked(&policy, code), "{code}");
+    }
+    for code in [
+        "import posixpath",
+        "import math",
+        "from . import os",
+        "from .os import path",
+        "from ..os import x",
+        "import osmosis",
+        "x = 'import os'",
+    ] {
+        assert!(!blocked(&policy, code), "{code}");
+    }
+    assert_eq!(
+        messages(&policy, "x = 1\nimport os.path as p"),
+        ["Forbidden import 'os.path' at line 2"]
+    );
+    let described = SecurityPolicy::new().deny_imports(["os"], Some("no system access"));
+    assert_eq!(
+        messages(&described, "from os import path"),
+        ["Forbidden import 'os' at line 1: no system access"]
+    );
+}
+
+#[test]
+fn calls_are_caught_by_name_attribute_and_reference() {
+    let policy = SecurityPolicy::new().deny_calls(["eval", "open"], None);
+    assert_eq!(
+        messages(&policy, "eval('1')"),
+        ["Forbidden call to 'eval' at line 1"]
+    );
+    assert_eq!(
+        messages(&policy, "fs.open('x')"),
+        ["Forbidden call to 'open' at line 1"]
+    );
+    assert_eq!(
+        messages(&policy, "f = open"),
+        ["Forbidden reference to 'open' at line 1"]
+    );
+    assert_eq!(
+        messages(&policy, "sorted(x, key=eval)"),
+        ["Forbidden reference to 'eval' at line 1"]
+    );
+    assert_eq!(
+        messages(&policy, "print(eval)"),
+        ["Forbidden reference to 'eval' at line 1"]
+    );
+    assert_eq!(messages(&policy, "open(open('x'))").len(), 2);
+    for code in [
+        "x.eval = 1",
+        "f(eval=1)",
+        "def f(open=None): pass",
+        "eval_result = 3",
+        "# eval(x)",
+        "print('eval')",
+        "class open: pass",
+    ] {
+        assert!(
+            !blocked(&policy, code),
+            "{code}: {:?}",
+            messages(&policy, code)
+        );
+    }
+}
+
+#[test]
+fn attributes_and_patterns() {
+    let policy = SecurityPolicy::new().deny_attributes(["__globals__", "__code__"], None);
+    assert_eq!(
+        messages(&policy, "f.__globals__"),
+        ["Forbidden attribute '__globals__' at line 1"]
+    );
+    assert!(blocked(&policy, "g = f.__code__.co_code"));
+    assert!(!blocked(&policy, "s = '__globals__'"));
+    let policy = SecurityPolicy::new()
+        .deny_regex(r"rm\s+-rf", Some("destructive shell"))
+        .unwrap();
+    assert_eq!(
+        messages(&policy, "a = 'rm -rf /'\nb = 'rm  -rf x'"),
+        ["Forbidden pattern at line 1: destructive shell"]
+    );
+    let err = SecurityPolicy::new()
+        .deny_regex("(unclosed", None)
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("invalid regex pattern \"(unclosed\""),
+        "{err}"
+    );
+    // A very long expression does not defeat the rules.
+    let long = format!("x = {}\nimport os", vec!["1"; 2000].join(" + "));
+    assert!(blocked(
+        &SecurityPolicy::new().deny_imports(["os"], None),
+        &long
+    ));
+}
+
+#[test]
+fn the_documented_bypasses_of_the_peer_are_closed() {
+    let policy = SecurityPolicy::strict();
+    let bypasses = [
+        "__import__('os').system('ls')",
+        "m = __import__('o' + 's')",
+        "import importlib\nimportlib.import_module('subprocess')",
+        "lib.import_module('os.path')",
+        "getattr(f, '__globals__')",
+        "getattr(__builtins__, 'eval')('1')",
+        "getattr(x, '__glo' 'bals__')",
+        "vars()['open']",
+        "globals()['eval']",
+        "__builtins__['exec']('x')",
+        "builtins_dict = math.__dict__['eval']",
+        "().__class__.__bases__[0].__subclasses__()",
+        "x.__class__.__mro__",
+        "frame.f_globals",
+        "breakpoint()",
+        "compile('1', 'x', 'eval')",
+        // Python folds identifiers with NFKC: these are `eval` and `os`.
+        "ｅｖａｌ('1')",
+        "import ｏｓ",
+        "f.__ｇｌｏｂａｌｓ__",
+    ];
+    for code in bypasses {
+        assert!(blocked(&policy, code), "not blocked: {code}");
+    }
+}
+
+#[test]
+fn the_fast_path_sees_whole_words_only() {
+    let policy = SecurityPolicy::new()
+        .deny_imports(["os"], None)
+        .deny_calls(["open"], None);
+    // `os` inside `most` or `posixpath` is no trigger; a real one is found.
+    assert!(!blocked(
+        &policy,
+        "most = [p for p in posts]\nimport posixpath"
+    ));
+    assert!(blocked(&policy, "x = 1\nimport os"));
+    assert!(blocked(&policy, "reopen = open"));
+}
+
+#[test]
+fn a_syntax_error_does_not_hide_other_findings() {
+    let policy = SecurityPolicy::new().deny_imports(["os"], None);
+    let found = messages(&policy, "import os\ndef f(:\n    pass\n");
+    assert_eq!(found[0], "Syntax error at line 2: the code does not parse");
+    assert!(
+        found.contains(&"Forbidden import 'os' at line 1".to_owned()),
+        "{found:?}"
+    );
+    assert_eq!(
+        messages(&SecurityPolicy::new(), "   \n"),
+        ["The code is empty"]
+    );
+    assert!(SecurityPolicy::new().check("x = 1").is_empty());
+}
+
+/// Ordinary data-analysis code, mentioning forbidden names only in strings and comments.
+const CORPUS: &[&str] = &[
+    "import pandas as pd\ndf = pd.DataFrame({'a': [1, 2]})\ndf.describe()",
+    "import numpy as np\nx = np.linspace(0, 1, 50)\nprint(x.mean())",
+    "total = sum(prices)\nprint(f'total: {total:.2f}')",
+    "rows = [r for r in data if r['open'] > r['close']]",
+    "df['open'] = df['open'].astype(float)",
+    "df.open.mean()",
+    "# eval is not needed here\nresult = 2 + 2",
+    "print('never call eval or exec on user input')",
+    "note = \"os.system is forbidden in this notebook\"",
+    "import math\nprint(math.sqrt(2))",
+    "from collections import Counter\nCounter('hello')",
+    "import json\njson.dumps({'a': 1})",
+    "import statistics as st\nst.median([1, 3, 2])",
+    "from datetime import datetime, timedelta\nnow = datetime(2024, 1, 1) + timedelta(days=3)",
+    "import re\nre.findall(r'\\d+', 'a1b22')",
+    "values = sorted(values, key=lambda v: v['score'], reverse=True)",
+    "grouped = df.groupby('region')['sales'].sum().sort_values()",
+    "pivot = df.pivot_table(index='month', columns='product', values='qty', aggfunc='sum')",
+    "import itertools\nlist(itertools.combinations([1, 2, 3], 2))",
+    "def mean(xs):\n    return sum(xs) / len(xs)\nmean([1, 2, 3])",
+    "class Account:\n    def __init__(self, owner):\n        self.owner = owner\n    def __repr__(self):\n        return f'Account({self.owner!r})'",
+    "from dataclasses import dataclass\n@dataclass\nclass P:\n    x: float\n    y: float = 0.0",
+    "try:\n    value = int(text)\nexcept ValueError:\n    value = None",
+    "with_tax = [p * 1.2 for p in prices]",
+    "for i, row in enumerate(rows):\n    print(i, row)",
+    "import random\nrandom.seed(0)\nrandom.sample(range(10), 3)",
+    "df = df.dropna(subset=['price'])\ndf.head()",
+    "top = df.nlargest(5, 'revenue')[['name', 'revenue']]",
+    "corr = df[['a', 'b']].corr()",
+    "import csv, io\nreader = csv.reader(io.StringIO('a,b\\n1,2'))\nlist(reader)",
+    "text = 'compile the report'\nwords = text.split()",
+    "settings = {'open': True, 'exec_mode': 'fast'}",
+    "input_size = len(data)\nprint(input_size)",
+    "def evaluate(model, X):\n    return model.predict(X)",
+    "opened = [f for f in files if f.endswith('.csv')]",
+    "import decimal\ndecimal.Decimal('1.10') + decimal.Decimal('2.20')",
+    "from fractions import Fraction\nFraction(3, 4) + Fraction(1, 4)",
+    "matrix = [[1, 2], [3, 4]]\n[list(r) for r in zip(*matrix)]",
+    "s = df['city'].str.upper().value_counts()",
+    "df['date'] = pd.to_datetime(df['date'])\ndf.set_index('date').resample('M').sum()",
+    "import heapq\nheapq.nsmallest(3, [5, 1, 4, 2])",
+    "import bisect\nbisect.bisect_left([1, 3, 5], 4)",
+    "msg = 'the __globals__ attribute is off limits'",
+    "import textwrap\ntextwrap.dedent('  a\\n  b')",
+    "from typing import Optional\ndef f(x: Optional[int] = None) -> int:\n    return x or 0",
+    "async def fetch_all(urls):\n    return [u.upper() for u in urls]\nawait fetch_all(['a'])",
+    "squares = {n: n * n for n in range(10)}",
+    "import uuid\nstr(uuid.uuid4())[:8]",
+    "import hashlib\nhashlib.sha256(b'data').hexdigest()",
+    "report = '\\n'.join(f'{k}: {v}' for k, v in totals.items())\nprint(report)",
+];
+
+#[test]
+fn ordinary_code_is_not_blocked() {
+    assert!(CORPUS.len() >= 50);
+    let policy = SecurityPolicy::strict();
+    for code in CORPUS {
+        assert!(
+            policy.check(code).is_empty(),
+            "false positive on {code:?}: {:?}",
+            messages(&policy, code)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_refused_cell_never_runs_and_the_model_is_told_why() {
+    let model = ScriptedModel::new([
+        Reply::text("```python\nimport os\nos.remove('data.csv')\n```"),
+        Reply::text("I will not do that."),
+    ]);
+    let runtime = Arc::new(EchoRuntime::new());
+    let mut agent = Agent::builder(model, runtime.clone())
+        .policy(SecurityPolicy::strict())
+        .build()
+        .unwrap();
+    let events: Vec<Event> = agent.stream("Clean up.").collect().await;
+    assert!(runtime.executed().is_empty(), "nothing ran");
+    let message = events
+        .iter()
+        .find_map(|e| {
+            if let Event::SecurityError { message } = e {
+                Some(message.clone())
+            } else {
+                None
+            }
+        })
+        .expect("a security error event");
+    assert!(
+        message.contains("Forbidden import 'os' at line 1: system access is not allowed"),
+        "{message}"
+    );
+    let told = agent.history().iter().any(|m| matches!(m, Message::ExecutionResult { content } if content.contains("Forbidden import 'os'")));
+    assert!(told, "the model receives the violations");
+    assert!(matches!(
+        events.last(),
+        Some(Event::Stopped {
+            stop_reason: StopReason::Completed,
+            ..
+        })
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 3000, .. ProptestConfig::default() })]
+
+    #[test]
+    fn no_input_makes_a_policy_panic(code in "\\PC{0,200}") {
+        let _ = SecurityPolicy::strict().check(&code);
+    }
+
+    #[test]
+    fn python_shaped_noise_does_not_panic(parts in prop::collection::vec(prop::sample::select(vec![
+        "import ", "os", ".", "(", ")", "[", "]", "'", "\"", "getattr", "__import__", "eval", ",", "=", "\n",
+        "    ", "def ", ":", "from ", " import ", "globals()", "+", "#", "lambda", "\\", "f'", "{", "}",
+    ]), 0..60)) {
+        let _ = SecurityPolicy::strict().check(&parts.concat());
+    }
+}
+
+/// `CAVE_POLICY_SOAK=N` checks N random Python-shaped cells (default 2 000): no panic.
+#[test]
+fn soak_random_cells() {
+    let cases: u64 = std::env::var("CAVE_POLICY_SOAK")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(2_000);
+    let atoms = [
+        "import ",
+        "from ",
+        "os",
+        "sys",
+        ".",
+        "(",
+        ")",
+        "[",
+        "]",
+        "{",
+        "}",
+        "'",
+        "\"",
+        "'''",
+        "getattr",
+        "__import__",
+        "eval",
+        "open",
+        ",",
+        "=",
+        "\n",
+        "    ",
+        "def ",
+        "class ",
+        ":",
+        " as ",
+        "globals()",
+        "vars()",
+        "+",
+        "#",
+        "lambda",
+        "\\",
+        "f'",
+        "b'",
+        "x",
+        "1",
+        "__globals__",
+        "await ",
+        "async ",
+        "@",
+        "*",
+        "**",
+        "->",
+        "yield",
+        "é",
+        "\t",
+    ];
+    let policy = SecurityPolicy::strict();
+    let mut state: u64 = 0x5EC0_5EC0;
+    let mut next = || {
+        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    };
+    for _ in 0..cases {
+        let len = (next() % 80) as usize;
+        let code: String = (0..len)
+            .map(|_| atoms[(next() % atoms.len() as u64) as usize])
+            .collect();
+        let _ = policy.check(&code);
+    }
+}
