@@ -1,0 +1,3 @@
+//! Estimation and compaction.
+mod compactor;
+mod estimate;
