@@ -26,6 +26,15 @@ pub use cave_models::{LiteLlmModel, ModelConfig, OpenAiModel};
 #[cfg(feature = "security")]
 pub use cave_security::{PolicyError, SecurityPolicy};
 
+/// Context compaction and token estimation (feature `compact`, on by default).
+#[cfg(feature = "compact")]
+pub mod compact {
+    pub use cave_compact::*;
+}
+
+#[cfg(feature = "compact")]
+pub use cave_compact::ContextCompactor;
+
 /// The workspace README's hello world, compiled and run as a doctest.
 #[cfg(all(doctest, feature = "inproc", feature = "testing"))]
 #[doc = include_str!("../../../README.md")]

@@ -5,6 +5,7 @@ use crate::config::{self, Config, ModelSource, OutputMode};
 use crate::exit::Exit;
 use crate::output::{Human, JsonLines, Output, Retrieved};
 use anyhow::Context;
+use cave_agent::ContextCompactor;
 use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};
 use cave_agent::{
     Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, Model, Resources, Runtime,
@@ -12,6 +13,7 @@ use cave_agent::{
 };
 use futures_util::StreamExt;
 use std::io::{self, IsTerminal, Write};
+use std::sync::Arc;
 
 /// Runs the command; returns how `cave` exits.
 pub fn run(cli: Cli, api_key: Option<ApiKey>, key_text: Option<String>) -> Exit {
@@ -107,26 +109,24 @@ impl Session {
             variables,
             python_files,
             policy,
+            context_window,
+            compact_model,
             agent: settings,
             output,
             retrieve,
             api_key: _,
         } = config;
-        let model: Box<dyn Model> = match model {
-            ModelSource::Server {
-                provider: Provider::Openai,
-                config,
-            } => Box::new(OpenAiModel::new(config)?),
-            ModelSource::Server {
-                provider: Provider::Litellm,
-                config,
-            } => Box::new(LiteLlmModel::new(config)?),
-            ModelSource::Replay(path) => Box::new(ReplayModel::open(&path)?),
-        };
+        let model: Box<dyn Model> = open_model(model)?;
         let model: Box<dyn Model> = match record {
             Some(path) => Box::new(RecordingModel::create(model, &path)?),
             None => model,
         };
+        let model: Arc<dyn Model> = Arc::from(model);
+        let summarizer: Arc<dyn Model> = match compact_model {
+            Some(source) => Arc::from(open_model(source)?),
+            None => model.clone(),
+        };
+        let compactor = ContextCompactor::new(summarizer).with_context_window(context_window);
         let runtime =
             InProcRuntime::new().context("the in-process Python runtime could not start")?;
         let resources = variables
@@ -141,6 +141,7 @@ impl Session {
         }
 
         let mut builder = Agent::builder(model, runtime.clone());
+        builder.compactor(compactor);
         if let Some(policy) = policy {
             builder.policy(policy);
         }
@@ -294,4 +295,18 @@ impl Session {
             },
         }
     }
+}
+
+fn open_model(source: ModelSource) -> anyhow::Result<Box<dyn Model>> {
+    Ok(match source {
+        ModelSource::Server {
+            provider: Provider::Openai,
+            config,
+        } => Box::new(OpenAiModel::new(config)?),
+        ModelSource::Server {
+            provider: Provider::Litellm,
+            config,
+        } => Box::new(LiteLlmModel::new(config)?),
+        ModelSource::Replay(path) => Box::new(ReplayModel::open(&path)?),
+    })
 }

@@ -88,6 +88,18 @@ pub struct CommonArgs {
     #[arg(long, value_name = "CASSETTE", help_heading = "Model")]
     pub record: Option<PathBuf>,
 
+    /// The model's context window in tokens; older turns are compacted to stay inside it.
+    #[arg(
+        long,
+        value_name = "TOKENS",
+        default_value_t = 128_000,
+        help_heading = "Model"
+    )]
+    pub context_window: u64,
+    /// A separate (cheaper) model for summaries when compacting (same server and key).
+    #[arg(long, value_name = "ID", help_heading = "Model")]
+    pub compact_model: Option<String>,
+
     /// The runtime.
     #[arg(long, value_enum, default_value = "inproc", help_heading = "Runtime")]
     pub runtime: RuntimeKind,

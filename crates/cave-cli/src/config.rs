@@ -69,6 +69,10 @@ pub struct Config {
     pub variables: Vec<Variable>,
     /// `--py`.
     pub python_files: Vec<PathBuf>,
+    /// `--context-window`.
+    pub context_window: u64,
+    /// `--compact-model`, as a second model source on the same server.
+    pub compact_model: Option<ModelSource>,
     /// `--policy` and the `--deny-*` rules, if any.
     pub policy: Option<SecurityPolicy>,
     /// Limits and texts.
@@ -108,6 +112,12 @@ pub fn resolve(
             }
         }
     };
+    if args.context_window < 1_000 {
+        bail!(
+            "--context-window must be at least 1000 tokens, not {}",
+            args.context_window
+        );
+    }
     let mut variables = args
         .vars
         .iter()
@@ -154,12 +164,15 @@ pub fn resolve(
             color: stdout_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         }
     };
+    let compact_model = compact_model(args, &model);
     Ok(Config {
         model,
         record: args.record.clone(),
         variables,
         python_files: args.py.clone(),
         policy: policy(args)?,
+        context_window: args.context_window,
+        compact_model,
         agent,
         output,
         retrieve: args.retrieve.clone(),
@@ -217,4 +230,16 @@ fn policy(args: &CommonArgs) -> anyhow::Result<Option<SecurityPolicy>> {
             .with_context(|| "--deny-regex".to_owned())?;
     }
     Ok((!policy.is_empty()).then_some(policy))
+}
+
+/// The summary model: the main model's settings with another id.
+fn compact_model(args: &CommonArgs, main: &ModelSource) -> Option<ModelSource> {
+    let id = args.compact_model.as_deref()?;
+    match main {
+        ModelSource::Server { provider, config } => Some(ModelSource::Server {
+            provider: *provider,
+            config: config.clone().with_model(id),
+        }),
+        ModelSource::Replay(_) => None,
+    }
 }

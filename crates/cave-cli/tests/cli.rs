@@ -459,3 +459,50 @@ async fn policy_flags_refuse_code_before_it_runs() {
         "the refused cell's assignment never happened: {marker}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_small_window_compacts_with_the_summary_model() {
+    let step = || answer(&block("print('x' * 3000)"), 64, "stop");
+    let server = server((0..30).map(|_| step())).await;
+    let out = cave(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--context-window",
+            "2000",
+            "--compact-model",
+            "cheap-model",
+            "--max-steps",
+            "8",
+            "go",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "max steps: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events(&out);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "status" && e["status"] == "compacted"),
+        "{events:?}"
+    );
+    let models: Vec<String> = server
+        .received()
+        .iter()
+        .map(|r| r.body["model"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        models.contains(&"cheap-model".to_owned()) && models.contains(&"test-model".to_owned()),
+        "{models:?}"
+    );
+    let bad = cave(
+        None,
+        &["run", "--model", "m", "--context-window", "10", "go"],
+    );
+    assert_eq!(bad.status.code(), Some(2));
+}

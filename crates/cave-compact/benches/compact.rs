@@ -1,1 +1,55 @@
-fn main() {}
+//! Estimation throughput and microcompaction.
+//!
+//! Run with `cargo xtask bench` (or `cargo bench -p cave-compact`).
+
+use cave_compact::{ContextCompactor, Encoding, ScriptEstimator, TiktokenEstimator};
+use cave_core::testing::ScriptedModel;
+use cave_core::{Message, TokenEstimator};
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::sync::Arc;
+
+/// About 1 MB of mixed Latin and CJK text.
+fn mixed() -> String {
+    let mut text = String::new();
+    while text.len() < 1_000_000 {
+        text.push_str("The quarterly report shows revenue up 12% year over year. ");
+        text.push_str("季度报告显示收入同比增长百分之十二。");
+    }
+    text
+}
+
+fn estimation(c: &mut Criterion) {
+    let text = mixed();
+    let mut group = c.benchmark_group("estimate_1mb_mixed");
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.bench_function("script_heuristic", |b| {
+        b.iter(|| black_box(ScriptEstimator.estimate(black_box(&text))))
+    });
+    let exact = TiktokenEstimator::new(Encoding::O200k);
+    exact.estimate("warm up: build the tables once");
+    group.sample_size(10);
+    group.bench_function("tiktoken_o200k", |b| {
+        b.iter(|| black_box(exact.estimate(black_box(&text))))
+    });
+    group.finish();
+}
+
+fn microcompaction(c: &mut Criterion) {
+    let compactor =
+        ContextCompactor::new(Arc::new(ScriptedModel::new([]))).with_estimator(ScriptEstimator);
+    let mut history = vec![Message::system("sys")];
+    for i in 0..500 {
+        history.push(Message::code(format!(
+            "```python\nstep_{i} = load({i})\n```"
+        )));
+        history.push(Message::execution_result("row,value\n".repeat(40)));
+    }
+    assert_eq!(history.len(), 1_001);
+    c.bench_function("microcompact_1000_messages", |b| {
+        b.iter(|| black_box(compactor.microcompact(black_box(&history))))
+    });
+}
+
+criterion_group!(benches, estimation, microcompaction);
+criterion_main!(benches);

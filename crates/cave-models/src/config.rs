@@ -132,6 +132,12 @@ impl ModelConfig {
         Ok(config)
     }
 
+    /// The same settings for another model id (e.g. a cheaper model for summaries).
+    pub fn with_model(mut self, model: impl Into<String>) -> Self {
+        self.model = model.into();
+        self
+    }
+
     /// The server's base URL, up to `/v1` (the adapter appends `/chat/completions`).
     pub fn base_url(mut self, url: impl Into<String>) -> Self {
         self.base_url = Some(url.into());
