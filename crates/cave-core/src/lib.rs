@@ -71,7 +71,7 @@ pub use model::{
 };
 pub use parser::{FenceParser, Parsed};
 pub use policy::{CodePolicy, Violation};
-pub use registry::{Entry, Registry};
+pub use registry::{Entry, Registry, unique_prefix};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
     NameKind, NameProblem, ObjectBinding, Param, ParamKind, Resource, Resources, Signature,

@@ -240,6 +240,17 @@ impl Registry {
     }
 }
 
+/// Checks a `bind_unique` request and returns the prefix as Python binds it: `start` must be at
+/// least 1 and `{prefix}_{start}` a usable name (so `bad-name` fails, and `\u{212a}` becomes `K`).
+pub fn unique_prefix(prefix: &str, start: u64) -> Result<String, RuntimeError> {
+    if start == 0 {
+        return Err(RuntimeError::InvalidStart);
+    }
+    let suffix = format!("_{start}");
+    let first = validate_name(NameKind::Prefix, &format!("{prefix}{suffix}"))?;
+    Ok(first[..first.len() - suffix.len()].to_owned())
+}
+
 /// Checks what a resource declares beyond its name: parameter and field names, and that
 /// fields without defaults come first (Python's dataclass rule).
 fn check_shape(resource: &Resource) -> Result<(), RuntimeError> {

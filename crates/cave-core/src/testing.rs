@@ -19,8 +19,8 @@
 
 use crate::{
     ChatRequest, Delta, DeltaStream, Description, Execution, FinishReason, Model, ModelError,
-    ModelErrorKind, ModelInfo, NameKind, OutputSink, Registry, Resource, Resources, Runtime,
-    RuntimeError, Usage, Value, validate_name,
+    ModelErrorKind, ModelInfo, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError,
+    Usage, Value,
 };
 use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
@@ -429,11 +429,8 @@ impl Runtime for EchoRuntime {
         value: Value,
         start: u64,
     ) -> Result<String, RuntimeError> {
-        if start == 0 {
-            return Err(RuntimeError::InvalidStart);
-        }
-        let first = validate_name(NameKind::Prefix, &format!("{prefix}_{start}"))?;
-        let prefix = &first[..first.len() - format!("_{start}").len()];
+        let prefix = crate::unique_prefix(prefix, start)?;
+        let prefix = prefix.as_str();
         let mut state = self.lock();
         let mut index = start.max(state.last_index.get(prefix).map_or(0, |last| last + 1));
         let taken = |s: &EchoState, n: &str| s.namespace.contains_key(n) || s.registry.is_bound(n);

@@ -8,9 +8,8 @@ use crate::worker::Worker;
 use async_trait::async_trait;
 use cave_core::{
     Args, Description, Entry, Execution, ExecutionError, Function, FunctionBody, HostError,
-    HostObject, Interrupt, NameKind, ObjectBinding, OutputSink, Param, Registry, Resource,
-    Resources, Runtime, RuntimeError, TypeSchema, TypeShape, Value, Variable, normalize_name,
-    validate_name,
+    HostObject, Interrupt, ObjectBinding, OutputSink, Param, Registry, Resource, Resources,
+    Runtime, RuntimeError, TypeSchema, TypeShape, Value, Variable, normalize_name,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -390,11 +389,7 @@ impl Runtime for InProcRuntime {
         value: Value,
         start: u64,
     ) -> Result<String, RuntimeError> {
-        if start == 0 {
-            return Err(RuntimeError::InvalidStart);
-        }
-        let first = validate_name(NameKind::Prefix, &format!("{prefix}_{start}"))?;
-        let prefix = first[..first.len() - format!("_{start}").len()].to_owned();
+        let prefix = cave_core::unique_prefix(prefix, start)?;
         let inner = self.inner.clone();
         self.inner
             .worker
