@@ -20,6 +20,7 @@ type Job = Box<dyn for<'py> FnOnce(Python<'py>) + Send>;
 #[derive(Debug)]
 pub(crate) struct Worker {
     jobs: mpsc::Sender<Job>,
+    thread: std::thread::ThreadId,
 }
 
 impl Worker {
@@ -29,7 +30,7 @@ impl Worker {
         on_start: impl for<'py> FnOnce(Python<'py>) + Send + 'static,
     ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
-        std::thread::Builder::new().name(name).spawn(move || {
+        let handle = std::thread::Builder::new().name(name).spawn(move || {
             // Attached once for the thread's life, so its Python thread state (and with it
             // `threading.local` data such as the cell event loop) persists across jobs; the
             // interpreter is released while waiting.
@@ -46,7 +47,10 @@ impl Worker {
                 }
             })
         })?;
-        Ok(Self { jobs })
+        Ok(Self {
+            jobs,
+            thread: handle.thread().id(),
+        })
     }
 
     /// Runs `f` on the thread and returns its result.
@@ -55,6 +59,16 @@ impl Worker {
         R: Send + 'static,
         F: for<'py> FnOnce(Python<'py>) -> R + Send + 'static,
     {
+        if std::thread::current().id() == self.thread {
+            // A host function called back into the runtime that is running it: the job would
+            // wait behind the cell that is waiting for it.
+            return Err(RuntimeError::Backend {
+                operation,
+                message: "a host function called back into the runtime that is running it; \
+use another runtime, or return data for the model's code to use"
+                    .to_owned(),
+            });
+        }
         let (reply, result) = tokio::sync::oneshot::channel();
         self.submit(move |py| {
             // Whoever asked is gone (a timed-out or cancelled execution that was still

@@ -614,3 +614,25 @@ async fn a_broken_module_is_refused_with_its_error() {
     assert!(err.to_string().contains("No such file"), "{err}");
     assert_eq!(run(&rt, "1").await.output, "1\n", "the runtime goes on");
 }
+
+#[tokio::test]
+async fn a_host_function_calling_back_into_its_runtime_gets_an_error_not_a_hang() {
+    let rt = InProcRuntime::new().unwrap();
+    let inner = rt.clone();
+    let callback = Function::host("peek", Signature::default(), move |_args: Args| {
+        let rt = inner.clone();
+        async move { rt.get("x").await.map_err(HostError::runtime) }
+    });
+    rt.register(Resources::new().function(callback)).unwrap();
+    let out = run(
+        &rt,
+        "x = 1\ntry:\n    peek()\nexcept RuntimeError as e:\n    print('refused:', e)",
+    )
+    .await;
+    assert!(
+        out.output
+            .starts_with("refused: the runtime failed during get: a host function called back"),
+        "{}",
+        out.output
+    );
+}
