@@ -114,7 +114,7 @@ pub struct CommonArgs {
     #[arg(long = "var-desc", value_name = "NAME=TEXT", help_heading = "Runtime")]
     pub var_descs: Vec<String>,
 
-    /// Refuse code importing these modules (and their submodules): MOD[,MOD] (repeatable).
+    /// Refuse code importing these modules and their submodules (comma-separated, repeatable).
     #[arg(
         long,
         value_name = "MOD[,MOD]",
@@ -122,7 +122,7 @@ pub struct CommonArgs {
         help_heading = "Code policy"
     )]
     pub deny_import: Vec<String>,
-    /// Refuse code calling or referring to these functions: NAME[,NAME] (repeatable).
+    /// Refuse code calling or referring to these functions (comma-separated, repeatable).
     #[arg(
         long,
         value_name = "NAME[,NAME]",
@@ -130,7 +130,7 @@ pub struct CommonArgs {
         help_heading = "Code policy"
     )]
     pub deny_call: Vec<String>,
-    /// Refuse code using these attributes: NAME[,NAME] (repeatable).
+    /// Refuse code using these attributes (comma-separated, repeatable).
     #[arg(
         long,
         value_name = "NAME[,NAME]",

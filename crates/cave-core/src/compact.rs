@@ -86,12 +86,13 @@ impl Prepared {
 
 /// Keeps the history inside the model's context window.
 ///
-/// Before every step the agent calls [`prepare`](Compactor::prepare) (cheap and silent); if it
-/// asks for a summary, the agent announces `compacting`, calls [`summarize`]
-/// (Compactor::summarize) and announces `compacted`. When the provider rejects a prompt as too
-/// long, the agent calls [`recover_from_overflow`](Compactor::recover_from_overflow) and
-/// retries once. Only [`estimator`](Compactor::estimator) is required: the defaults never
-/// compact. Compaction never deletes history without a summary to replace it.
+/// Before every step the agent calls [`prepare`](Compactor::prepare), which is cheap and
+/// silent. If it asks for a summary, the agent announces `compacting`, calls
+/// [`summarize`](Compactor::summarize) and announces `compacted`. When the provider rejects a
+/// prompt as too long, the agent calls
+/// [`recover_from_overflow`](Compactor::recover_from_overflow) and retries once. Only
+/// [`estimator`](Compactor::estimator) is required: the defaults never compact. Compaction
+/// never deletes history without a summary to replace it.
 #[async_trait]
 pub trait Compactor: Send + Sync {
     /// The estimator used for budgets, anchors and usage estimates.

@@ -8,12 +8,16 @@ use std::sync::Arc;
 /// A persistent Python namespace that the model's code runs in.
 ///
 /// The runtime owns names and state; the agent owns the conversation. Required are the
-/// namespace's genuine operations: [`execute`](Runtime::execute), [`register`](Runtime::register)
-/// (an atomic batch), [`describe`](Runtime::describe) (the prompt text), [`retrieve`]
-/// (Runtime::retrieve) and [`update`](Runtime::update) of registered variables, [`get`]
-/// (Runtime::get) of any bound name, [`bind_unique`](Runtime::bind_unique) and
-/// [`reset`](Runtime::reset). [`interrupter`](Runtime::interrupter) defaults to `None`: a runtime
-/// that cannot stop running code does not claim it can. Typed access is in [`RuntimeExt`].
+/// namespace's genuine operations:
+/// - [`execute`](Runtime::execute) a cell;
+/// - [`register`](Runtime::register) an atomic batch of resources;
+/// - [`describe`](Runtime::describe) them for the prompt;
+/// - [`retrieve`](Runtime::retrieve) and [`update`](Runtime::update) registered variables;
+/// - [`get`](Runtime::get) any bound name;
+/// - [`bind_unique`](Runtime::bind_unique) and [`reset`](Runtime::reset).
+///
+/// [`interrupter`](Runtime::interrupter) defaults to `None`: a runtime that cannot stop running
+/// code does not claim it can. Typed access is in [`RuntimeExt`].
 #[async_trait]
 pub trait Runtime: Send + Sync {
     /// Runs a cell. Output is written to `output` as it is produced, where the runtime can
