@@ -744,14 +744,19 @@ impl Inner {
     }
 }
 
+/// A default as a Python object (`None` when there is none; the flag beside it tells them apart).
+fn optional_py<'py>(py: Python<'py>, value: Option<&Value>) -> PyResult<Bound<'py, PyAny>> {
+    match value {
+        Some(v) => to_py(py, v),
+        None => Ok(py.None().into_bound(py)),
+    }
+}
+
 /// `(name, kind, has_default, default)` per parameter, as the executor takes them.
 fn params_list<'py>(py: Python<'py>, params: &[Param]) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for p in params {
-        let default = match &p.default {
-            Some(v) => to_py(py, v)?,
-            None => py.None().into_bound(py),
-        };
+        let default = optional_py(py, p.default.as_ref())?;
         list.append((
             p.name.as_str(),
             p.kind.as_str(),
@@ -784,10 +789,7 @@ fn type_object<'py>(py: Python<'py>, t: &TypeSchema) -> PyResult<Bound<'py, PyAn
         TypeShape::Fields(fields) => {
             let spec = PyList::empty(py);
             for f in fields {
-                let default = match &f.default {
-                    Some(v) => to_py(py, v)?,
-                    None => py.None().into_bound(py),
-                };
+                let default = optional_py(py, f.default.as_ref())?;
                 spec.append((
                     f.name.as_str(),
                     f.annotation.as_str(),
