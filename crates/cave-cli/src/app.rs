@@ -173,6 +173,10 @@ impl Session {
             builder.instructions(v);
         }
         let agent = builder.build()?;
+        if output == OutputMode::Json {
+            // Only events may reach stdout.
+            cave_agent::inproc::send_stray_output_to_stderr()?;
+        }
         let stdout = RedactingStdout {
             buffer: Vec::new(),
             redactor: redactor.clone(),

@@ -506,3 +506,18 @@ async fn a_small_window_compacts_with_the_summary_model() {
     );
     assert_eq!(bad.status.code(), Some(2));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stray_output_from_threads_stays_off_the_json_stream() {
+    let code = "import threading\nt = threading.Thread(target=lambda: print('from a thread'))\nt.start(); t.join()\nprint('from the cell')";
+    let server = server([answer(&block(code), 16, "stop"), answer("Done.", 8, "stop")]).await;
+    let out = cave(Some(&server), &["run", "--json", "go"]);
+    assert_eq!(out.status.code(), Some(0));
+    // Every stdout line is an event (`events` panics on anything else).
+    let result = events(&out)
+        .into_iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert_eq!(result["output"], "from the cell\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("from a thread"));
+}

@@ -107,6 +107,14 @@ def install():
         sys.modules["cave_agent.runtime"] = runtime
 
 
+def send_stray_output_to_stderr():
+    """Output written outside any execution (threads a cell started, late tasks) goes to the
+    real stderr instead of stdout, e.g. when stdout carries a machine-readable stream."""
+    install()
+    if getattr(sys.stderr, "_real", None) is not None:
+        sys.stdout._real = sys.stderr._real
+
+
 class Function:
     """An exported function (CaveAgent's `Function`)."""
 

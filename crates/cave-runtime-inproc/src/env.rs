@@ -224,3 +224,17 @@ fn initialize() -> Result<PythonEnvironment, InProcError> {
         Ok(environment)
     })
 }
+
+/// Sends output written outside any execution (by threads a cell started, or by tasks that
+/// outlived their cell) to stderr instead of stdout, for programs whose stdout carries a
+/// machine-readable stream. Output of executions is captured either way.
+pub fn send_stray_output_to_stderr() -> Result<(), InProcError> {
+    Python::attach(|py| {
+        executor(py)?
+            .call_method0("send_stray_output_to_stderr")
+            .map(drop)
+            .map_err(|e| InProcError::Setup {
+                message: e.to_string(),
+            })
+    })
+}

@@ -42,7 +42,9 @@ mod interrupt;
 mod runtime;
 mod worker;
 
-pub use env::{EnvironmentSource, PythonEnvironment, python_environment};
+pub use env::{
+    EnvironmentSource, PythonEnvironment, python_environment, send_stray_output_to_stderr,
+};
 pub use pyo3;
 pub use runtime::InProcRuntime;
 
