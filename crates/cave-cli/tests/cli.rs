@@ -521,3 +521,59 @@ async fn stray_output_from_threads_stays_off_the_json_stream() {
     assert_eq!(result["output"], "from the cell\n");
     assert!(String::from_utf8_lossy(&out.stderr).contains("from a thread"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn chat_reads_turns_until_end_of_input() {
+    use std::io::Write as _;
+    let server = server([
+        answer(&block("n = 20"), 8, "stop"),
+        answer("Set.", 8, "stop"),
+        answer(&block("print(n + 1)"), 8, "stop"),
+        answer("21.", 8, "stop"),
+    ])
+    .await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["chat", "--json", "--retrieve", "n"])
+        .env("LLM_MODEL_ID", "test-model")
+        .env("LLM_BASE_URL", server.base_url())
+        .env_remove("LLM_API_KEY")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"Set n to 20.\n\nAdd one.\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events(&out);
+    let prompts: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "user_prompt")
+        .map(|e| e["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        prompts,
+        ["Set n to 20.", "Add one."],
+        "the blank line is skipped"
+    );
+    let outputs: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "execution_result")
+        .map(|e| e["output"].as_str().unwrap())
+        .collect();
+    assert_eq!(outputs, ["No output", "21\n"], "state carries across turns");
+    assert_eq!(
+        events.last().unwrap(),
+        &json!({"type": "retrieved", "name": "n", "value": 20})
+    );
+}
