@@ -577,3 +577,56 @@ async fn chat_reads_turns_until_end_of_input() {
         &json!({"type": "retrieved", "name": "n", "value": 20})
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
+    use std::io::{BufRead, BufReader, Write as _};
+    let server = server([
+        answer(&block("kept = 'yes'\nwhile True:\n    pass"), 16, "stop"),
+        answer(&block("print(kept)"), 8, "stop"),
+        answer("Still here.", 8, "stop"),
+    ])
+    .await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["chat", "--json"])
+        .env("LLM_MODEL_ID", "test-model")
+        .env("LLM_BASE_URL", server.base_url())
+        .env_remove("LLM_API_KEY")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next_event =
+        move || -> Json { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    stdin.write_all(b"Spin.\n").unwrap();
+    while next_event()["type"] != "code" {}
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let stopped = loop {
+        let event = next_event();
+        if event["type"] == "stopped" {
+            break event;
+        }
+    };
+    assert_eq!(stopped["stop_reason"], "cancelled");
+    stdin.write_all(b"Again.\n").unwrap();
+    drop(stdin);
+    let result = loop {
+        let event = next_event();
+        if event["type"] == "execution_result" {
+            break event;
+        }
+    };
+    assert_eq!(
+        result["output"], "yes\n",
+        "the session and its state survived the interrupt"
+    );
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+}
