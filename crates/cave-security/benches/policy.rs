@@ -51,4 +51,14 @@ fn parse_only(c: &mut Criterion) {
         })
     });
 }
-criterion_group!(parse, parse_only);
+fn parse_reusing_the_parser(c: &mut Criterion) {
+    let code = cell();
+    let mut parser = tree_sitter::Parser::new();
+    parser
+        .set_language(&tree_sitter_python::LANGUAGE.into())
+        .unwrap();
+    c.bench_function("parse_300_lines_reused_parser", |b| {
+        b.iter(|| black_box(parser.parse(black_box(&code), None)))
+    });
+}
+criterion_group!(parse, parse_only, parse_reusing_the_parser);
