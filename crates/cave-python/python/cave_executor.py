@@ -399,7 +399,7 @@ def _describe(kind, name, obj, description):
     """One export as `(kind, name, object, description, details)` for the host."""
     if kind == "function":
         details = {"signature": _signature(obj), "doc": _doc(obj), "is_async": inspect.iscoroutinefunction(obj)}
-    elif kind == "type":
+    elif kind in ("type", "hidden_type"):
         details = {"doc": _doc(obj)}
         if dataclasses.is_dataclass(obj):
             fields = []
@@ -419,6 +419,67 @@ def _describe(kind, name, obj, description):
     else:
         details = {}
     return (kind, name, obj, description, details)
+
+
+_NOT_INJECTED = {str, int, float, bool, bytes, bytearray, list, dict, tuple, set, frozenset, type(None), object, type}
+_LIBRARY_MODULES = {"types", "typing", "typing_extensions", "collections.abc", __name__}
+
+
+def _classes_in(annotation, found):
+    """Classes named by an annotation, generic arguments included."""
+    import typing
+
+    if isinstance(annotation, type) and not typing.get_args(annotation):
+        found.append(annotation)
+        return
+    origin = typing.get_origin(annotation)
+    if isinstance(origin, type):
+        found.append(origin)
+    for arg in typing.get_args(annotation):
+        _classes_in(arg, found)
+
+
+def _hints(func):
+    import typing
+
+    try:
+        return list(typing.get_type_hints(func).values())
+    except Exception:
+        # Resolve each annotation on its own, so one that fails does not hide the others.
+        hints = []
+        for annotation in getattr(func, "__annotations__", {}).values():
+            try:
+                if isinstance(annotation, str):
+                    annotation = eval(annotation, getattr(func, "__globals__", {}))
+                hints.append(annotation)
+            except Exception:
+                pass
+        return hints
+
+
+def _used_classes(exports):
+    """Classes an export needs to be usable (from signatures and values), for hidden binding."""
+    found = []
+    for kind, _name, obj, _description, _details in exports:
+        if kind == "function":
+            for hint in _hints(obj):
+                _classes_in(hint, found)
+        elif kind == "variable" and obj is not None:
+            found.append(type(obj))
+    usable = []
+    for cls in found:
+        name = getattr(cls, "__name__", "")
+        if (
+            cls in _NOT_INJECTED
+            or getattr(cls, "__module__", None) in _LIBRARY_MODULES
+            or name.startswith("<")
+            or not name.isidentifier()
+            or keyword.iskeyword(name)
+            or cls in [c for _, c in usable]
+        ):
+            continue
+        usable.append((name, cls))
+    return usable
 
 
 def load_exports(path):
@@ -452,6 +513,11 @@ def load_exports(path):
                 out.append(_describe("variable", item.name, item.value, item.description))
             elif isinstance(item, Type):
                 out.append(_describe("type", item.name, item.value, item.description))
+        exported = {entry[1] for entry in out}
+        for name, cls in _used_classes(out):
+            if name not in exported:
+                out.append(_describe("hidden_type", name, cls, None))
+                exported.add(name)
         return out
     for name, obj in vars(module).items():
         if name.startswith("_") or getattr(obj, "__module__", None) != module_name:

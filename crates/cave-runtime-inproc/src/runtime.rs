@@ -204,7 +204,9 @@ impl InProcRuntime {
     /// with `Function`, `Variable` and `Type` from the `cave_agent.runtime` module the runtime
     /// provides), or else its public top-level functions and classes. The objects are bound as
     /// they are (and survive `reset`); the prompt shows their signatures, fields and docs.
-    /// Returns the names registered.
+    /// Classes an export needs but the file does not export (named in a function's type hints,
+    /// or the class of a variable's value) are bound too, hidden from the prompt, unless the
+    /// name is taken. Returns the names registered.
     pub async fn register_python_file(
         &self,
         path: impl AsRef<std::path::Path>,
@@ -502,6 +504,15 @@ impl Inner {
                     };
                     variable.description = description;
                     resources = resources.variable(variable);
+                }
+                "hidden_type" => {
+                    // Needed by an export, not exported: usable by code, absent from the
+                    // prompt, and never in the way of a name that is already bound.
+                    if lock(&self.registry).is_bound(&normalize_name(&name)) {
+                        continue;
+                    }
+                    resources =
+                        resources.type_(python_type_schema(&name, &details, executor).hidden());
                 }
                 _ => {
                     let mut schema = python_type_schema(&name, &details, executor);

@@ -636,3 +636,57 @@ async fn a_host_function_calling_back_into_its_runtime_gets_an_error_not_a_hang(
         out.output
     );
 }
+
+#[tokio::test]
+async fn classes_used_by_exports_are_bound_without_being_shown() {
+    let path = python_file(
+        "autotypes",
+        r#"
+from dataclasses import dataclass
+from typing import Optional
+from cave_agent.runtime import Function, Variable
+
+@dataclass
+class Item:
+    name: str
+    qty: int = 1
+
+@dataclass
+class Config:
+    verbose: bool = False
+
+class Widget:
+    pass
+
+def count(items: list[Item], config: Optional[Config] = None) -> int:
+    return sum(i.qty for i in items)
+
+__exports__ = [Function(count), Variable("Widget", Widget(), "a widget instance keeps its name"), Variable("cfg", Config())]
+"#,
+    );
+    let rt = InProcRuntime::new().unwrap();
+    let names = rt.register_python_file(&path).await.unwrap();
+    assert!(
+        names.contains(&"Item".to_owned()) && names.contains(&"Config".to_owned()),
+        "{names:?}"
+    );
+    assert_eq!(
+        run(
+            &rt,
+            "count([Item('a', 2), Item('b')], Config(verbose=True))"
+        )
+        .await
+        .output,
+        "3\n"
+    );
+    assert_eq!(
+        run(&rt, "type(Widget).__name__").await.output,
+        "'Widget'\n",
+        "an export is never displaced"
+    );
+    let types = rt.describe().types;
+    assert!(
+        !types.contains("Item") && !types.contains("Config"),
+        "hidden from the prompt: {types}"
+    );
+}
