@@ -630,3 +630,59 @@ async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
     );
     assert_eq!(child.wait().unwrap().code(), Some(0));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_active_virtualenv_provides_the_packages() {
+    let venv = std::env::temp_dir().join(format!("cave-venv-{}", std::process::id()));
+    let created = Command::new("python3")
+        .args(["-m", "venv", "--without-pip"])
+        .arg(&venv)
+        .status()
+        .unwrap();
+    assert!(created.success(), "python3 -m venv works here");
+    let site = Command::new(venv.join("bin/python"))
+        .args([
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+        ])
+        .output()
+        .unwrap();
+    let site = String::from_utf8(site.stdout).unwrap().trim().to_owned();
+    std::fs::write(
+        std::path::Path::new(&site).join("venv_only_module.py"),
+        "VALUE = 'from the venv'\n",
+    )
+    .unwrap();
+    let server = server([
+        answer(
+            &block("import sys, venv_only_module\nprint(venv_only_module.VALUE, sys.prefix)"),
+            16,
+            "stop",
+        ),
+        answer("ok", 8, "stop"),
+    ])
+    .await;
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["run", "--json", "go"])
+        .env("LLM_MODEL_ID", "test-model")
+        .env("LLM_BASE_URL", server.base_url())
+        .env("VIRTUAL_ENV", &venv)
+        .env_remove("CAVE_PYTHON")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = events(&out)
+        .into_iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert_eq!(
+        result["output"],
+        format!("from the venv {}\n", venv.display())
+    );
+    std::fs::remove_dir_all(&venv).ok();
+}
