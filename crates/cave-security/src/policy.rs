@@ -346,9 +346,7 @@ struct Walk<'a, 't> {
 const DEFINING: &[&str] = &[
     "parameters",
     "lambda_parameters",
-    "default_parameter",
     "typed_parameter",
-    "typed_default_parameter",
     "list_splat_pattern",
     "dictionary_splat_pattern",
     "global_statement",
@@ -574,6 +572,8 @@ impl<'a, 't> Walk<'a, 't> {
             || matches!((parent, field), ("call", Some("function")))
             || matches!((parent, field), ("attribute", Some("attribute")))
             || matches!((parent, field), ("keyword_argument", Some("name")))
+            // A parameter's name defines; its default value is a use.
+            || matches!((parent, field), ("default_parameter" | "typed_default_parameter", Some("name")))
             || matches!(
                 (parent, field),
                 ("function_definition" | "class_definition", Some("name"))

@@ -73,6 +73,19 @@ fn calls_are_caught_by_name_attribute_and_reference() {
         ["Forbidden reference to 'eval' at line 1"]
     );
     assert_eq!(messages(&policy, "open(open('x'))").len(), 2);
+    // A default value is a use; the parameter's name is not.
+    assert_eq!(
+        messages(&policy, "def f(x=eval):\n    pass"),
+        ["Forbidden reference to 'eval' at line 1"]
+    );
+    assert_eq!(
+        messages(&policy, "g = lambda f=open: f"),
+        ["Forbidden reference to 'open' at line 1"]
+    );
+    assert_eq!(
+        messages(&policy, "def f(x: int = eval):\n    pass"),
+        ["Forbidden reference to 'eval' at line 1"]
+    );
     for code in [
         "x.eval = 1",
         "f(eval=1)",
