@@ -178,6 +178,16 @@ impl<W: Write> Human<W> {
         if trimmed.starts_with('#') {
             return self.paint(BOLD, trimmed.trim_start_matches('#').trim_start());
         }
+        if matches!(trimmed, "---" | "***" | "___") {
+            return self.paint(DIM, &"─".repeat(40));
+        }
+        if let Some(quoted) = trimmed
+            .strip_prefix("> ")
+            .or_else(|| trimmed.strip_prefix('>').filter(|q| q.is_empty()))
+        {
+            let inner = self.markdown_line(quoted);
+            return format!("{}{inner}", self.paint(DIM, "│ "));
+        }
         let (indent, body) = line.split_at(line.len() - trimmed.len());
         let body = match body.strip_prefix("- ").or_else(|| body.strip_prefix("* ")) {
             Some(rest) => format!("• {rest}"),
@@ -186,6 +196,21 @@ impl<W: Write> Human<W> {
         let mut out = String::from(indent);
         let mut rest = body.as_str();
         while !rest.is_empty() {
+            // Links: `[text](url)` reads as "text (url)".
+            if let Some(open) = rest.find('[')
+                && let Some(mid) = rest[open..].find("](").map(|m| open + m)
+                && let Some(close) = rest[mid..].find(')').map(|c| mid + c)
+                && [rest.find("**"), rest.find('`')]
+                    .into_iter()
+                    .flatten()
+                    .all(|other| other > open)
+            {
+                out.push_str(&rest[..open]);
+                out.push_str(&self.paint(CYAN, &rest[open + 1..mid]));
+                out.push_str(&self.paint(DIM, &format!(" ({})", &rest[mid + 2..close])));
+                rest = &rest[close + 1..];
+                continue;
+            }
             let next = [rest.find("**"), rest.find('`')]
                 .into_iter()
                 .flatten()

@@ -22,9 +22,7 @@ fn transcript() -> Vec<Event> {
         Event::Text {
             content: "## Plan\nI will **sort** them with `sorted`:\n- first".into(),
         },
-        Event::Text {
-            content: " sort\n".into(),
-        },
+        Event::Text { content: " sort\n> a quoted **note**\n---\nSee [the docs](https://example.org/x) and `code`.\n1. first step\n".into() },
         Event::Code {
             code: "scores = sorted(scores)\nprint(scores)".into(),
         },
