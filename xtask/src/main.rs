@@ -163,6 +163,26 @@ mod tidy {
     }
 
     #[test]
+    fn every_crate_readme_has_an_example_that_is_compiled() {
+        for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+            let dir = entry.unwrap().path();
+            let readme = std::fs::read_to_string(dir.join("README.md"))
+                .unwrap_or_else(|_| panic!("{} has no README.md", dir.display()));
+            assert!(
+                readme.contains("```rust"),
+                "{}/README.md has no Rust example",
+                dir.display()
+            );
+            let lib = std::fs::read_to_string(dir.join("src/lib.rs")).unwrap_or_default();
+            assert!(
+                lib.contains(r#"include_str!("../README.md")"#),
+                "{}: the README is not compiled as a doctest",
+                dir.display()
+            );
+        }
+    }
+
+    #[test]
     fn library_crates_document_everything() {
         for entry in std::fs::read_dir(root().join("crates")).unwrap() {
             let lib = entry.unwrap().path().join("src/lib.rs");

@@ -22,3 +22,8 @@ pub fn take_api_key() -> Option<String> {
     unsafe { std::env::remove_var("LLM_API_KEY") };
     key
 }
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -30,3 +30,8 @@ pub use compactor::{
 pub use estimate::{Encoding, ScriptEstimator, TiktokenEstimator, estimator_for};
 #[doc(hidden)]
 pub use estimate::{RANGES, rate};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

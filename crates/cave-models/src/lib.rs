@@ -38,3 +38,8 @@ mod wire;
 pub use config::{ApiKey, ConfigError, ModelConfig, RetryPolicy};
 pub use model::{LiteLlmModel, OpenAiModel};
 pub use record::{CassetteError, RecordingModel, ReplayModel};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -22,3 +22,8 @@ pub const EXECUTOR_MODULE: &str = "cave_executor";
 
 /// The file name the executor is compiled with; its frames are hidden from tracebacks.
 pub const EXECUTOR_FILE: &str = "<cave-executor>";
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -84,3 +84,8 @@ interpreter with CAVE_PYTHON or VIRTUAL_ENV, or rebuild with PYO3_PYTHON pointin
         message: String,
     },
 }
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

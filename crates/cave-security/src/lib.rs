@@ -26,3 +26,8 @@
 mod policy;
 
 pub use policy::{PolicyError, SecurityPolicy};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
