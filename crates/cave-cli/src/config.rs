@@ -85,6 +85,17 @@ pub struct Config {
     pub api_key: Option<ApiKey>,
 }
 
+/// Reads `LLM_API_KEY` and removes it from the process environment, so that no runtime (and
+/// no code a model writes) can read it. Call it first thing in `main`, before any thread starts.
+pub fn take_api_key() -> Option<String> {
+    let key = std::env::var("LLM_API_KEY")
+        .ok()
+        .filter(|k| !k.trim().is_empty());
+    // SAFETY: called at the start of `main`, while the process has a single thread.
+    unsafe { std::env::remove_var("LLM_API_KEY") };
+    key
+}
+
 /// Resolves the shared options. `api_key` was taken from the environment at start-up.
 pub fn resolve(
     args: &CommonArgs,

@@ -6,7 +6,7 @@ use clap::Parser;
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    let key = cave_cli::take_api_key();
+    let key = cave_cli::config::take_api_key();
     let exit = match Cli::try_parse() {
         Ok(cli) => cave_cli::app::run(cli, key.clone().map(ApiKey::new), key),
         Err(e) => {
