@@ -10,8 +10,8 @@ fn block(code: &str) -> String {
     format!("```python\n{code}\n```")
 }
 
-/// Runs `cave` with a clean model environment pointing at `server`.
-fn cave(server: Option<&TestServer>, args: &[&str]) -> Output {
+/// `cave` with a clean model environment, pointing at `server` (with the test key) if given.
+fn command(server: Option<&TestServer>, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_cave"));
     command
         .args(args)
@@ -24,7 +24,12 @@ fn cave(server: Option<&TestServer>, args: &[&str]) -> Output {
             .env("LLM_BASE_URL", server.base_url())
             .env("LLM_API_KEY", KEY);
     }
-    command.output().expect("the binary runs")
+    command
+}
+
+/// Runs `cave` to completion.
+fn cave(server: Option<&TestServer>, args: &[&str]) -> Output {
+    command(server, args).output().expect("the binary runs")
 }
 
 fn events(output: &Output) -> Vec<Json> {
@@ -532,11 +537,7 @@ async fn chat_reads_turns_until_end_of_input() {
         answer("21.", 8, "stop"),
     ])
     .await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cave"))
-        .args(["chat", "--json", "--retrieve", "n"])
-        .env("LLM_MODEL_ID", "test-model")
-        .env("LLM_BASE_URL", server.base_url())
-        .env_remove("LLM_API_KEY")
+    let mut child = command(Some(&server), &["chat", "--json", "--retrieve", "n"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -587,11 +588,7 @@ async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
         answer("Still here.", 8, "stop"),
     ])
     .await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cave"))
-        .args(["chat", "--json"])
-        .env("LLM_MODEL_ID", "test-model")
-        .env("LLM_BASE_URL", server.base_url())
-        .env_remove("LLM_API_KEY")
+    let mut child = command(Some(&server), &["chat", "--json"])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -662,10 +659,7 @@ async fn an_active_virtualenv_provides_the_packages() {
         answer("ok", 8, "stop"),
     ])
     .await;
-    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
-        .args(["run", "--json", "go"])
-        .env("LLM_MODEL_ID", "test-model")
-        .env("LLM_BASE_URL", server.base_url())
+    let out = command(Some(&server), &["run", "--json", "go"])
         .env("VIRTUAL_ENV", &venv)
         .env_remove("CAVE_PYTHON")
         .output()
