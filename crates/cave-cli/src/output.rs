@@ -117,6 +117,9 @@ pub struct Human<W> {
     spinner_drawn: bool,
 }
 
+/// Said when stopping an execution restarted the runtime process.
+const STATE_LOST_NOTE: &str = "     runtime restarted: unregistered state was lost";
+
 const FRAMES: &[char] = &['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
 const BOLD: &str = "\x1b[1m";
@@ -154,6 +157,12 @@ impl<W: Write> Human<W> {
         } else {
             text.to_owned()
         }
+    }
+
+    /// Writes one styled line.
+    fn note(&mut self, style: &str, text: &str) -> io::Result<()> {
+        let line = self.paint(style, text);
+        writeln!(self.out, "{line}")
     }
 
     fn flush_prose(&mut self) -> io::Result<()> {
@@ -268,7 +277,7 @@ impl<W: Write> Human<W> {
             )),
         };
         if let Some(note) = note {
-            writeln!(self.out, "{}", self.paint(DIM, &note))?;
+            self.note(DIM, &note)?;
         }
         Ok(())
     }
@@ -331,7 +340,7 @@ impl<W: Write> Output for Human<W> {
             }
             Event::ThinkingChunk { .. } if !std::mem::replace(&mut self.thinking, true) => {
                 self.flush_prose()?;
-                writeln!(self.out, "{}", self.paint(DIM, "✻ Thinking…"))?;
+                self.note(DIM, "✻ Thinking…")?;
             }
             Event::Thinking {
                 content,
@@ -343,7 +352,7 @@ impl<W: Write> Output for Human<W> {
                     content.chars().count(),
                     *duration_ms as f64 / 1000.0
                 );
-                writeln!(self.out, "{}", self.paint(DIM, &note))?;
+                self.note(DIM, &note)?;
             }
             Event::Text { content } => {
                 for piece in content.split_inclusive('\n') {
@@ -376,11 +385,7 @@ impl<W: Write> Output for Human<W> {
                 for piece in chunk.split_inclusive('\n') {
                     if self.live_lines >= SHOWN_LINES {
                         if !std::mem::replace(&mut self.live_cut, true) {
-                            writeln!(
-                                self.out,
-                                "{}",
-                                self.paint(DIM, "     … (more output: shortened below)")
-                            )?;
+                            self.note(DIM, "     … (more output: shortened below)")?;
                         }
                         break;
                     }
@@ -423,26 +428,15 @@ impl<W: Write> Output for Human<W> {
                     self.block(style, title)?;
                     self.shortened(output)?;
                 } else if !success {
-                    writeln!(self.out, "{}", self.paint(RED, "     (the code raised)"))?;
+                    self.note(RED, "     (the code raised)")?;
                 }
                 self.live_lines = 0;
                 self.live_cut = false;
                 if let Some(var) = persisted_variable {
-                    writeln!(
-                        self.out,
-                        "{}",
-                        self.paint(DIM, &format!("     full output kept in `{var}`"))
-                    )?;
+                    self.note(DIM, &format!("     full output kept in `{var}`"))?;
                 }
                 if *state_lost {
-                    writeln!(
-                        self.out,
-                        "{}",
-                        self.paint(
-                            YELLOW,
-                            "     runtime restarted: unregistered state was lost"
-                        )
-                    )?;
+                    self.note(YELLOW, STATE_LOST_NOTE)?;
                 }
             }
             Event::ExecutionTimeout {
@@ -451,14 +445,7 @@ impl<W: Write> Output for Human<W> {
             } => {
                 self.block(RED, &format!("Execution stopped after {timeout}s"))?;
                 if *state_lost {
-                    writeln!(
-                        self.out,
-                        "{}",
-                        self.paint(
-                            YELLOW,
-                            "     runtime restarted: unregistered state was lost"
-                        )
-                    )?;
+                    self.note(YELLOW, STATE_LOST_NOTE)?;
                 }
             }
             Event::SecurityError { message } => {
@@ -489,17 +476,13 @@ impl<W: Write> Output for Human<W> {
                     }
                     _ => format!("● {status:?}"),
                 };
-                writeln!(self.out, "{}", self.paint(YELLOW, &text))?;
+                self.note(YELLOW, &text)?;
             }
             Event::Backoff { delay } => {
                 self.flush_prose()?;
-                writeln!(
-                    self.out,
-                    "{}",
-                    self.paint(
-                        YELLOW,
-                        &format!("↻ The model call failed; retrying in {delay:.1}s")
-                    )
+                self.note(
+                    YELLOW,
+                    &format!("↻ The model call failed; retrying in {delay:.1}s"),
                 )?;
             }
             Event::FinalResponse { .. } => self.flush_prose()?,
@@ -530,7 +513,7 @@ impl<W: Write> Output for Human<W> {
                 };
                 writeln!(self.out, "\n{}", self.paint(style, &summary))?;
                 if let Some(error) = error {
-                    writeln!(self.out, "{}", self.paint(RED, error))?;
+                    self.note(RED, error)?;
                 }
             }
             _ => {}
