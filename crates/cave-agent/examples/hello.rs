@@ -22,16 +22,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         },
     )
     .with_doc("Reverse a string.");
-    runtime.register(
-        Resources::new()
-            .function(reverse)
-            .variable(Variable::new("secret", "!dlrow olleH".into()).with_description("the secret"))
-            .variable(
-                Variable::new("answer", Value::None)
-                    .with_type_name("str")
-                    .with_description("put the result here"),
-            ),
-    )?;
+    runtime
+        .register(
+            Resources::new()
+                .function(reverse)
+                .variable(
+                    Variable::new("secret", "!dlrow olleH".into()).with_description("the secret"),
+                )
+                .variable(
+                    Variable::new("answer", Value::None)
+                        .with_type_name("str")
+                        .with_description("put the result here"),
+                ),
+        )
+        .await?;
 
     // What a model would write; a real one comes from cave-models.
     let model = ScriptedModel::new([

@@ -33,6 +33,7 @@ async fn state_builds_up_across_steps_and_runs() {
             Resources::new()
                 .variable(Variable::new("total", Value::Int(0)).with_description("running total")),
         )
+        .await
         .unwrap();
     let model = ScriptedModel::new([
         Reply::text(block("data = [3, 1, 2]\nprint(len(data))")),

@@ -132,7 +132,7 @@ impl Session {
         let resources = variables
             .into_iter()
             .fold(Resources::new(), Resources::variable);
-        runtime.register(resources)?;
+        runtime.register(resources).await?;
         for path in &python_files {
             runtime
                 .register_python_file(path)

@@ -27,8 +27,9 @@ pub trait Runtime: Send + Sync {
     -> Result<Execution, RuntimeError>;
 
     /// Registers a batch of resources: all bound, or none (names are validated, NFKC-normalized
-    /// and share one namespace across kinds).
-    fn register(&self, batch: Resources) -> Result<(), RuntimeError>;
+    /// and share one namespace across kinds). When it returns `Ok`, every resource is bound and
+    /// usable by the next execution; on `Err`, nothing of the batch is bound or registered.
+    async fn register(&self, batch: Resources) -> Result<(), RuntimeError>;
 
     /// The registered resources as prompt text.
     fn describe(&self) -> Description;
@@ -311,8 +312,8 @@ macro_rules! forward_runtime {
             async fn execute(&self, code: &str, output: &dyn OutputSink) -> Result<Execution, RuntimeError> {
                 (**self).execute(code, output).await
             }
-            fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
-                (**self).register(batch)
+            async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
+                (**self).register(batch).await
             }
             fn describe(&self) -> Description {
                 (**self).describe()

@@ -376,7 +376,7 @@ impl Runtime for EchoRuntime {
         Ok(Execution::ok(text))
     }
 
-    fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
+    async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
         let mut state = self.lock();
         for entry in state.registry.claim(batch)? {
             let value = match entry.resource {

@@ -759,7 +759,9 @@ async fn large_output_is_persisted_with_a_marker() {
         Reply::text(block("big(5000)")),
         Reply::text("ok"),
     ]);
-    s.runtime.bind("_output_1", Value::Str("model-made".into()));
+    s.runtime
+        .bind("_output_1", Value::Str("model-made".into()))
+        .await;
     let mut agent = s.agent();
     let ev = events(&mut agent, "go").await;
     let vars: Vec<_> = ev
@@ -1107,6 +1109,7 @@ async fn the_system_prompt_is_rebuilt_and_the_date_travels_separately() {
         .register(
             cave_core::Resources::new().variable(cave_core::Variable::new("late", Value::Int(1))),
         )
+        .await
         .unwrap();
     agent.run("second").await;
     let requests = s.model.requests();

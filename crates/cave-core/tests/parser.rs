@@ -360,3 +360,20 @@ fn soak_random_inputs() {
         );
     }
 }
+
+/// Nesting as deep as a model can write: the scanner keeps its state on the heap.
+#[test]
+fn deep_nesting_and_huge_blocks_parse() {
+    let deep = format!(
+        "```python\nx = {}\n{}\n```\nafter",
+        "[(".repeat(100_000),
+        ")]".repeat(100_000)
+    );
+    for size in [0, 7] {
+        let out = parse(&deep, size);
+        assert_eq!(out.code.len(), 1);
+        assert_eq!(out.code[0].len(), 400_005, "the whole block, and only it");
+    }
+    let huge = format!("```python\nprint({})\n```", vec!["'a'"; 300_000].join("+"));
+    assert_eq!(parse(&huge, 4096).code.len(), 1);
+}

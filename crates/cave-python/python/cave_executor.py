@@ -86,13 +86,21 @@ class _RoutedText(io.TextIOBase):
             self._real.flush()
 
 
+# The routers installed as `sys.stdout` and `sys.stderr`, kept so that a cell that replaces
+# either cannot silence the cells after it.
+_routers = {}
+
+
 def install():
     """Routes `sys.stdout` and `sys.stderr` through the executor, and provides the
     `cave_agent.runtime` compatibility module (idempotent)."""
-    if not isinstance(sys.stdout, _RoutedText):
-        sys.stdout = _RoutedText(sys.stdout)
-    if not isinstance(sys.stderr, _RoutedText):
-        sys.stderr = _RoutedText(sys.stderr)
+    for name in ("stdout", "stderr"):
+        current = getattr(sys, name)
+        if not isinstance(current, _RoutedText):
+            _routers[name] = _RoutedText(current)
+            setattr(sys, name, _routers[name])
+        elif name not in _routers:
+            _routers[name] = current
     if "cave_agent.runtime" not in sys.modules:
         import types
 
@@ -111,8 +119,8 @@ def send_stray_output_to_stderr():
     """Output written outside any execution (threads a cell started, late tasks) goes to the
     real stderr instead of stdout, e.g. when stdout carries a machine-readable stream."""
     install()
-    if getattr(sys.stderr, "_real", None) is not None:
-        sys.stdout._real = sys.stderr._real
+    if _routers["stderr"]._real is not None:
+        _routers["stdout"]._real = _routers["stderr"]._real
 
 
 class Function:
@@ -169,6 +177,15 @@ def _evaluate(code, namespace):
     return result
 
 
+def _restore_routing():
+    """Puts the routers back if the cell replaced `sys.stdout`/`sys.stderr` and left them so;
+    returns the names it restored."""
+    replaced = [name for name, router in _routers.items() if getattr(sys, name, None) is not router]
+    for name in replaced:
+        setattr(sys, name, _routers[name])
+    return replaced
+
+
 def _format_exception(error):
     tb = error.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == _FILE:
@@ -183,6 +200,8 @@ def run_cell(source, namespace, filename, write):
     traceback has been written). The value of a trailing expression is echoed as its repr.
     """
     token = _output.set(write)
+    # Whatever an earlier cell (or a thread) did to them, this cell's output is routed.
+    _restore_routing()
     try:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         try:
@@ -205,6 +224,13 @@ def run_cell(source, namespace, filename, write):
             return (type(error).__name__, str(error))
         return None
     finally:
+        replaced = _restore_routing()
+        if replaced:
+            streams = " and ".join(f"sys.{name}" for name in replaced)
+            write(
+                f"[note: this code replaced {streams} and left it replaced; it has been restored so that "
+                "later output is seen. Use contextlib.redirect_stdout to capture output temporarily.]\n"
+            )
         _output.reset(token)
 
 

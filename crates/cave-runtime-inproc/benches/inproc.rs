@@ -31,9 +31,10 @@ fn million_ints(c: &mut Criterion) {
         .unwrap();
     let runtime = rt.block_on(async { InProcRuntime::new() }).unwrap();
     let ints = Value::List((0..1_000_000).map(Value::Int).collect());
-    runtime
-        .register(Resources::new().variable(Variable::new("ints", Value::List(vec![]))))
-        .unwrap();
+    rt.block_on(
+        runtime.register(Resources::new().variable(Variable::new("ints", Value::List(vec![])))),
+    )
+    .unwrap();
     let mut group = c.benchmark_group("million_ints");
     group.sample_size(10);
     group.bench_function("inject_and_retrieve", |b| {

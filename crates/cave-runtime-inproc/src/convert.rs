@@ -1,7 +1,7 @@
 //! `Value` to Python objects and back.
 
 use cave_core::Value;
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyFrozenSet, PyInt, PyList, PySet, PyString,
@@ -26,8 +26,18 @@ impl From<PyErr> for FromPyError {
     }
 }
 
-/// Builds the Python object for a value.
+/// Builds the Python object for a value (refused past `MAX_DEPTH` levels of nesting).
 pub(crate) fn to_py<'py>(py: Python<'py>, value: &Value) -> PyResult<Bound<'py, PyAny>> {
+    to_py_at(py, value, 0)
+}
+
+fn to_py_at<'py>(py: Python<'py>, value: &Value, depth: usize) -> PyResult<Bound<'py, PyAny>> {
+    if depth > MAX_DEPTH {
+        return Err(PyValueError::new_err(format!(
+            "the value is nested deeper than {MAX_DEPTH} levels, which the runtime does not convert"
+        )));
+    }
+    let to_py = |py, v| to_py_at(py, v, depth + 1);
     Ok(match value {
         Value::None => py.None().into_bound(py),
         Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any(),

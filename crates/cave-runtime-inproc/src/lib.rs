@@ -18,7 +18,7 @@
 //! use cave_runtime_inproc::InProcRuntime;
 //!
 //! let runtime = InProcRuntime::new()?;
-//! runtime.register(Resources::new().variable(Variable::new("numbers", Value::List(vec![Value::Int(3), Value::Int(1)]))))?;
+//! runtime.register(Resources::new().variable(Variable::new("numbers", Value::List(vec![Value::Int(3), Value::Int(1)])))).await?;
 //! let run = runtime.execute("numbers.sort()\nnumbers", &DiscardOutput).await?;
 //! assert_eq!(run.output, "[1, 3]\n");
 //! let sorted: Vec<i64> = runtime.retrieve_as("numbers").await?;

@@ -50,6 +50,20 @@ struct Inner {
     own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
 }
 
+/// A name and the object to bind to it.
+type Named<'py> = (String, Bound<'py, PyAny>);
+
+/// A resource's Python object, created but not bound yet.
+#[derive(Default)]
+struct Created<'py> {
+    /// The name and its object.
+    binding: Option<Named<'py>>,
+    /// Names bound beside it when free (a host object's class, a source function's helpers).
+    extra: Vec<Named<'py>>,
+    /// The object is a host object's proxy.
+    proxy: bool,
+}
+
 /// Where the running cell's output goes.
 #[derive(Default)]
 struct CellOutput {
@@ -65,9 +79,6 @@ struct State {
     py_values: HashMap<String, Py<PyAny>>,
     /// The last index `bind_unique` handed out per prefix.
     last_index: HashMap<String, u64>,
-    /// A registered resource that could not be created in Python, and why: reported by the
-    /// next execution (the resource is no longer registered).
-    failed: Option<(String, String)>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -159,10 +170,11 @@ impl InProcRuntime {
     }
 
     /// A runtime with these resources registered.
-    pub fn with_resources(resources: Resources) -> Result<Self, InProcError> {
+    pub async fn with_resources(resources: Resources) -> Result<Self, InProcError> {
         let runtime = Self::new()?;
         runtime
             .register(resources)
+            .await
             .map_err(|e| InProcError::Setup {
                 message: e.to_string(),
             })?;
@@ -171,33 +183,34 @@ impl InProcRuntime {
 
     /// Registers a Python object the host created (e.g. a DataFrame) as a variable: bound as
     /// is, never copied; `retrieve_py` hands it back.
-    pub fn register_py(
+    pub async fn register_py(
         &self,
         name: &str,
         object: Py<PyAny>,
         description: Option<&str>,
     ) -> Result<(), RuntimeError> {
-        let type_name = Python::attach(|py| {
-            object
-                .bind(py)
-                .get_type()
-                .qualname()
-                .map(|n| n.to_string())
-                .unwrap_or_else(|_| "object".to_owned())
-        });
-        let mut variable = Variable::new(name, Value::None).with_type_name(type_name);
-        variable.description = description.map(str::to_owned);
-        let entries = lock(&self.inner.registry).claim(Resources::new().variable(variable))?;
-        for entry in &entries {
-            lock(&self.inner.state).py_values.insert(
-                entry.name.clone(),
-                Python::attach(|py| object.clone_ref(py)),
-            );
-        }
         let inner = self.inner.clone();
+        let name = name.to_owned();
+        let description = description.map(str::to_owned);
         self.inner
             .worker
-            .submit(move |py| inner.bind_entries(py, &entries))
+            .run("register_py", move |py| {
+                let type_name = object
+                    .bind(py)
+                    .get_type()
+                    .qualname()
+                    .map(|n| n.to_string())
+                    .unwrap_or_else(|_| "object".to_owned());
+                let mut variable = Variable::new(name, Value::None).with_type_name(type_name);
+                variable.description = description;
+                let entries = lock(&inner.registry).claim(Resources::new().variable(variable))?;
+                let objects = entries
+                    .iter()
+                    .map(|e| (e.name.clone(), object.clone_ref(py)))
+                    .collect();
+                inner.bind_batch(py, &entries, objects)
+            })
+            .await?
     }
 
     /// Registers what a Python file exports: its `__exports__` list (CaveAgent's convention,
@@ -316,13 +329,15 @@ impl Runtime for InProcRuntime {
         result?
     }
 
-    fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
-        let entries = lock(&self.inner.registry).claim(batch)?;
+    async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
         let inner = self.inner.clone();
-        // Queued: it runs before any later operation of this runtime.
         self.inner
             .worker
-            .submit(move |py| inner.bind_entries(py, &entries))
+            .run("register", move |py| {
+                let entries = lock(&inner.registry).claim(batch)?;
+                inner.bind_batch(py, &entries, HashMap::new())
+            })
+            .await?
     }
 
     fn describe(&self) -> Description {
@@ -349,7 +364,7 @@ impl Runtime for InProcRuntime {
                 let variable = lock(&inner.registry).variable(&key).cloned();
                 match variable {
                     Some(v) => inner
-                        .variable_object(py, &key, &v)
+                        .variable_object(py, &key, &v, &[])
                         .and_then(|obj| inner.namespace.bind(py).set_item(&key, obj))
                         .map_err(backend("update")),
                     None => Ok(()),
@@ -429,11 +444,11 @@ impl Runtime for InProcRuntime {
                     .map_err(backend("reset"))?;
                 lock(&inner.state).proxies.clear();
                 let entries = lock(&inner.registry).entries().to_vec();
-                inner.bind_entries(py, &entries);
+                let failed = inner.rebind(py, &entries);
                 py.import("gc")
                     .and_then(|gc| gc.call_method0("collect"))
                     .map_err(backend("reset"))?;
-                Ok(())
+                failed.map_or(Ok(()), Err)
             })
             .await?
     }
@@ -523,14 +538,7 @@ impl Inner {
             objects.push((normalize_name(&name), obj.unbind()));
         }
         let entries = lock(&self.registry).claim(resources)?;
-        lock(&self.state).py_values.extend(objects);
-        self.bind_entries(py, &entries);
-        if let Some((name, error)) = lock(&self.state).failed.take() {
-            return Err(RuntimeError::InvalidResource {
-                name,
-                problem: error,
-            });
-        }
+        self.bind_batch(py, &entries, objects.into_iter().collect())?;
         Ok(entries.into_iter().map(|e| e.name).collect())
     }
 
@@ -540,14 +548,6 @@ impl Inner {
         code: &str,
         live: UnboundedSender<String>,
     ) -> Result<Execution, RuntimeError> {
-        if let Some((name, error)) = lock(&self.state).failed.take() {
-            return Err(RuntimeError::Backend {
-                operation: "execute",
-                message: format!(
-                    "the registered resource '{name}' could not be created in Python ({error}), so it was not registered; register a corrected one"
-                ),
-            });
-        }
         let executor = executor(py).map_err(|e| RuntimeError::Backend {
             operation: "execute",
             message: e.to_string(),
@@ -600,52 +600,190 @@ impl Inner {
         }
     }
 
-    /// Creates each entry's Python object and binds it. One that fails is unregistered and
-    /// the failure kept for the next execution to report, rather than lost.
-    fn bind_entries(&self, py: Python<'_>, entries: &[Entry]) {
-        for entry in entries {
-            if let Err(error) = self.bind_entry(py, entry) {
-                tracing::error!(name = %entry.name, error = %error, "a registered resource could not be created in Python");
-                lock(&self.registry).remove(&entry.name);
-                lock(&self.state).failed = Some((entry.name.clone(), error.to_string()));
+    /// Binds a claimed batch as one step: every Python object is created first, and the
+    /// namespace changes only when all of them could be. On failure the batch is unclaimed and
+    /// nothing of it is bound. `objects` are Python objects the host supplies, by name.
+    fn bind_batch(
+        &self,
+        py: Python<'_>,
+        entries: &[Entry],
+        objects: HashMap<String, Py<PyAny>>,
+    ) -> Result<(), RuntimeError> {
+        match self.create_all(py, entries, &objects) {
+            Ok(created) => {
+                lock(&self.state).py_values.extend(objects);
+                self.commit(py, created).map_err(backend("register"))
+            }
+            Err((name, error)) => {
+                let mut registry = lock(&self.registry);
+                for entry in entries {
+                    registry.remove(&entry.name);
+                }
+                Err(RuntimeError::InvalidResource {
+                    name,
+                    problem: format!(
+                        "could not be created in Python ({error}); nothing of its batch was registered"
+                    ),
+                })
             }
         }
     }
 
-    fn bind_entry(&self, py: Python<'_>, entry: &Entry) -> PyResult<()> {
-        let ns = self.namespace.bind(py);
-        let obj = match &entry.resource {
-            Resource::Variable(v) => self.variable_object(py, &entry.name, v)?,
+    /// Binds every registered entry again after a reset. One that cannot be created is
+    /// unregistered (the others stay bound) and reported.
+    fn rebind(&self, py: Python<'_>, entries: &[Entry]) -> Option<RuntimeError> {
+        let mut failure = None;
+        for entry in entries {
+            let bound = self
+                .create_all(py, std::slice::from_ref(entry), &HashMap::new())
+                .and_then(|created| {
+                    self.commit(py, created)
+                        .map_err(|e| (entry.name.clone(), e))
+                });
+            if let Err((name, error)) = bound {
+                tracing::error!(%name, %error, "a registered resource could not be restored");
+                lock(&self.registry).remove(&name);
+                failure.get_or_insert(RuntimeError::InvalidResource {
+                    name,
+                    problem: format!(
+                        "could not be restored after the reset ({error}), so it was unregistered"
+                    ),
+                });
+            }
+        }
+        failure
+    }
+
+    /// Creates the Python objects of `entries` without touching the namespace.
+    fn create_all<'py>(
+        &self,
+        py: Python<'py>,
+        entries: &[Entry],
+        objects: &HashMap<String, Py<PyAny>>,
+    ) -> Result<Vec<Created<'py>>, (String, PyErr)> {
+        let mut created = Vec::with_capacity(entries.len());
+        for entry in entries {
+            let one = self
+                .create(py, entry, objects, &created)
+                .map_err(|e| (entry.name.clone(), e))?;
+            created.push(one);
+        }
+        Ok(created)
+    }
+
+    fn create<'py>(
+        &self,
+        py: Python<'py>,
+        entry: &Entry,
+        objects: &HashMap<String, Py<PyAny>>,
+        batch: &[Created<'py>],
+    ) -> PyResult<Created<'py>> {
+        // The host's own Python object for this name: supplied now, or kept from before.
+        let own = |name: &str| -> Option<Bound<'py, PyAny>> {
+            objects.get(name).map(|o| o.bind(py).clone()).or_else(|| {
+                lock(&self.state)
+                    .py_values
+                    .get(name)
+                    .map(|o| o.bind(py).clone())
+            })
+        };
+        let mut extra = Vec::new();
+        let mut proxy = false;
+        let object = match &entry.resource {
+            Resource::Variable(v) => match own(&entry.name) {
+                Some(obj) => obj,
+                None => self.variable_object(py, &entry.name, v, batch)?,
+            },
             Resource::Binding { value, .. } => to_py(py, value)?,
-            Resource::Function(f) => self.function_object(py, &entry.name, f)?,
-            Resource::Type(t) => match lock(&self.state).py_values.get(&entry.name) {
-                Some(class) => class.bind(py).clone(),
+            Resource::Function(f) => match &f.body {
+                FunctionBody::Python(source) => {
+                    let (function, helpers) = self.python_function(py, &entry.name, source)?;
+                    extra = helpers;
+                    function
+                }
+                _ => self.function_object(py, &entry.name, f, own(&entry.name))?,
+            },
+            Resource::Type(t) => match own(&entry.name) {
+                Some(class) => class,
                 None => type_object(py, t)?,
             },
             Resource::Object(o) => {
-                let proxy = self.object_proxy(py, o)?;
+                let object = self.object_proxy(py, o)?;
+                // The object's class is usable by name (hidden from the prompt) if free.
+                extra.push((
+                    o.object.type_name().to_owned(),
+                    object.get_type().into_any(),
+                ));
+                proxy = true;
+                object
+            }
+            _ => return Ok(Created::default()),
+        };
+        Ok(Created {
+            binding: Some((entry.name.clone(), object)),
+            extra,
+            proxy,
+        })
+    }
+
+    /// Binds created objects into the namespace (it fails only if Python refuses a key).
+    fn commit(&self, py: Python<'_>, created: Vec<Created<'_>>) -> PyResult<()> {
+        let ns = self.namespace.bind(py);
+        for c in created {
+            let Some((name, object)) = c.binding else {
+                continue;
+            };
+            if c.proxy {
                 lock(&self.state)
                     .proxies
-                    .insert(entry.name.clone(), proxy.clone().unbind());
-                // The object's class is usable by name (hidden from the prompt) if free.
-                let class_name = o.object.type_name();
-                if !lock(&self.registry).is_bound(class_name) && !ns.contains(class_name)? {
-                    ns.set_item(class_name, proxy.get_type())?;
-                }
-                proxy
+                    .insert(name.clone(), object.clone().unbind());
             }
-            _ => return Ok(()),
-        };
-        ns.set_item(&entry.name, obj)
+            for (extra, value) in c.extra {
+                if !lock(&self.registry).is_bound(&extra) && !ns.contains(&extra)? {
+                    ns.set_item(&extra, value)?;
+                }
+            }
+            ns.set_item(&name, object)?;
+        }
+        Ok(())
+    }
+
+    /// Runs a Python-source function's definition in a scratch scope whose globals are the
+    /// namespace: the function sees the namespace when called, and nothing is bound yet.
+    /// Returns the function and the other names the source defined (its helpers).
+    fn python_function<'py>(
+        &self,
+        py: Python<'py>,
+        name: &str,
+        source: &str,
+    ) -> PyResult<(Bound<'py, PyAny>, Vec<Named<'py>>)> {
+        let source = CString::new(source).map_err(|e| PyTypeError::new_err(e.to_string()))?;
+        let scope = PyDict::new(py);
+        py.run(&source, Some(self.namespace.bind(py)), Some(&scope))?;
+        let function = scope.get_item(name)?.ok_or_else(|| {
+            PyRuntimeError::new_err(format!(
+                "the Python source of function '{name}' does not define '{name}'"
+            ))
+        })?;
+        let helpers = scope
+            .iter()
+            .filter_map(|(k, v)| {
+                let k: String = k.extract().ok()?;
+                (k != name).then_some((k, v))
+            })
+            .collect();
+        Ok((function, helpers))
     }
 
     /// A variable's object: the host's own Python object, an instance of a registered record
-    /// built from a dict, or the value converted.
+    /// built from a dict (its class bound, or created earlier in the same batch), or the value
+    /// converted.
     fn variable_object<'py>(
         &self,
         py: Python<'py>,
         name: &str,
         v: &Variable,
+        batch: &[Created<'py>],
     ) -> PyResult<Bound<'py, PyAny>> {
         if let Some(obj) = lock(&self.state).py_values.get(name) {
             return Ok(obj.bind(py).clone());
@@ -657,7 +795,16 @@ impl Inner {
                     .map(|t| &t.shape),
                 Some(TypeShape::Fields(_))
             );
-            if is_record && let Some(class) = self.namespace.bind(py).get_item(type_name)? {
+            let in_batch = batch
+                .iter()
+                .filter_map(|c| c.binding.as_ref())
+                .find(|(name, _)| name == type_name)
+                .map(|(_, class)| class.clone());
+            let class = match in_batch {
+                Some(class) => Some(class),
+                None => self.namespace.bind(py).get_item(type_name)?,
+            };
+            if is_record && let Some(class) = class {
                 let kwargs = to_py(py, &v.value)?;
                 return class.call((), Some(kwargs.cast::<PyDict>().map_err(PyErr::from)?));
             }
@@ -670,26 +817,13 @@ impl Inner {
         py: Python<'py>,
         name: &str,
         f: &Function,
+        own: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         match &f.body {
-            FunctionBody::Bound => lock(&self.state)
-                .py_values
-                .get(name)
-                .map(|obj| obj.bind(py).clone())
-                .ok_or_else(|| {
-                    PyRuntimeError::new_err(format!("no Python object was loaded for '{name}'"))
-                }),
-            FunctionBody::Python(source) => {
-                let source = CString::new(source.as_str())
-                    .map_err(|e| PyTypeError::new_err(e.to_string()))?;
-                let ns = self.namespace.bind(py);
-                py.run(&source, Some(ns), None)?;
-                ns.get_item(name)?.ok_or_else(|| {
-                    PyRuntimeError::new_err(format!(
-                        "the Python source of function '{name}' does not define '{name}'"
-                    ))
-                })
-            }
+            FunctionBody::Bound => own.ok_or_else(|| {
+                PyRuntimeError::new_err(format!("no Python object was loaded for '{name}'"))
+            }),
+            FunctionBody::Python(source) => self.python_function(py, name, source).map(|(f, _)| f),
             FunctionBody::Host(host) => {
                 let host = host.clone();
                 let handle = self.handle.clone();

@@ -30,23 +30,28 @@ impl Worker {
         on_start: impl for<'py> FnOnce(Python<'py>) + Send + 'static,
     ) -> std::io::Result<Self> {
         let (jobs, queue) = mpsc::channel::<Job>();
-        let handle = std::thread::Builder::new().name(name).spawn(move || {
-            // Attached once for the thread's life, so its Python thread state (and with it
-            // `threading.local` data such as the cell event loop) persists across jobs; the
-            // interpreter is released while waiting.
-            Python::attach(|py| {
-                on_start(py);
-                let mut queue = queue;
-                loop {
-                    let (job, returned) = py.detach(move || (next_job(&queue), queue));
-                    queue = returned;
-                    let Some(job) = job else { break };
-                    // A panicking job drops its reply channel (the caller gets an error); the
-                    // thread goes on serving the runtime.
-                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(py)));
-                }
-            })
-        })?;
+        // The main thread's usual stack: CPython sizes its recursion limits for it, and a
+        // thread's default (2 MiB) is small for deep C recursion in `repr` or `json`.
+        let handle = std::thread::Builder::new()
+            .name(name)
+            .stack_size(8 << 20)
+            .spawn(move || {
+                // Attached once for the thread's life, so its Python thread state (and with it
+                // `threading.local` data such as the cell event loop) persists across jobs; the
+                // interpreter is released while waiting.
+                Python::attach(|py| {
+                    on_start(py);
+                    let mut queue = queue;
+                    loop {
+                        let (job, returned) = py.detach(move || (next_job(&queue), queue));
+                        queue = returned;
+                        let Some(job) = job else { break };
+                        // A panicking job drops its reply channel (the caller gets an error); the
+                        // thread goes on serving the runtime.
+                        let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(py)));
+                    }
+                })
+            })?;
         Ok(Self {
             jobs,
             thread: handle.thread().id(),

@@ -187,3 +187,35 @@ async fn a_busy_loop_is_preempted() {
     assert_eq!(rt.interrupter().unwrap().interrupt(), Interruption::Idle);
     assert_eq!(run(&rt, "1").await.output, "1\n");
 }
+
+#[tokio::test]
+async fn a_cell_that_replaces_stdout_does_not_silence_later_cells() {
+    let rt = InProcRuntime::new().unwrap();
+    let out = run(
+        &rt,
+        "import sys\nsys.stdout = None\nsys.stderr = open('/dev/null', 'w')\nprint('lost')",
+    )
+    .await;
+    assert!(out.success(), "{}", out.output);
+    assert!(
+        out.output.contains("replaced sys.stdout and sys.stderr") && !out.output.contains("lost"),
+        "the model is told, once: {:?}",
+        out.output
+    );
+    let out = run(
+        &rt,
+        "import sys\nprint('seen')\nprint('also', file=sys.stderr)",
+    )
+    .await;
+    assert_eq!(
+        out.output, "seen\nalso\n",
+        "routing is back, and no second note"
+    );
+    // Capturing temporarily is fine and says nothing.
+    let out = run(
+        &rt,
+        "import contextlib, io\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    print('inner')\nprint(buf.getvalue().strip())",
+    )
+    .await;
+    assert_eq!(out.output, "inner\n");
+}

@@ -37,7 +37,7 @@ async fn values_round_trip_through_python() {
         ))
         .variable(Variable::from_serialize("nested", &nested).unwrap())
         .variable(Variable::new("nothing", Value::None));
-    rt.register(resources).unwrap();
+    rt.register(resources).await.unwrap();
     let out = run(&rt, "print(type(big).__name__, big % 1000, type(pair).__name__, sorted(nested), raw[1], nan != nan)").await;
     assert_eq!(out.output, "int 0 tuple [-7, 1] 255 True\n");
     assert_eq!(rt.retrieve_as::<i128>("big").await.unwrap(), big);
@@ -126,6 +126,7 @@ async fn host_functions_have_real_signatures() {
             .function(fail)
             .function(reverse()),
     )
+    .await
     .unwrap();
     assert_eq!(run(&rt, "add(1)").await.output, "3\n");
     assert_eq!(run(&rt, "add(1, 2, 3, 4, scale=10)").await.output, "100\n");
@@ -180,26 +181,47 @@ async fn python_source_functions_are_bound_as_written() {
                 .with_doc("Square it."),
         ),
     )
+    .await
     .unwrap();
     assert_eq!(run(&rt, "square(7)").await.output, "49\n");
+    // A batch with one bad entry binds nothing, and says why from `register` itself.
     let bad = Function::python("cube", Signature::default(), "def other(): pass");
-    rt.register(Resources::new().function(bad)).unwrap();
     let err = rt
-        .execute("1", &cave_core::DiscardOutput)
+        .register(
+            Resources::new()
+                .variable(Variable::new("ok_before", Value::Int(1)))
+                .function(bad)
+                .variable(Variable::new("ok_after", Value::Int(2))),
+        )
         .await
         .unwrap_err();
     assert!(
-        err.to_string().contains("does not define 'cube'"),
-        "the next execution says why: {err}"
+        matches!(&err, RuntimeError::InvalidResource { name, .. } if name == "cube")
+            && err.to_string().contains("does not define 'cube'"),
+        "{err}"
     );
-    // It was not registered: the runtime goes on, and a corrected one can take the name.
+    let names = run(
+        &rt,
+        "print([n for n in ('ok_before', 'ok_after', 'cube', 'other') if n in globals()])",
+    )
+    .await;
+    assert_eq!(names.output, "[]\n", "nothing of the failed batch is bound");
+    assert!(!rt.describe().variables.contains("ok_before"));
+    // The runtime goes on, and a corrected batch can take the names.
     assert_eq!(run(&rt, "square(2)").await.output, "4\n");
     let fixed = Function::python(
         "cube",
         Signature::default(),
         "def cube(n):\n    return n ** 3",
     );
-    rt.register(Resources::new().function(fixed)).unwrap();
+    rt.register(
+        Resources::new()
+            .function(fixed)
+            .variable(Variable::new("ok_before", Value::Int(1))),
+    )
+    .await
+    .unwrap();
+    assert_eq!(run(&rt, "cube(2), ok_before").await.output, "(8, 1)\n");
     rt.reset().await.unwrap();
     assert_eq!(run(&rt, "cube(2), square(3)").await.output, "(8, 9)\n");
 }
@@ -259,6 +281,7 @@ async fn generated_types_reach_host_functions_as_structs() {
             .function(norm)
             .variable(origin),
     )
+    .await
     .unwrap();
     assert_eq!(
         run(&rt, "norm(Point(3.0, 4.0, tags=['a']))").await.output,
@@ -357,6 +380,7 @@ async fn host_objects_keep_their_identity() {
         Resources::new()
             .object(ObjectBinding::new("light", light.clone()).with_description("the desk light")),
     )
+    .await
     .unwrap();
     assert_eq!(
         run(&rt, "light.dim(40)\nlight.level()").await.output,
@@ -399,6 +423,7 @@ async fn reset_restores_what_was_registered() {
             .variable(Variable::new("count", Value::Int(1)))
             .function(reverse()),
     )
+    .await
     .unwrap();
     run(&rt, "count = 5\nmine = 1").await;
     rt.update("count", Value::Int(7)).await.unwrap();
@@ -429,6 +454,7 @@ async fn bind_unique_hands_out_distinct_names_under_concurrency() {
     let rt = Arc::new(InProcRuntime::new().unwrap());
     run(&rt, "_output_2 = 'made by the model'").await;
     rt.register(Resources::new().variable(Variable::new("_output_4", Value::None)))
+        .await
         .unwrap();
     let tasks: Vec<_> = (0..25)
         .map(|i| {
@@ -467,7 +493,9 @@ async fn a_pandas_dataframe_is_shared_not_copied() {
         Ok(pandas.call_method1("DataFrame", (data,))?.unbind())
     })
     .expect("pandas is installed in the selected environment (see README)");
-    rt.register_py("df", df, Some("sales by month")).unwrap();
+    rt.register_py("df", df, Some("sales by month"))
+        .await
+        .unwrap();
     assert!(
         rt.describe()
             .variables
@@ -623,7 +651,9 @@ async fn a_host_function_calling_back_into_its_runtime_gets_an_error_not_a_hang(
         let rt = inner.clone();
         async move { rt.get("x").await.map_err(HostError::runtime) }
     });
-    rt.register(Resources::new().function(callback)).unwrap();
+    rt.register(Resources::new().function(callback))
+        .await
+        .unwrap();
     let out = run(
         &rt,
         "x = 1\ntry:\n    peek()\nexcept RuntimeError as e:\n    print('refused:', e)",
@@ -689,4 +719,81 @@ __exports__ = [Function(count), Variable("Widget", Widget(), "a widget instance 
         !types.contains("Item") && !types.contains("Config"),
         "hidden from the prompt: {types}"
     );
+}
+
+/// `register_py` from several threads while cells run: every registration binds, and nothing
+/// waits forever (it used to hold the runtime's state lock while attaching to the interpreter,
+/// the reverse of the runtime thread's order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_objects_register_while_cells_run_without_deadlock() {
+    let rt = InProcRuntime::new().unwrap();
+    let cells = {
+        let rt = rt.clone();
+        tokio::spawn(async move {
+            for i in 0..200 {
+                let out = run(&rt, &format!("sum(range({i}))")).await;
+                assert!(out.success(), "{}", out.output);
+            }
+        })
+    };
+    let mut registrations = Vec::new();
+    for t in 0..4 {
+        let rt = rt.clone();
+        registrations.push(tokio::task::spawn_blocking(move || {
+            let handle = tokio::runtime::Handle::current();
+            for i in 0..25 {
+                let object = Python::attach(|py| {
+                    pyo3::types::PyList::new(py, [t, i])
+                        .unwrap()
+                        .into_any()
+                        .unbind()
+                });
+                handle
+                    .block_on(rt.register_py(&format!("obj_{t}_{i}"), object, None))
+                    .unwrap();
+            }
+        }));
+    }
+    let all = async {
+        cells.await.unwrap();
+        for r in registrations {
+            r.await.unwrap();
+        }
+    };
+    // Generous: the work takes well under a second; only a deadlock takes this long.
+    tokio::time::timeout(std::time::Duration::from_secs(120), all)
+        .await
+        .expect("registration and execution deadlocked");
+    assert_eq!(run(&rt, "obj_3_24").await.output, "[3, 24]\n");
+}
+
+/// Nesting as deep as code can make it: a clear error both ways, never a crash.
+#[tokio::test]
+async fn deeply_nested_values_are_refused_both_ways() {
+    let rt = InProcRuntime::new().unwrap();
+    let out = run(
+        &rt,
+        "deep = []\nfor _ in range(100_000):\n    deep = [deep]\ndeep",
+    )
+    .await;
+    assert!(
+        out.output.contains("RecursionError"),
+        "Python's own repr gives up cleanly: {}",
+        out.output
+    );
+    let err = rt.get("deep").await.unwrap_err();
+    assert!(
+        matches!(&err, RuntimeError::Unsupported { python_type, .. } if python_type.contains("nested deeper")),
+        "{err}"
+    );
+    let mut value = Value::Int(0);
+    for _ in 0..600 {
+        value = Value::List(vec![value]);
+    }
+    let err = rt
+        .register(Resources::new().variable(Variable::new("from_host", value)))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("nested deeper than"), "{err}");
+    assert_eq!(run(&rt, "'from_host' in globals()").await.output, "False\n");
 }

@@ -23,6 +23,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
+mod literal;
 mod policy;
 
 pub use policy::{PolicyError, SecurityPolicy};

@@ -1,5 +1,6 @@
 //! `SecurityPolicy`: the rules, and one walk over the syntax tree that checks them all.
 
+use crate::literal::{self, Prefix};
 use cave_core::{CodePolicy, Violation, normalize_name};
 use regex::Regex;
 use std::borrow::Cow;
@@ -34,6 +35,25 @@ struct Pattern {
     description: String,
 }
 
+/// Cells larger than this are not analysed when they need analysis: they are refused.
+const MAX_ANALYSED_BYTES: usize = 1 << 20;
+
+/// Syntax trees nested deeper than this are not analysed below that depth: refused. (Python
+/// itself gives up on nesting far shallower: 200 open brackets, or about 3000 levels of
+/// expression when it builds its own tree.)
+const MAX_TREE_DEPTH: usize = 3000;
+
+/// Functions that reach an attribute or a name by a string.
+const BY_STRING: &[&str] = &[
+    "getattr",
+    "setattr",
+    "delattr",
+    "hasattr",
+    "attrgetter",
+    "methodcaller",
+    "getattr_static",
+];
+
 /// A code policy made of rules, checked over the tree-sitter-python syntax tree before any
 /// code runs.
 ///
@@ -46,14 +66,18 @@ struct Pattern {
 /// - Attributes: `x.__globals__`, and by string (`getattr(x, '__globals__')`).
 /// - Patterns: regular expressions over the source, reported once per cell.
 ///
-/// Strings are followed when they are literals or concatenations of literals; anything
-/// computed at run time is not. A policy is a screen, not a sandbox.
+/// Strings are decoded as Python decodes them (escapes, raw and byte strings, implicit and
+/// `+` concatenation) before they are compared. A name computed at run time is refused only
+/// with [`deny_computed_names`](Self::deny_computed_names) (part of [`strict`](Self::strict)).
+/// A cell too large (over 1 MiB) or too deeply nested (over 3000 levels) to analyse is refused
+/// when it needs analysis. A policy is a screen, not a sandbox.
 #[derive(Clone, Debug, Default)]
 pub struct SecurityPolicy {
     imports: Vec<Names>,
     calls: Vec<Names>,
     attributes: Vec<Names>,
     patterns: Vec<Pattern>,
+    computed_names: bool,
 }
 
 impl SecurityPolicy {
@@ -111,21 +135,35 @@ impl SecurityPolicy {
         Ok(self)
     }
 
+    /// Refuses access by a name the policy cannot read from the source: `getattr`, `setattr`,
+    /// `delattr`, `hasattr`, `operator.attrgetter`, `operator.methodcaller` and
+    /// `inspect.getattr_static` with a name that is not a string literal, or passed around as
+    /// values (or imported under another name); `globals()`, `vars()`, `locals()`,
+    /// `__builtins__` or `x.__dict__` indexed by a computed key; `__import__` and
+    /// `import_module` of a computed module; and `str.format` on a format string that is not a
+    /// literal (format fields read attributes). Fail closed: what a screen cannot evaluate, it
+    /// does not let through.
+    pub fn deny_computed_names(mut self) -> Self {
+        self.computed_names = true;
+        self
+    }
+
     /// A preset for running code from a model you do not fully trust, on a machine you care
     /// about:
     ///
     /// - imports of `os`, `subprocess`, `sys`, `shutil`, `socket`, `ctypes`, `importlib`,
     ///   `builtins`, `multiprocessing`, `pty`, `signal`, `pickle` and `marshal`;
     /// - `eval`, `exec`, `compile`, `open`, `__import__`, `breakpoint`, `input`, `globals`,
-    ///   `vars`, `locals` and `getattr`-style access to those names;
+    ///   `vars`, `locals`, `__builtins__` in any form, and `getattr`-style access to those
+    ///   names;
     /// - introspection attributes that reach interpreter internals: `__globals__`,
-    ///   `__builtins__`, `__subclasses__`, `__bases__`, `__base__`, `__mro__`, `__code__`,
-    ///   `__closure__`, `__getattribute__`, `__reduce__`, `__reduce_ex__`, `__loader__`,
-    ///   `__spec__`, and frame attributes (`f_globals`, `f_locals`, `f_back`, `gi_frame`,
-    ///   `tb_frame`, `cr_frame`).
+    ///   `__builtins__`, `__dict__`, `__subclasses__`, `__bases__`, `__base__`, `__mro__`,
+    ///   `__code__`, `__closure__`, `__getattribute__`, `__reduce__`, `__reduce_ex__`,
+    ///   `__loader__`, `__spec__`, and frame attributes (`f_globals`, `f_locals`, `f_back`,
+    ///   `gi_frame`, `tb_frame`, `cr_frame`);
+    /// - every name it cannot read from the source ([`deny_computed_names`](Self::deny_computed_names)).
     ///
-    /// It does not stop: names computed at run time (`getattr(x, name)` with a variable,
-    /// decoded strings), what injected functions and objects can do, modules it does not list
+    /// It does not stop what injected functions and objects can do, modules it does not list
     /// (`pathlib` can write files, `urllib` can reach the network), or resource exhaustion
     /// (use `max_exec_timeout`, and the kernel runtime for a hard stop).
     pub fn strict() -> Self {
@@ -160,6 +198,7 @@ impl SecurityPolicy {
                     "globals",
                     "vars",
                     "locals",
+                    "__builtins__",
                 ],
                 Some("dynamic code, files and interpreter state are not allowed"),
             )
@@ -167,6 +206,7 @@ impl SecurityPolicy {
                 [
                     "__globals__",
                     "__builtins__",
+                    "__dict__",
                     "__subclasses__",
                     "__bases__",
                     "__base__",
@@ -187,6 +227,7 @@ impl SecurityPolicy {
                 ],
                 Some("interpreter internals are not allowed"),
             )
+            .deny_computed_names()
     }
 
     /// Whether the tree could hold a violation: some forbidden name appears as a whole word, or
@@ -205,8 +246,16 @@ impl SecurityPolicy {
             "locals",
             "__builtins__",
             "__dict__",
+            "attrgetter",
+            "methodcaller",
+            "getattr_static",
         ];
         if !code.is_ascii() {
+            return true;
+        }
+        if self.computed_names
+            && (contains_word(code, "format") || contains_word(code, "format_map"))
+        {
             return true;
         }
         let import_roots = self
@@ -232,6 +281,7 @@ impl SecurityPolicy {
             && self.calls.is_empty()
             && self.attributes.is_empty()
             && self.patterns.is_empty()
+            && !self.computed_names
     }
 }
 
@@ -296,6 +346,13 @@ impl CodePolicy for SecurityPolicy {
             // does not parse is then reported by Python itself when it runs.)
             return found;
         }
+        if code.len() > MAX_ANALYSED_BYTES {
+            found.push(Violation::new(format!(
+                "The code is {} bytes, more than the code policy analyses ({MAX_ANALYSED_BYTES}): split it into smaller cells",
+                code.len()
+            )));
+            return found;
+        }
         let mut parser = Parser::new();
         if parser
             .set_language(&tree_sitter_python::LANGUAGE.into())
@@ -317,6 +374,7 @@ impl CodePolicy for SecurityPolicy {
             found,
             syntax_error: None,
             parents: Vec::new(),
+            too_deep: false,
         };
         walk.visit(&mut tree.walk());
         if let Some(line) = walk.syntax_error {
@@ -340,6 +398,8 @@ struct Walk<'a, 't> {
     syntax_error: Option<usize>,
     /// Kinds of the ancestors of the current node.
     parents: Vec<&'t str>,
+    /// Some part nested deeper than the policy analyses (reported once).
+    too_deep: bool,
 }
 
 /// Parents under which an identifier is a name being defined, not a value being used.
@@ -379,7 +439,19 @@ impl<'a, 't> Walk<'a, 't> {
             let node = cursor.node();
             let field = cursor.field_name();
             self.check_node(node, field);
-            if cursor.goto_first_child() {
+            if depth >= MAX_TREE_DEPTH && node.child_count() > 0 {
+                // Fail closed: what lies below is not analysed, so the cell is refused.
+                if !self.too_deep {
+                    self.too_deep = true;
+                    let line = Self::line(node);
+                    self.found.push(
+                        Violation::new(format!(
+                            "The code nests deeper than the code policy analyses ({MAX_TREE_DEPTH} levels) at line {line}: split the expression into steps"
+                        ))
+                        .at_line(line),
+                    );
+                }
+            } else if cursor.goto_first_child() {
                 self.parents.push(node.kind());
                 depth += 1;
                 continue;
@@ -427,12 +499,22 @@ impl<'a, 't> Walk<'a, 't> {
                     let module = self.name(module).into_owned();
                     self.import(&module, Self::line(node));
                 }
+                if self.policy.computed_names {
+                    self.renamed_imports(node);
+                }
             }
             "call" => self.call(node),
             "attribute" => {
                 if let Some(name) = node.child_by_field_name("attribute") {
                     let name = self.name(name).into_owned();
-                    self.attribute(&name, Self::line(node));
+                    let line = Self::line(node);
+                    self.attribute(&name, line);
+                    let called = self.parents.last() == Some(&"call") && field == Some("function");
+                    // (`df.open` is a column as often as a function: only functions that
+                    // reach names by string are refused as values.)
+                    if !called {
+                        self.by_string_as_value(&name, line);
+                    }
                 }
             }
             "subscript" => self.subscript(node),
@@ -459,6 +541,73 @@ impl<'a, 't> Walk<'a, 't> {
         }
     }
 
+    /// `from operator import attrgetter as get`: a function that reaches names by string,
+    /// under a name the policy would not recognise.
+    fn renamed_imports(&mut self, node: Node<'_>) {
+        let mut cursor = node.walk();
+        for child in node.children_by_field_name("name", &mut cursor) {
+            if child.kind() != "aliased_import" {
+                continue;
+            }
+            let Some(name) = child.child_by_field_name("name") else {
+                continue;
+            };
+            let name = self.name(name);
+            if BY_STRING.contains(&name.as_ref()) {
+                let line = Self::line(child);
+                self.found.push(
+                    Violation::new(format!(
+                        "'{name}' imported under another name at line {line}: the strict policy must see every access by name; import it as it is"
+                    ))
+                    .at_line(line),
+                );
+            }
+        }
+    }
+
+    /// A forbidden function, called or used by name (`how` words the message).
+    fn called_name(&mut self, name: &str, line: usize, how: Use) {
+        for rule in &self.policy.calls {
+            if rule.names.contains(name) {
+                let found = match how {
+                    Use::Call => format!("Forbidden call to '{name}' at line {line}"),
+                    Use::Reference => format!("Forbidden reference to '{name}' at line {line}"),
+                    Use::ByString => {
+                        format!("Forbidden access to '{name}' by name at line {line}")
+                    }
+                };
+                let message = with_description(found, &rule.description);
+                self.found.push(Violation::new(message).at_line(line));
+                break;
+            }
+        }
+    }
+
+    /// A function that reaches names by string, taken as a value (`g = getattr`): whatever it
+    /// is later called with is out of the policy's sight.
+    fn by_string_as_value(&mut self, name: &str, line: usize) {
+        if self.policy.computed_names && BY_STRING.contains(&name) {
+            self.found.push(
+                Violation::new(format!(
+                    "'{name}' used as a value at line {line}: the strict policy must see what it is called with; call it directly with a string literal"
+                ))
+                .at_line(line),
+            );
+        }
+    }
+
+    /// A name the policy cannot read, where strict needs to.
+    fn computed(&mut self, what: &str, line: usize) {
+        if self.policy.computed_names {
+            self.found.push(
+                Violation::new(format!(
+                    "{what} at line {line}: the strict policy refuses names it cannot read from the source; write the name literally (obj.name, or a plain string)"
+                ))
+                .at_line(line),
+            );
+        }
+    }
+
     fn call(&mut self, node: Node<'_>) {
         let Some(callee) = node.child_by_field_name("function") else {
             return;
@@ -472,16 +621,7 @@ impl<'a, 't> Walk<'a, 't> {
             _ => return,
         };
         let line = Self::line(node);
-        for rule in &self.policy.calls {
-            if rule.names.contains(&name) {
-                let message = with_description(
-                    format!("Forbidden call to '{name}' at line {line}"),
-                    &rule.description,
-                );
-                self.found.push(Violation::new(message).at_line(line));
-                break;
-            }
-        }
+        self.called_name(&name, line, Use::Call);
         let args: Vec<Node<'_>> = node
             .child_by_field_name("arguments")
             .map(|a| {
@@ -491,17 +631,49 @@ impl<'a, 't> Walk<'a, 't> {
                     .collect()
             })
             .unwrap_or_default();
+        let literal_arg = |walk: &Self, at: usize| args.get(at).and_then(|a| walk.literal(*a));
         match name.as_str() {
             // Dynamic imports.
-            "__import__" | "import_module" => {
-                if let Some(module) = args.first().and_then(|a| self.literal(*a)) {
-                    self.import(&module, line);
+            "__import__" | "import_module" => match literal_arg(self, 0) {
+                Some(module) => self.import(&module, line),
+                None => self.computed(&format!("'{name}' of a computed module"), line),
+            },
+            // Access by string: the name is an attribute, or a builtin reached through one.
+            "getattr" | "setattr" | "delattr" | "hasattr" | "getattr_static" => {
+                match literal_arg(self, 1) {
+                    Some(attr) => self.named(&attr, line),
+                    None => self.computed(&format!("'{name}' with a computed name"), line),
                 }
             }
-            // Access by string: the name is an attribute, or a builtin reached through one.
-            "getattr" | "setattr" | "delattr" | "hasattr" => {
-                if let Some(attr) = args.get(1).and_then(|a| self.literal(*a)) {
-                    self.named(&attr, line);
+            // `attrgetter('a.b', 'c')`: dotted paths; `methodcaller('name', ...)`.
+            "attrgetter" | "methodcaller" => {
+                let count = if name == "attrgetter" { args.len() } else { 1 };
+                for at in 0..count.max(1) {
+                    match literal_arg(self, at) {
+                        Some(path) => {
+                            for part in path.split('.') {
+                                self.named(part, line);
+                            }
+                        }
+                        None => {
+                            self.computed(&format!("'{name}' with a computed name"), line);
+                            break;
+                        }
+                    }
+                }
+            }
+            // Format fields read attributes: `'{0.__globals__}'.format(f)`.
+            "format" | "format_map"
+                if self.policy.computed_names && callee.kind() == "attribute" =>
+            {
+                let receiver = callee.child_by_field_name("object");
+                match receiver.and_then(|r| self.literal(r)) {
+                    Some(template) => {
+                        for attr in format_field_attributes(&template) {
+                            self.named(attr, line);
+                        }
+                    }
+                    None => self.computed("A format string that is not a literal", line),
                 }
             }
             _ => {}
@@ -516,37 +688,33 @@ impl<'a, 't> Walk<'a, 't> {
         let namespace_like = match value.kind() {
             "call" => value
                 .child_by_field_name("function")
-                .is_some_and(|f| matches!(self.text(f), "globals" | "vars" | "locals")),
-            "identifier" => self.text(value) == "__builtins__",
+                .is_some_and(|f| matches!(self.name(f).as_ref(), "globals" | "vars" | "locals")),
+            "identifier" => self.name(value) == "__builtins__",
             "attribute" => value
                 .child_by_field_name("attribute")
-                .is_some_and(|a| self.text(a) == "__dict__"),
+                .is_some_and(|a| self.name(a) == "__dict__"),
             _ => false,
         };
         if !namespace_like {
             return;
         }
-        let key = node
+        let line = Self::line(node);
+        match node
             .child_by_field_name("subscript")
-            .and_then(|k| self.literal(k));
-        if let Some(key) = key {
-            self.named(&key, Self::line(node));
+            .and_then(|k| self.literal(k))
+        {
+            Some(key) => self.named(&key, line),
+            None => self.computed("A namespace indexed by a computed key", line),
         }
     }
 
-    /// A name reached by string: checked as an attribute and as a function.
+    /// A name reached by string: checked as an attribute and as a function (folded as an
+    /// identifier would be: stricter than Python, which does not fold strings).
     fn named(&mut self, name: &str, line: usize) {
+        let name = python_name(name);
+        let name = name.as_ref();
         self.attribute(name, line);
-        for rule in &self.policy.calls {
-            if rule.names.contains(name) {
-                let message = with_description(
-                    format!("Forbidden access to '{name}' by name at line {line}"),
-                    &rule.description,
-                );
-                self.found.push(Violation::new(message).at_line(line));
-                break;
-            }
-        }
+        self.called_name(name, line, Use::ByString);
     }
 
     fn attribute(&mut self, name: &str, line: usize) {
@@ -564,12 +732,13 @@ impl<'a, 't> Walk<'a, 't> {
 
     /// A forbidden function used as a value (`f = open`, `key=eval`, `print(eval)`).
     fn reference(&mut self, node: Node<'_>, field: Option<&str>) {
-        if self.policy.calls.is_empty() {
+        if self.policy.calls.is_empty() && !self.policy.computed_names {
             return;
         }
         let parent = self.parents.last().copied().unwrap_or("");
+        let called = matches!((parent, field), ("call", Some("function")));
         let defining = DEFINING.contains(&parent)
-            || matches!((parent, field), ("call", Some("function")))
+            || called
             || matches!((parent, field), ("attribute", Some("attribute")))
             || matches!((parent, field), ("keyword_argument", Some("name")))
             // A parameter's name defines; its default value is a use.
@@ -590,60 +759,127 @@ impl<'a, 't> Walk<'a, 't> {
         if defining {
             return;
         }
-        let name = self.name(node);
-        for rule in &self.policy.calls {
-            if rule.names.contains(name.as_ref()) {
-                let line = Self::line(node);
-                let message = with_description(
-                    format!("Forbidden reference to '{name}' at line {line}"),
-                    &rule.description,
-                );
-                self.found.push(Violation::new(message).at_line(line));
-                break;
-            }
-        }
+        let name = self.name(node).into_owned();
+        let line = Self::line(node);
+        self.called_name(&name, line, Use::Reference);
+        self.by_string_as_value(&name, line);
     }
 
-    /// The value of a string literal, or of a concatenation of literals; `None` for anything
-    /// computed (f-strings with fields, names, calls).
+    /// The value of a string literal, or of a concatenation of literals (implicit or with
+    /// `+`, in parentheses or not), decoded as Python decodes it; `None` for anything computed
+    /// (f-strings with fields, names, calls) or malformed. Iterative: the operand chain of a
+    /// long `'a' + 'a' + ...` is as deep as it is long.
     fn literal(&self, node: Node<'_>) -> Option<String> {
-        match node.kind() {
-            "string" => {
-                let mut cursor = node.walk();
-                let mut out = String::new();
-                for part in node.children(&mut cursor) {
-                    match part.kind() {
-                        "string_start" | "string_end" => {}
-                        "string_content" | "escape_sequence" => out.push_str(self.text(part)),
+        let mut out = String::new();
+        let mut pending = vec![node];
+        while let Some(node) = pending.pop() {
+            match node.kind() {
+                "string" => out.push_str(&self.string_value(node)?),
+                "concatenated_string" => {
+                    let mut cursor = node.walk();
+                    let parts: Vec<Node<'_>> = node
+                        .named_children(&mut cursor)
+                        .filter(|c| c.kind() != "comment")
+                        .collect();
+                    pending.extend(parts.into_iter().rev());
+                }
+                "binary_operator" => {
+                    let op = node.child_by_field_name("operator").map(|o| self.text(o))?;
+                    if op != "+" {
+                        return None;
+                    }
+                    pending.push(node.child_by_field_name("right")?);
+                    pending.push(node.child_by_field_name("left")?);
+                }
+                "parenthesized_expression" => {
+                    let mut cursor = node.walk();
+                    let inner: Vec<Node<'_>> = node
+                        .named_children(&mut cursor)
+                        .filter(|c| c.kind() != "comment")
+                        .collect();
+                    match inner.as_slice() {
+                        [only] => pending.push(*only),
                         _ => return None,
                     }
                 }
-                Some(out)
+                _ => return None,
             }
-            "concatenated_string" => {
-                let mut cursor = node.walk();
-                let parts: Vec<Node<'_>> = node.named_children(&mut cursor).collect();
-                parts
-                    .into_iter()
-                    .map(|p| self.literal(p))
-                    .collect::<Option<Vec<_>>>()
-                    .map(|v| v.concat())
-            }
-            "binary_operator" => {
-                let op = node.child_by_field_name("operator").map(|o| self.text(o))?;
-                if op != "+" {
-                    return None;
-                }
-                let left = self.literal(node.child_by_field_name("left")?)?;
-                let right = self.literal(node.child_by_field_name("right")?)?;
-                Some(left + &right)
-            }
-            "parenthesized_expression" => {
-                let mut cursor = node.walk();
-                let inner = node.named_children(&mut cursor).next()?;
-                self.literal(inner)
-            }
-            _ => None,
         }
+        Some(out)
     }
+
+    /// One string literal's value: its body decoded per its prefix; `None` if it has fields.
+    fn string_value(&self, node: Node<'_>) -> Option<String> {
+        let mut cursor = node.walk();
+        let mut start = None;
+        let mut end = None;
+        for part in node.children(&mut cursor) {
+            match part.kind() {
+                "string_start" => start = Some(part),
+                "string_end" if !part.is_missing() => end = Some(part),
+                "string_content" => {}
+                _ => return None,
+            }
+        }
+        let (start, _) = (start?, end?);
+        let opening = self.text(start);
+        let prefix = opening.trim_end_matches(['\'', '"']);
+        let quote = &opening[prefix.len()..];
+        // The body ends where the closing quote starts (the grammar's `string_end` may hold
+        // trailing backslashes of a raw string, so it is not the boundary).
+        let body_end = node.end_byte().checked_sub(quote.len())?;
+        let body = self
+            .source
+            .get(start.end_byte()..body_end)
+            .and_then(|b| std::str::from_utf8(b).ok())?;
+        if !self.text(node).ends_with(quote) {
+            return None;
+        }
+        literal::decode(body, Prefix::parse(prefix))
+    }
+}
+
+/// How a forbidden function's name was used.
+#[derive(Clone, Copy)]
+enum Use {
+    Call,
+    Reference,
+    ByString,
+}
+
+/// The attribute names a format string's fields read: `{0.a.b}` reads `a` and `b`; `{x[k]}`
+/// reads an item, not an attribute. Nested fields in a format spec are read too.
+fn format_field_attributes(template: &str) -> Vec<&str> {
+    let mut found = Vec::new();
+    let bytes = template.as_bytes();
+    let mut at = 0;
+    while at < bytes.len() {
+        if bytes[at] != b'{' {
+            at += 1;
+            continue;
+        }
+        if bytes.get(at + 1) == Some(&b'{') {
+            at += 2;
+            continue;
+        }
+        let field_start = at + 1;
+        let field_end = template[field_start..]
+            .find(['}', '!', ':', '{'])
+            .map_or(template.len(), |i| field_start + i);
+        let field = &template[field_start..field_end];
+        // After the first component: `.name` is an attribute, `[key]` an item.
+        let mut rest = field.find(['.', '[']).map_or("", |i| &field[i..]);
+        while !rest.is_empty() {
+            if let Some(after_dot) = rest.strip_prefix('.') {
+                let end = after_dot.find(['.', '[']).unwrap_or(after_dot.len());
+                found.push(&after_dot[..end]);
+                rest = &after_dot[end..];
+            } else {
+                let end = rest.find(']').map_or(rest.len(), |i| i + 1);
+                rest = &rest[end..];
+            }
+        }
+        at = field_end.max(at + 1);
+    }
+    found
 }

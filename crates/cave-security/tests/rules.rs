@@ -389,3 +389,168 @@ fn soak_random_cells() {
         let _ = policy.check(&code);
     }
 }
+
+/// The cells of a corpus file: blocks separated by `# ---` lines.
+fn corpus(text: &str) -> Vec<String> {
+    text.split("\n# ---\n")
+        .map(|cell| cell.trim_matches('\n').to_owned())
+        .filter(|cell| !cell.is_empty())
+        .collect()
+}
+
+#[test]
+fn strict_refuses_every_escape_in_the_corpus() {
+    let policy = SecurityPolicy::strict();
+    let cells = corpus(include_str!("corpus/refused.py"));
+    assert!(cells.len() >= 40, "{} cells", cells.len());
+    for cell in &cells {
+        assert!(blocked(&policy, cell), "let through:\n{cell}");
+    }
+}
+
+#[test]
+fn strict_lets_ordinary_analysis_through() {
+    let policy = SecurityPolicy::strict();
+    let cells = corpus(include_str!("corpus/allowed.py"));
+    assert!(cells.len() >= 20, "{} cells", cells.len());
+    for cell in &cells {
+        assert!(
+            !blocked(&policy, cell),
+            "false positive on:\n{cell}\n{:?}",
+            messages(&policy, cell)
+        );
+    }
+}
+
+#[test]
+fn user_rules_compare_decoded_names_too() {
+    let policy = SecurityPolicy::new()
+        .deny_calls(["eval"], None)
+        .deny_imports(["os"], None);
+    assert!(blocked(&policy, "getattr(m, '\\x65val')"));
+    assert!(blocked(&policy, "__import__('\\N{LATIN SMALL LETTER O}s')"));
+    // Without the computed-names rule, what cannot be read is not refused.
+    assert!(!blocked(&policy, "getattr(m, name)"));
+}
+
+/// Input as long or as deep as a model can make it: a finding or a refusal, never a crash.
+#[test]
+fn huge_and_deep_cells_end_in_a_finding() {
+    let terms = vec!["'a'"; 300_000].join("+");
+    let deep = format!(
+        "getattr(x, {}'eval'{})",
+        "(".repeat(100_000),
+        ")".repeat(100_000)
+    );
+    let policies = [
+        SecurityPolicy::new().deny_calls(["eval"], None),
+        SecurityPolicy::strict(),
+    ];
+    for policy in &policies {
+        for cell in [
+            format!("getattr(x, {terms})"),
+            format!("eval({terms})"),
+            format!("print({terms})\neval"),
+            deep.clone(),
+            format!("{}eval{}", "[".repeat(100_000), "]".repeat(100_000)),
+        ] {
+            let found = messages(policy, &cell);
+            assert!(
+                !found.is_empty(),
+                "no finding for a {}-byte cell",
+                cell.len()
+            );
+        }
+    }
+    let shorter = vec!["'a'"; 200_000].join("+");
+    let deep_found = messages(&SecurityPolicy::strict(), &format!("eval({shorter})"));
+    assert!(
+        deep_found.iter().any(|m| m.contains("nests deeper than")),
+        "{deep_found:?}"
+    );
+    let big = format!("eval\n{}", "x = 1\n".repeat(200_000));
+    assert!(
+        messages(&SecurityPolicy::strict(), &big)
+            .iter()
+            .any(|m| m.contains("more than the code policy analyses")),
+        "a cell too large to analyse is refused"
+    );
+}
+
+/// The policy's decoding of literals against Python's own: each literal, read by a real
+/// `python3`, names an attribute that a rule forbids; the policy must see that name.
+#[test]
+fn literals_decode_exactly_as_python_decodes_them() {
+    const PIECES: &[&str] = &[
+        "a",
+        "Z",
+        "_",
+        "\\x41",
+        "\\x7a",
+        "\\101",
+        "\\7",
+        "\\060",
+        "\\u00e9",
+        "\\U0001F600",
+        "\\N{LATIN SMALL LETTER E}",
+        "\\N{latin capital letter a}",
+        "\\\\",
+        "\\q",
+        "\\'",
+        "\\\"",
+        "\\t",
+        "\\\n",
+        "{{",
+        "}}",
+        "é",
+    ];
+    const PREFIXES: &[&str] = &["", "r", "b", "rb", "f", "u", "Rb", "F"];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut literals = Vec::new();
+    while literals.len() < 600 {
+        let prefix = PREFIXES[next(PREFIXES.len())];
+        let body: String = (0..1 + next(6))
+            .map(|_| PIECES[next(PIECES.len())])
+            .collect();
+        let non_ascii = body.contains('é')
+            || body.contains("\\u")
+            || body.contains("\\U")
+            || body.contains("\\N");
+        if prefix.to_ascii_lowercase().contains('b') && non_ascii {
+            continue; // not a valid bytes literal
+        }
+        literals.push(format!("{prefix}'{body}'"));
+    }
+    let script = "import ast, json, sys\n\
+        out = []\n\
+        for lit in json.load(sys.stdin):\n\
+        \x20   v = ast.literal_eval(lit) if not lit.lower().startswith(('f', 'rf')) else eval(lit)\n\
+        \x20   out.append(v.decode('latin-1') if isinstance(v, bytes) else v)\n\
+        json.dump(out, sys.stdout)\n";
+    let mut child = std::process::Command::new("python3")
+        .args(["-W", "ignore", "-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 on PATH (the runtimes need it too)");
+    let input = serde_json::to_vec(&literals).unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &input).unwrap();
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "python3 failed");
+    let values: Vec<String> = serde_json::from_slice(&output.stdout).unwrap();
+    for (literal, value) in literals.iter().zip(&values) {
+        let policy = SecurityPolicy::new().deny_attributes([value.as_str()], None);
+        let cell = format!("getattr(x, {literal})");
+        assert!(
+            blocked(&policy, &cell),
+            "{literal} is {value:?} to Python; the policy read it otherwise"
+        );
+    }
+}

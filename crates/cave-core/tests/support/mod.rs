@@ -76,9 +76,10 @@ impl FakeRuntime {
     }
 
     /// Binds a name as the model's code would.
-    pub fn bind(&self, name: &str, value: Value) {
+    pub async fn bind(&self, name: &str, value: Value) {
         self.namespace
             .register(Resources::new().binding(name, value))
+            .await
             .unwrap();
     }
 
@@ -157,8 +158,8 @@ impl Runtime for FakeRuntime {
         Ok(Execution::ok(out).with_state_lost(state_lost))
     }
 
-    fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
-        self.namespace.register(batch)
+    async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
+        self.namespace.register(batch).await
     }
 
     fn describe(&self) -> Description {
