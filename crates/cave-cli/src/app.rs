@@ -6,6 +6,7 @@ use crate::exit::Exit;
 use crate::output::{Human, JsonLines, Output, Retrieved};
 use anyhow::Context;
 use cave_agent::ContextCompactor;
+use cave_agent::inproc::{CapturedStreams, StdioCapture};
 use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};
 use cave_agent::{
     Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, Model, Resources, Runtime,
@@ -13,6 +14,7 @@ use cave_agent::{
 };
 use futures_util::StreamExt;
 use std::io::{self, IsTerminal, Write};
+use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// Runs the command; returns how `cave` exits.
@@ -72,9 +74,11 @@ impl Redactor {
     }
 }
 
-/// Stdout that holds each event's text until it is flushed, then writes it redacted (so a key
-/// split across writes is still found).
+/// The host's stdout (a duplicate of the descriptor `cave` started with, so that nothing a cell
+/// writes to descriptor 1 reaches it). Holds each event's text until it is flushed, then writes
+/// it redacted (so a key split across writes is still found).
 struct RedactingStdout {
+    out: std::fs::File,
     buffer: Vec<u8>,
     redactor: Redactor,
 }
@@ -88,15 +92,16 @@ impl Write for RedactingStdout {
     fn flush(&mut self) -> io::Result<()> {
         let text = String::from_utf8_lossy(&self.buffer).into_owned();
         self.buffer.clear();
-        let mut stdout = io::stdout().lock();
-        stdout.write_all(self.redactor.apply(&text).as_bytes())?;
-        stdout.flush()
+        self.out.write_all(self.redactor.apply(&text).as_bytes())?;
+        self.out.flush()
     }
 }
 
 struct Session {
     agent: Agent,
     runtime: InProcRuntime,
+    /// `--json`: descriptors 1 and 2 belong to the runtime's cells for the whole session.
+    session_capture: Option<StdioCapture>,
     output: Box<dyn Output>,
     retrieve: Vec<String>,
 }
@@ -173,11 +178,23 @@ impl Session {
             builder.instructions(v);
         }
         let agent = builder.build()?;
-        if output == OutputMode::Json {
-            // Only events may reach stdout.
+        let host_stdout = io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("could not duplicate stdout")?;
+        let session_capture = if output == OutputMode::Json {
+            // Only events may reach stdout: what cells write to descriptors 1 and 2 is theirs,
+            // and output outside any cell goes to stderr.
             cave_agent::inproc::send_stray_output_to_stderr()?;
-        }
+            let capture = StdioCapture::start(CapturedStreams::StdoutAndStderr)
+                .context("could not capture the standard descriptors")?;
+            runtime.attach_stdio(&capture);
+            Some(capture)
+        } else {
+            None
+        };
         let stdout = RedactingStdout {
+            out: host_stdout.into(),
             buffer: Vec::new(),
             redactor: redactor.clone(),
         };
@@ -188,6 +205,7 @@ impl Session {
         Ok(Self {
             agent,
             runtime,
+            session_capture,
             output,
             retrieve,
         })
@@ -195,6 +213,17 @@ impl Session {
 
     /// Runs one turn, printing its events; Ctrl-C cancels it.
     async fn turn(&mut self, prompt: String) -> io::Result<Option<StopReason>> {
+        // For people: descriptor 1 is the cells' only while a turn runs, so that the line
+        // editor between turns keeps the terminal.
+        let _turn_capture = match &self.session_capture {
+            Some(_) => None,
+            None => {
+                let capture =
+                    StdioCapture::start(CapturedStreams::Stdout).map_err(io::Error::other)?;
+                self.runtime.attach_stdio(&capture);
+                Some(capture)
+            }
+        };
         let cancel = CancellationToken::new();
         let on_interrupt = cancel.clone();
         let watcher = tokio::spawn(async move {

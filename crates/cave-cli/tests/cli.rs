@@ -523,8 +523,36 @@ async fn stray_output_from_threads_stays_off_the_json_stream() {
         .into_iter()
         .find(|e| e["type"] == "execution_result")
         .unwrap();
-    assert_eq!(result["output"], "from the cell\n");
-    assert!(String::from_utf8_lossy(&out.stderr).contains("from a thread"));
+    // Written while the cell ran, by a thread it started: the cell's output.
+    assert_eq!(result["output"], "from a thread\nfrom the cell\n");
+}
+
+/// Descriptor-level writes (os.write, a subprocess, C stdio) are the cell's output and never
+/// reach the JSON Lines stream.
+#[tokio::test(flavor = "multi_thread")]
+async fn descriptor_output_is_the_cells_and_never_between_events() {
+    let code = "import os, ctypes\nos.write(1, b'raw one\\n')\nos.system('echo child; echo child-err >&2')\nctypes.CDLL(None).printf(b'c stdio\\n')\nos.write(2, b'raw two\\n')";
+    let server = server([answer(&block(code), 16, "stop"), answer("Done.", 8, "stop")]).await;
+    let out = cave(Some(&server), &["run", "--json", "go"]);
+    assert_eq!(out.status.code(), Some(0));
+    // Every stdout line is an event (`events` panics on anything else).
+    let result = events(&out)
+        .into_iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    let output = result["output"].as_str().unwrap();
+    for expected in [
+        "raw one\n",
+        "child\n",
+        "child-err\n",
+        "c stdio\n",
+        "raw two\n",
+    ] {
+        assert!(
+            output.contains(expected),
+            "{expected:?} missing: {output:?}"
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

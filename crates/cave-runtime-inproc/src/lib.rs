@@ -40,6 +40,7 @@ mod convert;
 mod env;
 mod interrupt;
 mod runtime;
+mod stdio;
 mod worker;
 
 pub use env::{
@@ -47,6 +48,7 @@ pub use env::{
 };
 pub use pyo3;
 pub use runtime::InProcRuntime;
+pub use stdio::{CapturedStreams, StdioCapture};
 
 use std::path::PathBuf;
 

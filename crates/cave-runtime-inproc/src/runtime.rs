@@ -4,6 +4,7 @@ use crate::InProcError;
 use crate::convert::{FromPyError, from_py, text_of, to_py};
 use crate::env::{self, executor};
 use crate::interrupt::{CellInterrupt, InterruptHandle};
+use crate::stdio::{self, CellSink, StdioCapture};
 use crate::worker::Worker;
 use async_trait::async_trait;
 use cave_core::{
@@ -45,6 +46,8 @@ struct Inner {
     state: Mutex<State>,
     interrupt: Arc<CellInterrupt>,
     executions: AtomicU64,
+    /// The process's captured descriptors, when the host attached them to this runtime.
+    stdio: Mutex<Option<Arc<stdio::Shared>>>,
     /// Where host functions' futures run (the creator's tokio runtime, or our own).
     handle: Handle,
     own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
@@ -69,6 +72,16 @@ struct Created<'py> {
 struct CellOutput {
     text: String,
     live: Option<UnboundedSender<String>>,
+}
+
+impl CellSink for Mutex<CellOutput> {
+    fn captured(&self, text: &str) {
+        let mut output = lock(self);
+        if let Some(live) = &output.live {
+            let _ = live.send(text.to_owned());
+        }
+        output.text.push_str(text);
+    }
 }
 
 #[derive(Default)]
@@ -163,6 +176,7 @@ impl InProcRuntime {
                 state: Mutex::new(State::default()),
                 interrupt,
                 executions: AtomicU64::new(0),
+                stdio: Mutex::new(None),
                 handle,
                 own_runtime: Mutex::new(own_runtime),
             }),
@@ -230,6 +244,13 @@ impl InProcRuntime {
             .worker
             .run("register_python_file", move |py| inner.load_file(py, &path))
             .await?
+    }
+
+    /// Makes what this runtime's cells write to the captured descriptors (`os.write(1, ...)`,
+    /// subprocesses, C extensions) part of their output. The capture is the process's; this
+    /// runtime only reads it while it lasts.
+    pub fn attach_stdio(&self, capture: &StdioCapture) {
+        *lock(&self.inner.stdio) = Some(capture.shared());
     }
 
     /// The live Python object bound to `name` (any bound name).
@@ -557,6 +578,10 @@ impl Inner {
             text: String::new(),
             live: Some(live),
         };
+        let capture = lock(&self.stdio).clone();
+        let captured = capture
+            .as_ref()
+            .and_then(|c| c.begin_cell(self.output.clone()));
         self.interrupt.begin(number);
         let result = executor.call_method1(
             "run_cell",
@@ -568,6 +593,11 @@ impl Inner {
             ),
         );
         self.interrupt.end(py);
+        if let (Some(capture), Some(token)) = (&capture, captured) {
+            // Released while draining: a thread of the cell may still need the interpreter to
+            // finish the write being waited for.
+            py.detach(|| capture.end_cell(token));
+        }
         let mut output = std::mem::take(&mut *lock(&self.output)).text;
         match result {
             Ok(raised) if raised.is_none() => Ok(Execution::ok(output)),

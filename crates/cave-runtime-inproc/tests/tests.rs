@@ -2,3 +2,4 @@
 mod environment;
 mod execution;
 mod injection;
+mod stdio;
