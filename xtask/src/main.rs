@@ -1,4 +1,5 @@
-//! Project chores: `cargo xtask bench`, `cargo xtask soak [N]`. Tidy checks are its tests
+//! Project chores: `cargo xtask bench`, `cargo xtask soak [N]` (N random inputs through the
+//! fence parser, then N random model replies through the whole agent). Tidy checks are its tests
 //! (`cargo test -p xtask`), run by the workspace test command.
 
 use std::process::{Command, ExitCode};
@@ -34,6 +35,23 @@ fn main() -> ExitCode {
                 ],
                 &[("CAVE_PARSER_SOAK", cases.as_str())],
             )
+            .and_then(|()| {
+                // The whole agent, as `cave` wires it, under random model output.
+                cargo(
+                    &[
+                        "test",
+                        "--release",
+                        "-p",
+                        "cave-cli",
+                        "--test",
+                        "tests",
+                        "random_model_output_never_breaks_a_run",
+                        "--",
+                        "--nocapture",
+                    ],
+                    &[("CAVE_AGENT_SOAK", cases.as_str())],
+                )
+            })
         }
         _ => {
             eprintln!("usage: cargo xtask bench | cargo xtask soak [CASES]");

@@ -57,6 +57,11 @@ impl<W: Write> JsonLines<W> {
         Self { out }
     }
 
+    /// The writer, back.
+    pub fn into_inner(self) -> W {
+        self.out
+    }
+
     fn line(&mut self, value: &impl serde::Serialize) -> io::Result<()> {
         serde_json::to_writer(&mut self.out, value)?;
         self.out.write_all(b"\n")?;
