@@ -515,16 +515,24 @@ async fn a_small_window_compacts_with_the_summary_model() {
 #[tokio::test(flavor = "multi_thread")]
 async fn stray_output_from_threads_stays_off_the_json_stream() {
     let code = "import threading\nt = threading.Thread(target=lambda: print('from a thread'))\nt.start(); t.join()\nprint('from the cell')";
+    // Written while the cell ran, by a thread it started: the cell's output.
+    assert_eq!(
+        json_run_output(code).await,
+        "from a thread\nfrom the cell\n"
+    );
+}
+
+/// Runs one cell through `cave run --json` and returns its `execution_result` output; every
+/// stdout line must be an event (`events` panics on anything else).
+async fn json_run_output(code: &str) -> String {
     let server = server([answer(&block(code), 16, "stop"), answer("Done.", 8, "stop")]).await;
     let out = cave(Some(&server), &["run", "--json", "go"]);
     assert_eq!(out.status.code(), Some(0));
-    // Every stdout line is an event (`events` panics on anything else).
     let result = events(&out)
         .into_iter()
         .find(|e| e["type"] == "execution_result")
         .unwrap();
-    // Written while the cell ran, by a thread it started: the cell's output.
-    assert_eq!(result["output"], "from a thread\nfrom the cell\n");
+    result["output"].as_str().unwrap().to_owned()
 }
 
 /// Descriptor-level writes (os.write, a subprocess, C stdio) are the cell's output and never
@@ -532,15 +540,7 @@ async fn stray_output_from_threads_stays_off_the_json_stream() {
 #[tokio::test(flavor = "multi_thread")]
 async fn descriptor_output_is_the_cells_and_never_between_events() {
     let code = "import os, ctypes\nos.write(1, b'raw one\\n')\nos.system('echo child; echo child-err >&2')\nctypes.CDLL(None).printf(b'c stdio\\n')\nos.write(2, b'raw two\\n')";
-    let server = server([answer(&block(code), 16, "stop"), answer("Done.", 8, "stop")]).await;
-    let out = cave(Some(&server), &["run", "--json", "go"]);
-    assert_eq!(out.status.code(), Some(0));
-    // Every stdout line is an event (`events` panics on anything else).
-    let result = events(&out)
-        .into_iter()
-        .find(|e| e["type"] == "execution_result")
-        .unwrap();
-    let output = result["output"].as_str().unwrap();
+    let output = json_run_output(code).await;
     for expected in [
         "raw one\n",
         "child\n",
