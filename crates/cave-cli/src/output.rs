@@ -518,7 +518,7 @@ impl<W: Write> Output for Human<W> {
                 };
                 writeln!(self.out, "\n{}", self.paint(style, &summary))?;
                 if let Some(error) = error {
-                    self.note(RED, error)?;
+                    self.note(RED, &error.message)?;
                 }
             }
             _ => {}

@@ -1,7 +1,8 @@
 //! What a run reports, step by step.
 
-use crate::Usage;
+use crate::{ModelError, ModelErrorKind, RuntimeError, Usage};
 use serde::{Deserialize, Serialize};
+use std::fmt;
 
 /// Why a run stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -45,6 +46,115 @@ impl StopReason {
 impl std::fmt::Display for StopReason {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+/// What ended a run early, as data: a kind to match on and a message for people (never
+/// containing secrets). In JSON: `{"kind": "auth", "message": "..."}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct StopError {
+    /// What failed.
+    pub kind: StopErrorKind,
+    /// The failure, for display.
+    pub message: String,
+}
+
+impl StopError {
+    /// A failure of this kind.
+    pub fn new(kind: StopErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+        }
+    }
+}
+
+impl fmt::Display for StopError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for StopError {}
+
+impl From<&ModelError> for StopError {
+    fn from(e: &ModelError) -> Self {
+        let kind = match e.kind() {
+            ModelErrorKind::Transient { .. } => StopErrorKind::Transient,
+            ModelErrorKind::BillingExhausted => StopErrorKind::BillingExhausted,
+            ModelErrorKind::PromptTooLong => StopErrorKind::PromptTooLong,
+            ModelErrorKind::Auth => StopErrorKind::Auth,
+            ModelErrorKind::InvalidRequest => StopErrorKind::InvalidRequest,
+            ModelErrorKind::StreamStalled => StopErrorKind::StreamStalled,
+            ModelErrorKind::StreamInterrupted => StopErrorKind::StreamInterrupted,
+            ModelErrorKind::ContentFiltered => StopErrorKind::ContentFiltered,
+            ModelErrorKind::EmptyAnswer => StopErrorKind::EmptyAnswer,
+            ModelErrorKind::Truncated => StopErrorKind::Truncated,
+            _ => StopErrorKind::ModelOther,
+        };
+        Self::new(kind, e.to_string())
+    }
+}
+
+impl From<&RuntimeError> for StopError {
+    fn from(e: &RuntimeError) -> Self {
+        Self::new(StopErrorKind::Runtime, e.to_string())
+    }
+}
+
+/// The kinds of [`StopError`]: the model's failures (as [`ModelErrorKind`] names them), the
+/// runtime's, a defect, and the budget that ran out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum StopErrorKind {
+    /// The model: still failing after the retries (rate limit, overload, connection).
+    Transient,
+    /// The model: the account has no credit left.
+    BillingExhausted,
+    /// The model: the prompt did not fit even after compaction.
+    PromptTooLong,
+    /// The model: the credentials were refused.
+    Auth,
+    /// The model: the provider refused the request as malformed.
+    InvalidRequest,
+    /// The model: no delta arrived within the idle timeout.
+    StreamStalled,
+    /// The model: the stream broke before a finish reason.
+    StreamInterrupted,
+    /// The model: the provider filtered the answer.
+    ContentFiltered,
+    /// The model: no answer (empty, whitespace-only or reasoning-only), even after retries.
+    EmptyAnswer,
+    /// The model: the answer was cut by the output cap and could not be resumed.
+    Truncated,
+    /// The model: any other failure.
+    ModelOther,
+    /// The runtime failed as infrastructure.
+    Runtime,
+    /// A defect (a panic).
+    Internal,
+    /// `max_total_tokens` was spent.
+    MaxTotalTokens,
+    /// `max_input_tokens` was spent.
+    MaxInputTokens,
+    /// `max_output_tokens` was spent.
+    MaxOutputTokens,
+}
+
+impl StopErrorKind {
+    /// Returns true if and only if the model failed (as opposed to the runtime, a defect or a
+    /// budget).
+    pub fn is_model(self) -> bool {
+        !matches!(
+            self,
+            Self::Runtime
+                | Self::Internal
+                | Self::MaxTotalTokens
+                | Self::MaxInputTokens
+                | Self::MaxOutputTokens
+        )
     }
 }
 
@@ -162,8 +272,9 @@ pub enum Event {
         elapsed: f64,
         /// Tokens spent by the run.
         usage: Usage,
-        /// What failed, for the error stop reasons (never contains secrets).
+        /// What failed, for the error stop reasons and `budget_exhausted` (never contains
+        /// secrets).
         #[serde(default, skip_serializing_if = "Option::is_none")]
-        error: Option<String>,
+        error: Option<StopError>,
     },
 }

@@ -64,13 +64,13 @@ pub use agent::{
 pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, TokenAnchor, TokenEstimator, estimate_history,
 };
-pub use event::{Event, Status, StopReason};
+pub use event::{Event, Status, StopError, StopErrorKind, StopReason};
 pub use message::{ChatMessage, ChatRole, Message};
 pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
 };
 pub use parser::{FenceParser, Parsed};
-pub use policy::{CodePolicy, Violation};
+pub use policy::{CodePolicy, Violation, ViolationKind};
 pub use registry::{Entry, Registry, unique_prefix};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,

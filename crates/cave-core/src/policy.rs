@@ -15,24 +15,65 @@ pub trait CodePolicy: Send + Sync {
 
 /// One reason a cell may not run.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub struct Violation {
-    /// What was found, e.g. "Forbidden import detected: os at line 1".
+    /// What was found, e.g. "Forbidden import 'os' at line 1".
     pub message: String,
     /// The line it was found on (1-based), if known.
     pub line: Option<usize>,
+    /// Which kind of rule fired.
+    pub kind: ViolationKind,
+    /// The rule's subject that matched: the forbidden module, function or attribute name, or
+    /// the pattern; `None` where no single rule fired (a syntax error, a limit).
+    pub rule: Option<String>,
+}
+
+/// Which kind of rule a [`Violation`] comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum ViolationKind {
+    /// A forbidden module was imported.
+    Import,
+    /// A forbidden function was called, referred to, or reached by name.
+    Call,
+    /// A forbidden attribute was used.
+    Attribute,
+    /// A forbidden pattern matched the source.
+    Pattern,
+    /// A name was computed where the policy must read it.
+    ComputedName,
+    /// The code does not parse.
+    Syntax,
+    /// The code is too large or too deeply nested to analyse.
+    TooComplex,
+    /// Anything else (a custom policy's finding).
+    #[default]
+    Other,
 }
 
 impl Violation {
-    /// A violation with a message.
+    /// A violation with a message (kind [`ViolationKind::Other`]).
     pub fn new(message: impl Into<String>) -> Self {
         Self {
             message: message.into(),
             line: None,
+            kind: ViolationKind::Other,
+            rule: None,
         }
     }
     /// Sets the line.
     pub fn at_line(mut self, line: usize) -> Self {
         self.line = Some(line);
+        self
+    }
+    /// Sets the kind.
+    pub fn with_kind(mut self, kind: ViolationKind) -> Self {
+        self.kind = kind;
+        self
+    }
+    /// Sets the rule's subject that matched.
+    pub fn with_rule(mut self, rule: impl Into<String>) -> Self {
+        self.rule = Some(rule.into());
         self
     }
 }

@@ -5,7 +5,8 @@ use cave_core::testing::{Reply, ScriptedModel};
 use cave_core::{
     Agent, AgentBuilder, BuildError, CancellationToken, CodePolicy, Compactor, Event, FinishReason,
     Interruption, Message, ModelError, ModelErrorKind, ModelInfo, Prepared, Runtime, Status,
-    StopReason, TokenAnchor, TokenEstimator, Usage, Value, Violation, prompt,
+    StopError, StopErrorKind, StopReason, TokenAnchor, TokenEstimator, Usage, Value, Violation,
+    prompt,
 };
 use futures_util::StreamExt;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -57,7 +58,7 @@ fn shape(events: &[Event]) -> Vec<String> {
     kinds
 }
 
-fn stopped(events: &[Event]) -> (String, StopReason, u32, Usage, Option<String>) {
+fn stopped(events: &[Event]) -> (String, StopReason, u32, Usage, Option<StopError>) {
     match events.last() {
         Some(Event::Stopped {
             content,
@@ -270,7 +271,11 @@ async fn budgets_are_checked_between_steps() {
     // The agent stops reading at the closing fence, so these steps' usage is estimated:
     // about 300 prompt tokens and 6 completion tokens each.
     let code = || Reply::text(block("print('1')"));
-    for (cap, which) in [(15, "total"), (10, "input"), (5, "output")] {
+    for (cap, which, kind) in [
+        (15, "total", StopErrorKind::MaxTotalTokens),
+        (10, "input", StopErrorKind::MaxInputTokens),
+        (5, "output", StopErrorKind::MaxOutputTokens),
+    ] {
         let s = Setup::new([code(), code(), Reply::text("never")]);
         let mut b = s.builder();
         match which {
@@ -285,6 +290,8 @@ async fn budgets_are_checked_between_steps() {
             (StopReason::BudgetExhausted, 1),
             "{which}"
         );
+        // Which budget ran out is data.
+        assert_eq!(response.error.map(|e| e.kind), Some(kind), "{which}");
         // The crossing step completed and was recorded.
         assert_eq!(turns(&agent).last().unwrap().0, "execution_result");
     }
@@ -381,7 +388,9 @@ async fn recovery_gives_up_after_three() {
         (StopReason::ModelError, 4)
     );
     assert_eq!(response.content, "still going".repeat(4));
-    assert!(response.error.unwrap().contains("output limit"));
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, StopErrorKind::Truncated);
+    assert!(error.message.contains("output limit"));
 }
 
 #[tokio::test]
@@ -431,7 +440,10 @@ async fn failures_before_any_answer_end_the_run() {
         let mut agent = s.agent();
         let response = agent.run("go").await;
         assert_eq!(response.stop_reason, StopReason::ModelError);
-        assert_eq!(response.error.as_deref(), Some("invalid API key"));
+        // A caller routes on the kind, not the prose.
+        let error = response.error.unwrap();
+        assert!(matches!(error.kind, StopErrorKind::Auth) && error.kind.is_model());
+        assert_eq!(error.message, "invalid API key");
         assert_eq!(turns(&agent).len(), 1, "nothing recorded after the prompt");
     }
 }
@@ -454,7 +466,9 @@ async fn stalls_are_fatal_before_content_and_resumed_after() {
     let s = Setup::new([Reply::default().then_hang()]);
     let response = s.agent().run("go").await;
     assert_eq!(response.stop_reason, StopReason::ModelError);
-    assert!(response.error.unwrap().contains("stalled"));
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, StopErrorKind::StreamStalled);
+    assert!(error.message.contains("stalled"));
 
     let s = Setup::new([Reply::text("Half").then_hang(), Reply::text(" done.")]);
     let response = s.agent().run("go").await;
@@ -546,7 +560,11 @@ async fn how_an_ended_stream_is_judged() {
         let response = s.agent().run("go").await;
         assert_eq!(response.stop_reason, expected, "{reply:?}");
         assert!(
-            response.error.unwrap_or_default().contains(error),
+            response
+                .error
+                .map(|e| e.message)
+                .unwrap_or_default()
+                .contains(error),
             "{reply:?}"
         );
         assert!(
@@ -825,7 +843,9 @@ async fn runtime_failures_end_the_run_with_a_valid_history() {
     let mut agent = s.agent();
     let response = agent.run("go").await;
     assert_eq!(response.stop_reason, StopReason::RuntimeError);
-    assert!(response.error.unwrap().contains("no memory left"));
+    let error = response.error.unwrap();
+    assert_eq!(error.kind, StopErrorKind::Runtime);
+    assert!(error.message.contains("no memory left") && !error.kind.is_model());
     assert_eq!(
         turns(&agent).last().unwrap(),
         &(
@@ -850,7 +870,9 @@ async fn a_panic_is_an_internal_error_and_the_agent_stays_usable() {
     let ev = events(&mut agent, "go").await;
     let (_, reason, _, _, error) = stopped(&ev);
     assert_eq!(reason, StopReason::InternalError);
-    assert!(error.unwrap().contains("fake runtime defect"));
+    let error = error.unwrap();
+    assert_eq!(error.kind, StopErrorKind::Internal);
+    assert!(error.message.contains("fake runtime defect"));
     assert_eq!(
         turns(&agent).last().unwrap().1,
         prompt::EXECUTION_INCOMPLETE
@@ -1293,6 +1315,17 @@ async fn events_serialize_to_the_wire_format() {
                 error: None,
             },
             r#"{"type":"stopped","content":"a","stop_reason":"budget_exhausted","steps":2,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+        ),
+        (
+            Event::Stopped {
+                content: String::new(),
+                stop_reason: StopReason::ModelError,
+                steps: 1,
+                elapsed: 0.5,
+                usage,
+                error: Some(StopError::new(StopErrorKind::BillingExhausted, "no credit")),
+            },
+            r#"{"type":"stopped","content":"","stop_reason":"model_error","steps":1,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7},"error":{"kind":"billing_exhausted","message":"no credit"}}"#,
         ),
     ];
     for (event, json) in cases {

@@ -495,6 +495,7 @@ async fn a_recorded_run_replays_to_the_same_events() {
         response
             .error
             .unwrap()
+            .message
             .contains("replay diverged at call 1: message"),
         "says where"
     );

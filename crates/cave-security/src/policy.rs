@@ -1,7 +1,7 @@
 //! `SecurityPolicy`: the rules, and one walk over the syntax tree that checks them all.
 
 use crate::literal::{self, Prefix};
-use cave_core::{CodePolicy, Violation, normalize_name};
+use cave_core::{CodePolicy, Violation, ViolationKind, normalize_name};
 use regex::Regex;
 use std::borrow::Cow;
 use std::collections::BTreeSet;
@@ -326,7 +326,7 @@ fn with_description(message: String, description: &Option<String>) -> String {
 impl CodePolicy for SecurityPolicy {
     fn check(&self, code: &str) -> Vec<Violation> {
         if code.trim().is_empty() {
-            return vec![Violation::new("The code is empty")];
+            return vec![Violation::new("The code is empty").with_kind(ViolationKind::Syntax)];
         }
         let mut found = Vec::new();
         for pattern in &self.patterns {
@@ -337,7 +337,9 @@ impl CodePolicy for SecurityPolicy {
                         "Forbidden pattern at line {line}: {}",
                         pattern.description
                     ))
-                    .at_line(line),
+                    .at_line(line)
+                    .with_kind(ViolationKind::Pattern)
+                    .with_rule(pattern.regex.as_str()),
                 );
             }
         }
@@ -350,7 +352,7 @@ impl CodePolicy for SecurityPolicy {
             found.push(Violation::new(format!(
                 "The code is {} bytes, more than the code policy analyses ({MAX_ANALYSED_BYTES}): split it into smaller cells",
                 code.len()
-            )));
+            )).with_kind(ViolationKind::TooComplex));
             return found;
         }
         let mut parser = Parser::new();
@@ -365,7 +367,10 @@ impl CodePolicy for SecurityPolicy {
             return found;
         }
         let Some(tree) = parser.parse(code, None) else {
-            found.push(Violation::new("The code policy could not parse the code"));
+            found.push(
+                Violation::new("The code policy could not parse the code")
+                    .with_kind(ViolationKind::TooComplex),
+            );
             return found;
         };
         let mut walk = Walk {
@@ -383,7 +388,8 @@ impl CodePolicy for SecurityPolicy {
                 Violation::new(format!(
                     "Syntax error at line {line}: the code does not parse"
                 ))
-                .at_line(line),
+                .at_line(line)
+                .with_kind(ViolationKind::Syntax),
             );
         }
         walk.found
@@ -448,7 +454,8 @@ impl<'a, 't> Walk<'a, 't> {
                         Violation::new(format!(
                             "The code nests deeper than the code policy analyses ({MAX_TREE_DEPTH} levels) at line {line}: split the expression into steps"
                         ))
-                        .at_line(line),
+                        .at_line(line)
+                        .with_kind(ViolationKind::TooComplex),
                     );
                 }
             } else if cursor.goto_first_child() {
@@ -527,15 +534,20 @@ impl<'a, 't> Walk<'a, 't> {
         let module: String = module.split_whitespace().collect();
         for rule in &self.policy.imports {
             // `a.b.c` is `a.b.c`, `a.b` and `a`: a module and its parents, whole components.
-            let hit = rule.names.iter().any(|forbidden| {
-                module == *forbidden || module.starts_with(&format!("{forbidden}."))
+            let hit = rule.names.iter().find(|forbidden| {
+                module == **forbidden || module.starts_with(&format!("{forbidden}."))
             });
-            if hit {
+            if let Some(forbidden) = hit {
                 let message = with_description(
                     format!("Forbidden import '{module}' at line {line}"),
                     &rule.description,
                 );
-                self.found.push(Violation::new(message).at_line(line));
+                self.found.push(
+                    Violation::new(message)
+                        .at_line(line)
+                        .with_kind(ViolationKind::Import)
+                        .with_rule(forbidden.as_str()),
+                );
                 return;
             }
         }
@@ -559,7 +571,9 @@ impl<'a, 't> Walk<'a, 't> {
                     Violation::new(format!(
                         "'{name}' imported under another name at line {line}: the strict policy must see every access by name; import it as it is"
                     ))
-                    .at_line(line),
+                    .at_line(line)
+                    .with_kind(ViolationKind::ComputedName)
+                    .with_rule(name.as_ref()),
                 );
             }
         }
@@ -577,7 +591,12 @@ impl<'a, 't> Walk<'a, 't> {
                     }
                 };
                 let message = with_description(found, &rule.description);
-                self.found.push(Violation::new(message).at_line(line));
+                self.found.push(
+                    Violation::new(message)
+                        .at_line(line)
+                        .with_kind(ViolationKind::Call)
+                        .with_rule(name),
+                );
                 break;
             }
         }
@@ -591,7 +610,9 @@ impl<'a, 't> Walk<'a, 't> {
                 Violation::new(format!(
                     "'{name}' used as a value at line {line}: the strict policy must see what it is called with; call it directly with a string literal"
                 ))
-                .at_line(line),
+                .at_line(line)
+                .with_kind(ViolationKind::ComputedName)
+                .with_rule(name),
             );
         }
     }
@@ -603,7 +624,8 @@ impl<'a, 't> Walk<'a, 't> {
                 Violation::new(format!(
                     "{what} at line {line}: the strict policy refuses names it cannot read from the source; write the name literally (obj.name, or a plain string)"
                 ))
-                .at_line(line),
+                .at_line(line)
+                .with_kind(ViolationKind::ComputedName),
             );
         }
     }
@@ -724,7 +746,12 @@ impl<'a, 't> Walk<'a, 't> {
                     format!("Forbidden attribute '{name}' at line {line}"),
                     &rule.description,
                 );
-                self.found.push(Violation::new(message).at_line(line));
+                self.found.push(
+                    Violation::new(message)
+                        .at_line(line)
+                        .with_kind(ViolationKind::Attribute)
+                        .with_rule(name),
+                );
                 break;
             }
         }

@@ -554,3 +554,28 @@ fn literals_decode_exactly_as_python_decodes_them() {
         );
     }
 }
+
+#[test]
+fn violations_say_which_rule_fired() {
+    use cave_core::ViolationKind;
+    let policy = SecurityPolicy::strict()
+        .deny_regex(r"rm\s+-rf", Some("no deletions"))
+        .unwrap();
+    let found =
+        policy.check("import os.path\nf = eval\nx.__globals__\ngetattr(x, name)\ns = 'rm -rf /'");
+    let kinds: Vec<(ViolationKind, Option<&str>)> =
+        found.iter().map(|v| (v.kind, v.rule.as_deref())).collect();
+    for expected in [
+        (ViolationKind::Pattern, Some(r"rm\s+-rf")),
+        (ViolationKind::Import, Some("os")),
+        (ViolationKind::Call, Some("eval")),
+        (ViolationKind::Attribute, Some("__globals__")),
+        (ViolationKind::ComputedName, None),
+    ] {
+        assert!(kinds.contains(&expected), "{expected:?} in {kinds:?}");
+    }
+    let broken = policy.check("eval(");
+    assert_eq!(broken[0].kind, ViolationKind::Syntax);
+    let deep = policy.check(&format!("eval({})", vec!["'a'"; 5000].join("+")));
+    assert!(deep.iter().any(|v| v.kind == ViolationKind::TooComplex));
+}

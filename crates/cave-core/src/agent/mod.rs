@@ -9,7 +9,8 @@ pub use emit::EventStream;
 use crate::prompt::{self, TemplateError};
 use crate::{
     CodePolicy, Compactor, Event, Message, Model, ModelInfo, NameError, NameKind, NoCompaction,
-    Runtime, StopReason, TokenAnchor, Usage, highest_persisted_index, validate_name,
+    Runtime, StopError, StopErrorKind, StopReason, TokenAnchor, Usage, highest_persisted_index,
+    validate_name,
 };
 use futures_util::StreamExt;
 use std::fmt;
@@ -436,8 +437,8 @@ pub struct AgentResponse {
     pub elapsed: Duration,
     /// The code that ran, in order.
     pub code_snippets: Vec<String>,
-    /// What failed, for the error stop reasons.
-    pub error: Option<String>,
+    /// What failed, for the error stop reasons and `budget_exhausted`: match on its kind.
+    pub error: Option<StopError>,
 }
 
 impl AgentResponse {
@@ -481,7 +482,10 @@ impl AgentResponse {
             usage: Usage::default(),
             elapsed: Duration::ZERO,
             code_snippets,
-            error: Some("the event stream ended without a stopped event".to_owned()),
+            error: Some(StopError::new(
+                StopErrorKind::Internal,
+                "the event stream ended without a stopped event",
+            )),
         }
     }
 }

@@ -7,8 +7,8 @@ use crate::prompt;
 use crate::shape::persisted_marker;
 use crate::{
     ChatMessage, ChatRequest, ChatRole, Event, FenceParser, FinishReason, Interruption, Message,
-    ModelError, ModelErrorKind, OutputSink, RuntimeError, Status, StopReason, TokenAnchor, Usage,
-    Value,
+    ModelError, ModelErrorKind, OutputSink, RuntimeError, Status, StopError, StopErrorKind,
+    StopReason, TokenAnchor, Usage, Value,
 };
 use futures_util::{FutureExt, StreamExt};
 use std::panic::AssertUnwindSafe;
@@ -57,6 +57,9 @@ pub(super) async fn drive(
             tracing::info!("run cancelled");
             (StopReason::Cancelled, None)
         }
+        Some(Ok(Ok(StopReason::BudgetExhausted))) => {
+            (StopReason::BudgetExhausted, run.budget_error())
+        }
         Some(Ok(Ok(reason))) => (reason, None),
         Some(Ok(Err(failure))) => {
             run.interrupt_execution();
@@ -64,11 +67,11 @@ pub(super) async fn drive(
             match failure {
                 Failure::Model(e) => {
                     tracing::warn!(error = %e, "model error, ending the run");
-                    (StopReason::ModelError, Some(e.to_string()))
+                    (StopReason::ModelError, Some(StopError::from(&e)))
                 }
                 Failure::Runtime(e) => {
                     tracing::warn!(error = %e, "runtime error, ending the run");
-                    (StopReason::RuntimeError, Some(e.to_string()))
+                    (StopReason::RuntimeError, Some(StopError::from(&e)))
                 }
             }
         }
@@ -83,7 +86,10 @@ pub(super) async fn drive(
             tracing::error!(panic = %message, "internal error, ending the run");
             (
                 StopReason::InternalError,
-                Some(format!("internal error: {message}")),
+                Some(StopError::new(
+                    StopErrorKind::Internal,
+                    format!("internal error: {message}"),
+                )),
             )
         }
     };
@@ -247,11 +253,41 @@ impl<'a> Run<'a> {
     }
 
     fn budget_crossed(&self) -> bool {
+        self.budget_error().is_some()
+    }
+
+    /// The first token budget that is spent, if any.
+    fn budget_error(&self) -> Option<StopError> {
         let c = &self.agent.config;
-        let crossed = |cap: Option<u64>, spent: u64| cap.is_some_and(|cap| spent >= cap);
-        crossed(c.max_total_tokens, self.usage.total_tokens)
-            || crossed(c.max_input_tokens, self.usage.prompt_tokens)
-            || crossed(c.max_output_tokens, self.usage.completion_tokens)
+        let u = &self.usage;
+        [
+            (
+                c.max_total_tokens,
+                u.total_tokens,
+                StopErrorKind::MaxTotalTokens,
+                "total",
+            ),
+            (
+                c.max_input_tokens,
+                u.prompt_tokens,
+                StopErrorKind::MaxInputTokens,
+                "input",
+            ),
+            (
+                c.max_output_tokens,
+                u.completion_tokens,
+                StopErrorKind::MaxOutputTokens,
+                "output",
+            ),
+        ]
+        .into_iter()
+        .find_map(|(cap, spent, kind, what)| {
+            let cap = cap.filter(|cap| spent >= *cap)?;
+            Some(StopError::new(
+                kind,
+                format!("the {what} token budget of {cap} is spent ({spent} used)"),
+            ))
+        })
     }
 
     async fn step(&mut self) -> Result<(), Failure> {
