@@ -16,7 +16,7 @@ fn results(history: &[Message]) -> Vec<&str> {
     history
         .iter()
         .filter_map(|m| {
-            if let Message::ExecutionResult { content } = m {
+            if let Message::ExecutionResult { content, .. } = m {
                 Some(content.as_str())
             } else {
                 None

@@ -188,7 +188,13 @@ impl ContextCompactor {
         let mut saved = 0;
         for &i in &results[..old] {
             let content = history[i].content();
-            let cleared = match strip_persisted_preview(content) {
+            // Output stored in the runtime keeps its pointer (the marker without its preview);
+            // anything else is cleared.
+            let persisted = history[i].persisted().cloned();
+            let stripped = persisted
+                .as_ref()
+                .and_then(|_| strip_persisted_preview(content));
+            let cleared = match stripped {
                 Some(stripped) if stripped == content => continue, // a marker already at its floor
                 Some(stripped) => stripped,
                 None if content == prompts::CLEARED_RESULT => continue,
@@ -198,7 +204,10 @@ impl ContextCompactor {
                 .estimator
                 .estimate(content)
                 .saturating_sub(self.estimator.estimate(&cleared));
-            out.get_or_insert_with(|| history.to_vec())[i] = Message::execution_result(cleared);
+            out.get_or_insert_with(|| history.to_vec())[i] = match persisted {
+                Some(persisted) => Message::persisted_result(cleared, persisted),
+                None => Message::execution_result(cleared),
+            };
         }
         out.map(|h| (h, saved))
     }

@@ -3,8 +3,8 @@
 use cave_compact::{ContextCompactor, ScriptEstimator, prompts};
 use cave_core::testing::{EchoRuntime, Reply, ScriptedModel};
 use cave_core::{
-    Agent, Compactor, Event, Message, ModelError, ModelErrorKind, ModelInfo, StopReason,
-    TokenEstimator, persisted_marker,
+    Agent, Compactor, Event, Message, ModelError, ModelErrorKind, ModelInfo, PersistedOutput,
+    StopReason, TokenEstimator, persisted_marker,
 };
 use futures_util::StreamExt;
 use std::sync::Arc;
@@ -65,10 +65,15 @@ fn microcompaction_clears_all_but_the_recent_results() {
     let mut h = history(10, &"x".repeat(400));
     let big = "y".repeat(9000);
     h[3] = Message::execution_result(prompts::summary_message("not a marker"));
-    h[5] = Message::execution_result(format!(
-        "wrapped {} tail",
-        persisted_marker(&big, 9000, "_output_1", 2000)
-    ));
+    h[5] = Message::persisted_result(
+        format!(
+            "wrapped {} tail",
+            persisted_marker(&big, 9000, "_output_1", 2000)
+        ),
+        PersistedOutput::new("_output", 1, 9000),
+    );
+    // A marker in text without its data (the model's code printed one) is plain output.
+    h[7] = Message::execution_result(persisted_marker(&big, 9000, "_output_2", 10));
     let cleared = c.microcompact(&h).expect("something to clear");
     assert_eq!(cleared.len(), h.len());
     let results: Vec<&str> = cleared

@@ -65,7 +65,7 @@ pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, TokenAnchor, TokenEstimator, estimate_history,
 };
 pub use event::{Event, Status, StopError, StopErrorKind, StopReason};
-pub use message::{ChatMessage, ChatRole, Message};
+pub use message::{ChatMessage, ChatRole, Message, PersistedOutput};
 pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
 };

@@ -41,6 +41,10 @@ pub enum Message {
     ExecutionResult {
         /// Message text.
         content: String,
+        /// Where the output went when it was too large to inline (the text then holds a
+        /// marker pointing there).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        persisted: Option<PersistedOutput>,
     },
     /// A summary of earlier history, sent as the user.
     Summary {
@@ -54,6 +58,30 @@ pub enum Message {
         /// Message text.
         content: String,
     },
+}
+
+/// An execution's output stored in the runtime instead of the history, as data: a resumed
+/// history continues numbering after `index`, and compaction keeps the pointer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PersistedOutput {
+    /// The runtime variable holding the output, `{prefix}_{index}`.
+    pub variable: String,
+    /// The variable's number.
+    pub index: u64,
+    /// The output's length in characters.
+    pub chars: usize,
+}
+
+impl PersistedOutput {
+    /// Output of `chars` characters stored as `{prefix}_{index}`.
+    pub fn new(prefix: &str, index: u64, chars: usize) -> Self {
+        Self {
+            variable: format!("{prefix}_{index}"),
+            index,
+            chars,
+        }
+    }
 }
 
 /// The role a message has on the wire.
@@ -141,6 +169,21 @@ impl Message {
     pub fn execution_result(content: impl Into<String>) -> Self {
         Message::ExecutionResult {
             content: content.into(),
+            persisted: None,
+        }
+    }
+    /// An execution result whose output was stored in the runtime (`content` holds the marker).
+    pub fn persisted_result(content: impl Into<String>, persisted: PersistedOutput) -> Self {
+        Message::ExecutionResult {
+            content: content.into(),
+            persisted: Some(persisted),
+        }
+    }
+    /// Where an execution result's output was stored, if it was.
+    pub fn persisted(&self) -> Option<&PersistedOutput> {
+        match self {
+            Message::ExecutionResult { persisted, .. } => persisted.as_ref(),
+            _ => None,
         }
     }
 
@@ -151,7 +194,7 @@ impl Message {
             | Message::User { content }
             | Message::Assistant { content, .. }
             | Message::Code { content, .. }
-            | Message::ExecutionResult { content }
+            | Message::ExecutionResult { content, .. }
             | Message::Summary { content, .. }
             | Message::SummaryAcknowledgement { content } => content,
         }

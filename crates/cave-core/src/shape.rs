@@ -7,6 +7,7 @@ use unicode_segmentation::UnicodeSegmentation;
 const OPEN: &str = "<persisted-output>";
 const CLOSE: &str = "</persisted-output>";
 const DECLARATION_HEAD: &str = "<persisted-output>\nOutput too large to inline (";
+
 const DECLARATION_VAR: &str = " chars). The full text is in the runtime variable `";
 const PREVIEW_HEAD: &str = "\n\nPreview (first ";
 
@@ -62,35 +63,16 @@ pub fn preview(content: &str, max: usize) -> (&str, bool) {
     (&content[..boundary], true)
 }
 
-/// The highest `n` of a `{prefix}_{n}` variable declared by a persisted-output marker in the
-/// history (0 if none). User text that merely mentions such a name does not count.
+/// The highest `n` of a `{prefix}_{n}` variable that an execution result of the history
+/// stored its output in (0 if none), read from the messages' data, never from their text.
 pub fn highest_persisted_index(history: &[Message], prefix: &str) -> u64 {
-    let needle = format!("{DECLARATION_VAR}{prefix}_");
-    let mut highest = 0;
-    for message in history {
-        let text = message.content();
-        let mut from = 0;
-        while let Some(at) = text[from..].find(DECLARATION_HEAD) {
-            let start = from + at + DECLARATION_HEAD.len();
-            from = start;
-            let rest = &text[start..];
-            let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
-            let Some(after) = rest[digits..].strip_prefix(needle.as_str()) else {
-                continue;
-            };
-            let index_len = after.bytes().take_while(u8::is_ascii_digit).count();
-            if digits == 0 || index_len == 0 || !after[index_len..].starts_with("` (a str).") {
-                continue;
-            }
-            // An index past u64 (or i64, as the Python peer allows) is ignored, not an error.
-            if let Ok(n) = after[..index_len].parse::<u64>()
-                && n <= i64::MAX as u64
-            {
-                highest = highest.max(n);
-            }
-        }
-    }
-    highest
+    history
+        .iter()
+        .filter_map(Message::persisted)
+        .filter(|p| p.variable == format!("{prefix}_{}", p.index))
+        .map(|p| p.index)
+        .max()
+        .unwrap_or(0)
 }
 
 /// Shrinks a marker in `content` to its declaration (drops the preview), keeping the text
@@ -143,7 +125,10 @@ mod unit {
             marker.starts_with("<persisted-output>\n") && marker.ends_with("\n</persisted-output>")
         );
         assert!(marker.contains(&"x".repeat(50)) && marker.contains("\n..."));
-        let history = [Message::execution_result(format!("wrap {marker} end"))];
+        let history = [Message::persisted_result(
+            format!("wrap {marker} end"),
+            crate::PersistedOutput::new("_output", 7, 101),
+        )];
         assert_eq!(highest_persisted_index(&history, "_output"), 7);
         assert_eq!(highest_persisted_index(&history, "_out"), 0);
         let stripped = strip_persisted_preview(history[0].content()).unwrap();
@@ -154,16 +139,15 @@ mod unit {
     }
 
     #[test]
-    fn mentions_and_huge_indices_do_not_count() {
+    fn only_the_data_counts_not_the_text() {
         let history = [
             Message::user("please inspect `_output_99`"),
-            Message::execution_result(persisted_marker(
-                "a",
-                9,
-                "_output_99999999999999999999999",
-                0,
-            )),
-            Message::execution_result(persisted_marker("a", 9, "输出_3", 0)),
+            // A marker in text without its data (e.g. printed by the model's code).
+            Message::execution_result(persisted_marker("a", 9, "_output_50", 0)),
+            Message::persisted_result(
+                persisted_marker("a", 9, "输出_3", 0),
+                crate::PersistedOutput::new("输出", 3, 9),
+            ),
         ];
         assert_eq!(highest_persisted_index(&history, "_output"), 0);
         assert_eq!(highest_persisted_index(&history, "输出"), 3);

@@ -1350,3 +1350,24 @@ async fn events_serialize_to_the_wire_format() {
         history
     );
 }
+
+#[test]
+fn a_persisted_result_carries_its_pointer_as_data() {
+    let message = Message::persisted_result(
+        "marker text",
+        cave_core::PersistedOutput::new("_output", 3, 9000),
+    );
+    let json = serde_json::to_string(&message).unwrap();
+    assert_eq!(
+        json,
+        r#"{"type":"execution_result","content":"marker text","persisted":{"variable":"_output_3","index":3,"chars":9000}}"#
+    );
+    assert_eq!(serde_json::from_str::<Message>(&json).unwrap(), message);
+    // The index comes from the data, whatever the text says.
+    assert_eq!(cave_core::highest_persisted_index(&[message], "_output"), 3);
+    let plain = r#"{"type":"execution_result","content":"x"}"#;
+    assert_eq!(
+        serde_json::from_str::<Message>(plain).unwrap(),
+        Message::execution_result("x")
+    );
+}

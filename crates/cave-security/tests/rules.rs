@@ -289,7 +289,7 @@ async fn a_refused_cell_never_runs_and_the_model_is_told_why() {
         message.contains("Forbidden import 'os' at line 1: system access is not allowed"),
         "{message}"
     );
-    let told = agent.history().iter().any(|m| matches!(m, Message::ExecutionResult { content } if content.contains("Forbidden import 'os'")));
+    let told = agent.history().iter().any(|m| matches!(m, Message::ExecutionResult { content, .. } if content.contains("Forbidden import 'os'")));
     assert!(told, "the model receives the violations");
     assert!(matches!(
         events.last(),

@@ -7,8 +7,8 @@ use crate::prompt;
 use crate::shape::persisted_marker;
 use crate::{
     ChatMessage, ChatRequest, ChatRole, Event, FenceParser, FinishReason, Interruption, Message,
-    ModelError, ModelErrorKind, OutputSink, RuntimeError, Status, StopError, StopErrorKind,
-    StopReason, TokenAnchor, Usage, Value,
+    ModelError, ModelErrorKind, OutputSink, PersistedOutput, RuntimeError, Status, StopError,
+    StopErrorKind, StopReason, TokenAnchor, Usage, Value,
 };
 use futures_util::{FutureExt, StreamExt};
 use std::panic::AssertUnwindSafe;
@@ -362,7 +362,7 @@ impl<'a> Run<'a> {
             .with_reasoning(std::mem::take(&mut turn.thinking));
         self.agent.history.push(message);
         let (event, result) = self.execute(&code).await?;
-        self.agent.history.push(Message::execution_result(result));
+        self.agent.history.push(result);
         self.emit.emit(event).await;
         Ok(())
     }
@@ -645,7 +645,8 @@ impl<'a> Run<'a> {
     }
 
     /// Runs the code (unless the policy refuses it); returns the event and the model's text.
-    async fn execute(&mut self, code: &str) -> Result<(Event, String), Failure> {
+    /// Runs the code (unless the policy refuses it): the event and the execution result.
+    async fn execute(&mut self, code: &str) -> Result<(Event, Message), Failure> {
         if let Some(policy) = &self.agent.policy {
             let violations = policy.check(code);
             if !violations.is_empty() {
@@ -659,7 +660,10 @@ impl<'a> Run<'a> {
                     message.push_str(&v.message);
                 }
                 let result = prompt::security_error(&message);
-                return Ok((Event::SecurityError { message }, result));
+                return Ok((
+                    Event::SecurityError { message },
+                    Message::execution_result(result),
+                ));
             }
         }
         let runtime = self.agent.runtime.clone();
@@ -696,7 +700,7 @@ impl<'a> Run<'a> {
             (true, Some(error)) => format!("{}: {}", error.python_type, error.message),
             (true, None) => prompt::EMPTY_OUTPUT.to_owned(),
         };
-        let (body, persisted_variable) = self.shape_output(&output).await?;
+        let (body, persisted) = self.shape_output(&output).await?;
         let mut result = prompt::execution_output(&body);
         if state_lost {
             result.push_str("\n\n");
@@ -705,18 +709,22 @@ impl<'a> Run<'a> {
         let event = Event::ExecutionResult {
             output,
             success,
-            persisted: persisted_variable.is_some(),
-            persisted_variable,
+            persisted: persisted.is_some(),
+            persisted_variable: persisted.as_ref().map(|p| p.variable.clone()),
             state_lost,
         };
-        Ok((event, result))
+        let message = match persisted {
+            Some(persisted) => Message::persisted_result(result, persisted),
+            None => Message::execution_result(result),
+        };
+        Ok((event, message))
     }
 
     /// The execution passed `max_exec_timeout`: interrupt it and give it a moment to unwind.
     async fn timed_out<F>(
         &mut self,
         execution: std::pin::Pin<&mut F>,
-    ) -> Result<(Event, String), Failure>
+    ) -> Result<(Event, Message), Failure>
     where
         F: std::future::Future<Output = Result<crate::Execution, RuntimeError>>,
     {
@@ -757,12 +765,15 @@ impl<'a> Run<'a> {
                 timeout: limit,
                 state_lost,
             },
-            result,
+            Message::execution_result(result),
         ))
     }
 
     /// Inlines small output; stores large output in the runtime and returns a marker.
-    async fn shape_output(&mut self, output: &str) -> Result<(String, Option<String>), Failure> {
+    async fn shape_output(
+        &mut self,
+        output: &str,
+    ) -> Result<(String, Option<PersistedOutput>), Failure> {
         let chars = output.chars().count();
         let config = &self.agent.config;
         if chars <= config.max_exec_output {
@@ -782,14 +793,20 @@ impl<'a> Run<'a> {
             .map_err(Failure::Runtime)?;
         let index = name
             .strip_prefix(prefix.as_str())
-            .and_then(|rest| rest.strip_prefix('_'));
-        if let Some(n) = index.and_then(|n| n.parse::<u64>().ok()) {
-            self.agent.persisted_floor = self.agent.persisted_floor.max(n.saturating_add(1));
-        }
+            .and_then(|rest| rest.strip_prefix('_'))
+            .and_then(|n| n.parse::<u64>().ok());
+        let Some(index) = index else {
+            // The runtime broke `bind_unique`'s contract: say so rather than guess a number.
+            return Err(Failure::Runtime(RuntimeError::Backend {
+                operation: "bind_unique",
+                message: format!("returned {name:?}, which is not {prefix}_N"),
+            }));
+        };
+        self.agent.persisted_floor = self.agent.persisted_floor.max(index.saturating_add(1));
         tracing::info!(variable = %name, chars, "execution output persisted in the runtime");
         Ok((
             persisted_marker(output, chars, &name, preview_chars),
-            Some(name),
+            Some(PersistedOutput::new(&prefix, index, chars)),
         ))
     }
 }
