@@ -339,7 +339,7 @@ impl<W: Write> Output for Human<W> {
         self.clear_spinner()?;
         self.waiting = Self::waiting_after(event);
         match event {
-            Event::UserPrompt { content } => {
+            Event::UserPrompt { content, .. } => {
                 let prompt = self.paint(BLUE, &format!("> {content}"));
                 writeln!(self.out, "\n{}\n", self.paint(BOLD, &prompt))?;
             }
@@ -457,28 +457,17 @@ impl<W: Write> Output for Human<W> {
                 self.block(RED, "Blocked by the code policy")?;
                 self.shortened(message)?;
             }
-            Event::Status {
-                status,
-                before,
-                after,
-                recovery,
-                max_recoveries,
-            } => {
+            Event::Status(status) => {
                 self.flush_prose()?;
                 let text = match status {
                     Status::Compacting => "● Compacting the conversation…".to_owned(),
-                    Status::Compacted => format!(
-                        "● Compacted {} → {} messages",
-                        before.unwrap_or(0),
-                        after.unwrap_or(0)
-                    ),
-                    Status::OutputRecovery => {
-                        format!(
-                            "● Answer cut off; resuming ({}/{})",
-                            recovery.unwrap_or(0),
-                            max_recoveries.unwrap_or(0)
-                        )
+                    Status::Compacted { before, after } => {
+                        format!("● Compacted {before} → {after} messages")
                     }
+                    Status::OutputRecovery {
+                        recovery,
+                        max_recoveries,
+                    } => format!("● Answer cut off; resuming ({recovery}/{max_recoveries})"),
                     _ => format!("● {status:?}"),
                 };
                 self.note(YELLOW, &text)?;

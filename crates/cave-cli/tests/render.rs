@@ -8,6 +8,7 @@ fn transcript() -> Vec<Event> {
     vec![
         Event::UserPrompt {
             content: "Sort the scores.".into(),
+            format_version: cave_agent::EVENT_FORMAT_VERSION,
         },
         Event::ThinkingChunk {
             content: "The scores".into(),
@@ -41,13 +42,10 @@ fn transcript() -> Vec<Event> {
             state_lost: false,
         },
         Event::Backoff { delay: 1.5 },
-        Event::Status {
-            status: Status::OutputRecovery,
-            before: None,
-            after: None,
-            recovery: Some(1),
-            max_recoveries: Some(3),
-        },
+        Event::Status(Status::OutputRecovery {
+            recovery: 1,
+            max_recoveries: 3,
+        }),
         Event::Code {
             code: "print('x' * 9000)".into(),
         },
@@ -129,6 +127,7 @@ fn the_spinner_draws_while_waiting_and_is_erased_before_output() {
         human
             .event(&Event::UserPrompt {
                 content: "go".into(),
+                format_version: cave_agent::EVENT_FORMAT_VERSION,
             })
             .unwrap();
         human.tick().unwrap();
@@ -161,6 +160,7 @@ fn the_spinner_draws_while_waiting_and_is_erased_before_output() {
     human
         .event(&Event::UserPrompt {
             content: "go".into(),
+            format_version: cave_agent::EVENT_FORMAT_VERSION,
         })
         .unwrap();
     human.tick().unwrap();

@@ -253,13 +253,11 @@ async fn the_agent_recovers_from_a_prompt_that_is_too_long() {
             ..
         })
     ));
-    assert!(events.iter().any(|e| matches!(
-        e,
-        Event::Status {
-            status: cave_core::Status::Compacted,
-            ..
-        }
-    )));
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::Status(cave_core::Status::Compacted { .. })))
+    );
     assert_eq!(summarizer.calls(), 1);
     assert!(
         agent

@@ -49,6 +49,16 @@ impl std::fmt::Display for StopReason {
     }
 }
 
+/// The version of the event format (the JSON Lines `cave --json` prints). It changes only
+/// when a change would break a reader: a removed or renamed field or type, or a field whose
+/// meaning changes. New event types and new fields do not change it: readers ignore what they
+/// do not know. See `docs/FORMATS.md`.
+pub const EVENT_FORMAT_VERSION: u32 = 1;
+
+fn event_format_version() -> u32 {
+    EVENT_FORMAT_VERSION
+}
+
 /// What ended a run early, as data: a kind to match on and a message for people (never
 /// containing secrets). In JSON: `{"kind": "auth", "message": "..."}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -158,17 +168,29 @@ impl StopErrorKind {
     }
 }
 
-/// What a status event announces.
+/// What a status event announces, with what it means. In JSON, beside `"type": "status"`:
+/// `"status": "compacting"`, `"status": "compacted", "before": 40, "after": 12`, or
+/// `"status": "output_recovery", "recovery": 1, "max_recoveries": 3`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+#[serde(tag = "status", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Status {
     /// History is being summarized.
     Compacting,
-    /// History was summarized (`before` and `after` count messages).
-    Compacted,
-    /// The answer was cut off; the model is asked to resume (`recovery` of `max_recoveries`).
-    OutputRecovery,
+    /// History was summarized.
+    Compacted {
+        /// Messages before.
+        before: usize,
+        /// Messages after.
+        after: usize,
+    },
+    /// The answer was cut off; the model is asked to resume.
+    OutputRecovery {
+        /// This recovery's number (from 1).
+        recovery: u32,
+        /// The most recoveries a run makes.
+        max_recoveries: u32,
+    },
 }
 
 /// One thing that happened during a run.
@@ -184,6 +206,10 @@ pub enum Event {
     UserPrompt {
         /// The prompt.
         content: String,
+        /// The version of this event format ([`EVENT_FORMAT_VERSION`]), so that a reader of
+        /// a stream knows what follows.
+        #[serde(default = "event_format_version")]
+        format_version: u32,
     },
     /// Prose from the model, as it streams (never reasoning).
     Text {
@@ -238,18 +264,7 @@ pub enum Event {
         message: String,
     },
     /// Compaction and recovery progress.
-    Status {
-        /// What happens.
-        status: Status,
-        /// Messages before compaction.
-        before: Option<usize>,
-        /// Messages after compaction.
-        after: Option<usize>,
-        /// This recovery's number.
-        recovery: Option<u32>,
-        /// The recovery limit.
-        max_recoveries: Option<u32>,
-    },
+    Status(Status),
     /// The model call failed and is retried after `delay` seconds (nothing was streamed yet).
     Backoff {
         /// The wait, in seconds.

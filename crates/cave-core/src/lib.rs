@@ -64,8 +64,11 @@ pub use agent::{
 pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, TokenAnchor, TokenEstimator, estimate_history,
 };
-pub use event::{Event, Status, StopError, StopErrorKind, StopReason};
-pub use message::{ChatMessage, ChatRole, Message, PersistedOutput};
+pub use event::{EVENT_FORMAT_VERSION, Event, Status, StopError, StopErrorKind, StopReason};
+pub use message::{
+    ChatMessage, ChatRole, HISTORY_FORMAT_VERSION, HistoryError, Message, PersistedOutput,
+    SavedHistory,
+};
 pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
 };

@@ -60,6 +60,65 @@ pub enum Message {
     },
 }
 
+/// The version of the saved-history format ([`SavedHistory`]), under the same rule as
+/// [`EVENT_FORMAT_VERSION`](crate::EVENT_FORMAT_VERSION): it changes only when a change would
+/// break a reader. See `docs/FORMATS.md`.
+pub const HISTORY_FORMAT_VERSION: u32 = 1;
+
+/// A conversation as saved: `{"format_version": 1, "messages": [...]}`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct SavedHistory {
+    /// The format the messages are in.
+    pub format_version: u32,
+    /// The conversation.
+    pub messages: Vec<Message>,
+}
+
+/// A saved history that cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum HistoryError {
+    /// It is not a saved history (or not valid JSON).
+    #[error("not a saved cave-agent history: {0}")]
+    Invalid(#[from] serde_json::Error),
+    /// It was written by a newer version of cave-agent.
+    #[error(
+        "the history is in format version {found}, newer than this cave-agent reads ({HISTORY_FORMAT_VERSION}): upgrade cave-agent"
+    )]
+    Newer {
+        /// The version found.
+        found: u32,
+    },
+}
+
+impl SavedHistory {
+    /// The messages, in the current format.
+    pub fn new(messages: Vec<Message>) -> Self {
+        Self {
+            format_version: HISTORY_FORMAT_VERSION,
+            messages,
+        }
+    }
+
+    /// As JSON.
+    pub fn to_json(&self) -> String {
+        // Messages hold only strings, numbers and options: serializing cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Reads a saved history, refusing one from a newer format.
+    pub fn from_json(text: &str) -> Result<Self, HistoryError> {
+        let saved: SavedHistory = serde_json::from_str(text)?;
+        if saved.format_version > HISTORY_FORMAT_VERSION {
+            return Err(HistoryError::Newer {
+                found: saved.format_version,
+            });
+        }
+        Ok(saved)
+    }
+}
+
 /// An execution's output stored in the runtime instead of the history, as data: a resumed
 /// history continues numbering after `index`, and compaction keeps the pointer.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -139,7 +139,8 @@ async fn a_code_step_then_an_answer() {
     assert_eq!(
         ev[0],
         Event::UserPrompt {
-            content: "What is 1+1?".into()
+            content: "What is 1+1?".into(),
+            format_version: cave_core::EVENT_FORMAT_VERSION,
         }
     );
     assert_eq!(text_of(&ev), "Let me check.\nIt is 2.");
@@ -340,13 +341,10 @@ async fn a_block_cut_by_the_output_limit_runs_once_after_resuming() {
     ]);
     let mut agent = s.agent();
     let ev = events(&mut agent, "go").await;
-    assert!(ev.contains(&Event::Status {
-        status: Status::OutputRecovery,
-        before: None,
-        after: None,
-        recovery: Some(1),
-        max_recoveries: Some(3)
-    }));
+    assert!(ev.contains(&Event::Status(Status::OutputRecovery {
+        recovery: 1,
+        max_recoveries: 3
+    })));
     assert_eq!(s.runtime.executed(), ["x = 4\nprint('5')"]);
     assert_eq!(
         turns(&agent)[1..4],
@@ -656,21 +654,13 @@ async fn a_prompt_too_long_is_compacted_and_retried_once() {
         shape(&ev),
         ["user_prompt", "status", "text", "final_response", "stopped"]
     );
-    assert!(matches!(
-        ev[1],
-        Event::Status {
-            status: Status::Compacting,
-            ..
-        }
-    ));
+    assert!(matches!(ev[1], Event::Status(Status::Compacting)));
     assert!(matches!(
         ev[2],
-        Event::Status {
-            status: Status::Compacted,
-            before: Some(4),
-            after: Some(3),
-            ..
-        }
+        Event::Status(Status::Compacted {
+            before: 4,
+            after: 3
+        })
     ));
     assert_eq!(compactor.overflow_calls.load(Ordering::SeqCst), 1);
     assert_eq!(stopped(&ev).1, StopReason::Completed);
@@ -1238,8 +1228,9 @@ async fn events_serialize_to_the_wire_format() {
         (
             Event::UserPrompt {
                 content: "hi".into(),
+                format_version: cave_core::EVENT_FORMAT_VERSION,
             },
-            r#"{"type":"user_prompt","content":"hi"}"#,
+            r#"{"type":"user_prompt","content":"hi","format_version":1}"#,
         ),
         (
             Event::ThinkingChunk {
@@ -1286,14 +1277,22 @@ async fn events_serialize_to_the_wire_format() {
             r#"{"type":"security_error","message":"m"}"#,
         ),
         (
-            Event::Status {
-                status: Status::OutputRecovery,
-                before: None,
-                after: None,
-                recovery: Some(1),
-                max_recoveries: Some(3),
-            },
-            r#"{"type":"status","status":"output_recovery","before":null,"after":null,"recovery":1,"max_recoveries":3}"#,
+            Event::Status(Status::OutputRecovery {
+                recovery: 1,
+                max_recoveries: 3,
+            }),
+            r#"{"type":"status","status":"output_recovery","recovery":1,"max_recoveries":3}"#,
+        ),
+        (
+            Event::Status(Status::Compacted {
+                before: 40,
+                after: 12,
+            }),
+            r#"{"type":"status","status":"compacted","before":40,"after":12}"#,
+        ),
+        (
+            Event::Status(Status::Compacting),
+            r#"{"type":"status","status":"compacting"}"#,
         ),
         (
             Event::Backoff { delay: 0.5 },
@@ -1370,4 +1369,28 @@ fn a_persisted_result_carries_its_pointer_as_data() {
         serde_json::from_str::<Message>(plain).unwrap(),
         Message::execution_result("x")
     );
+}
+
+#[test]
+fn saved_histories_carry_their_format_version() {
+    use cave_core::{HISTORY_FORMAT_VERSION, HistoryError, SavedHistory};
+    let saved = SavedHistory::new(vec![Message::user("q"), Message::assistant("a")]);
+    let json = saved.to_json();
+    assert!(json.starts_with(&format!(
+        r#"{{"format_version":{HISTORY_FORMAT_VERSION},"messages":[{{"type":"user""#
+    )));
+    assert_eq!(SavedHistory::from_json(&json).unwrap(), saved);
+    let newer = json.replacen(
+        &format!(r#""format_version":{HISTORY_FORMAT_VERSION}"#),
+        r#""format_version":99"#,
+        1,
+    );
+    assert!(matches!(
+        SavedHistory::from_json(&newer),
+        Err(HistoryError::Newer { found: 99 })
+    ));
+    assert!(matches!(
+        SavedHistory::from_json("[1, 2]"),
+        Err(HistoryError::Invalid(_))
+    ));
 }

@@ -34,6 +34,7 @@ pub(super) async fn drive(
 ) {
     emit.emit(Event::UserPrompt {
         content: prompt.clone(),
+        format_version: crate::EVENT_FORMAT_VERSION,
     })
     .await;
     let mut run = Run::new(agent, emit.clone());
@@ -317,13 +318,10 @@ impl<'a> Run<'a> {
             }
             self.agent.history.push(Message::user(resume));
             self.emit
-                .emit(Event::Status {
-                    status: Status::OutputRecovery,
-                    before: None,
-                    after: None,
-                    recovery: Some(self.recoveries),
-                    max_recoveries: Some(MAX_OUTPUT_RECOVERIES),
-                })
+                .emit(Event::Status(Status::OutputRecovery {
+                    recovery: self.recoveries,
+                    max_recoveries: MAX_OUTPUT_RECOVERIES,
+                }))
                 .await;
             return Ok(());
         }
@@ -377,7 +375,7 @@ impl<'a> Run<'a> {
             self.agent.history = history;
         }
         if prepared.needs_summary {
-            self.emit_status(Status::Compacting, None).await;
+            self.emit.emit(Event::Status(Status::Compacting)).await;
             // A clone, so that a run cancelled mid-summary keeps its history.
             let summarized = self
                 .agent
@@ -385,20 +383,14 @@ impl<'a> Run<'a> {
                 .summarize(self.agent.history.clone())
                 .await;
             self.agent.history = summarized;
-            self.emit_status(Status::Compacted, Some(before)).await;
+            self.emit_compacted(before).await;
         }
     }
 
-    async fn emit_status(&self, status: Status, before: Option<usize>) {
-        let after = before.map(|_| self.agent.history.len());
+    async fn emit_compacted(&self, before: usize) {
+        let after = self.agent.history.len();
         self.emit
-            .emit(Event::Status {
-                status,
-                before,
-                after,
-                recovery: None,
-                max_recoveries: None,
-            })
+            .emit(Event::Status(Status::Compacted { before, after }))
             .await;
     }
 
@@ -407,14 +399,14 @@ impl<'a> Run<'a> {
             Err(error) if error.is_prompt_too_long() => {
                 tracing::warn!(error = %error, "prompt too long, compacting and retrying once");
                 let before = self.agent.history.len();
-                self.emit_status(Status::Compacting, None).await;
+                self.emit.emit(Event::Status(Status::Compacting)).await;
                 let recovered = self
                     .agent
                     .compactor
                     .recover_from_overflow(self.agent.history.clone())
                     .await;
                 self.agent.history = recovered;
-                self.emit_status(Status::Compacted, Some(before)).await;
+                self.emit_compacted(before).await;
                 *turn = Turn::new(std::mem::take(&mut turn.prefix));
                 self.stream_once(turn).await
             }
