@@ -158,6 +158,7 @@ pub enum ChatRole {
 /// A message as sent to a chat model: a role and plain text (and, for assistant turns, the
 /// reasoning that produced them, which adapters send back only if configured to).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct ChatMessage {
     /// Wire role.
     pub role: ChatRole,

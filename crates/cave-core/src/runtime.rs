@@ -133,6 +133,7 @@ impl Execution {
 
 /// The exception a cell raised.
 #[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ExecutionError {
     /// The exception's type name, e.g. `ZeroDivisionError`.
     pub python_type: String,

@@ -512,20 +512,19 @@ impl Inner {
             };
             match kind.as_str() {
                 "function" => {
-                    let f = Function {
-                        name: name.clone(),
-                        signature: cave_core::Signature::from_text(
+                    let mut f = Function::bound(
+                        name.clone(),
+                        cave_core::Signature::from_text(
                             text("signature").unwrap_or_else(|| "(...)".to_owned()),
                         ),
-                        doc: text("doc"),
-                        description,
-                        is_async: details
-                            .get_item("is_async")
-                            .ok()
-                            .flatten()
-                            .is_some_and(|v| v.is_truthy().unwrap_or(false)),
-                        body: FunctionBody::Bound,
-                    };
+                    );
+                    f.doc = text("doc");
+                    f.description = description;
+                    f.is_async = details
+                        .get_item("is_async")
+                        .ok()
+                        .flatten()
+                        .is_some_and(|v| v.is_truthy().unwrap_or(false));
                     resources = resources.function(f);
                 }
                 "variable" => {

@@ -111,6 +111,7 @@ impl Resource {
 
 /// A variable the model can read and change; the host retrieves it afterwards.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Variable {
     /// Its name.
     pub name: String,
@@ -171,6 +172,7 @@ pub enum ParamKind {
 
 /// One parameter of a Python-style signature.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Param {
     /// Its name.
     pub name: String,
@@ -211,6 +213,7 @@ impl Param {
 
 /// A Python-style signature: parameters and a return annotation.
 #[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
 pub struct Signature {
     /// The parameters, in order.
     pub params: Vec<Param>,
@@ -332,6 +335,7 @@ impl Args {
 /// `python_type` (e.g. `ValueError`) with `message`.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{python_type}: {message}")]
+#[non_exhaustive]
 pub struct HostError {
     /// The Python exception type to raise (a builtin name such as `ValueError`).
     pub python_type: String,
@@ -396,6 +400,7 @@ impl fmt::Debug for FunctionBody {
 
 /// A function the model can call.
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct Function {
     /// Its name.
     pub name: String,
@@ -442,6 +447,18 @@ impl Function {
             body: FunctionBody::Python(source.into()),
         }
     }
+    /// A function that is already a Python object in the runtime (loaded by the runtime, e.g.
+    /// from a Python file), described by `signature`.
+    pub fn bound(name: impl Into<String>, signature: Signature) -> Self {
+        Self {
+            name: name.into(),
+            signature,
+            doc: None,
+            description: None,
+            is_async: false,
+            body: FunctionBody::Bound,
+        }
+    }
     /// Sets the docstring.
     pub fn with_doc(mut self, doc: impl Into<String>) -> Self {
         self.doc = Some(doc.into());
@@ -461,6 +478,7 @@ impl Function {
 
 /// A field of a type schema.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Field {
     /// Its name.
     pub name: String,
@@ -496,6 +514,7 @@ impl Field {
 
 /// A method of a type or host object.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct Method {
     /// Its name.
     pub name: String,
@@ -535,6 +554,7 @@ pub enum TypeShape {
 
 /// A class the model can use: constructed from a schema by the runtime.
 #[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
 pub struct TypeSchema {
     /// The class name.
     pub name: String,
@@ -608,6 +628,7 @@ pub trait HostObject: Any + Send + Sync {
 
 /// A host object registered under a name.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct ObjectBinding {
     /// Its name.
     pub name: String,
