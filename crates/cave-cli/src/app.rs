@@ -131,7 +131,11 @@ impl Session {
             Some(source) => Arc::from(open_model(source)?),
             None => model.clone(),
         };
-        let compactor = ContextCompactor::new(summarizer).with_context_window(context_window);
+        let info = model.info();
+        let mut compactor = ContextCompactor::new(summarizer).with_context_window(context_window);
+        if let Some(tokens) = info.max_output_tokens {
+            compactor = compactor.with_output_reserve(u64::from(tokens));
+        }
         let runtime =
             InProcRuntime::new().context("the in-process Python runtime could not start")?;
         let resources = variables
@@ -147,6 +151,8 @@ impl Session {
 
         let mut builder = Agent::builder(model, runtime.clone());
         builder.compactor(compactor);
+        // Exact counts for OpenAI models, the script-aware estimate otherwise.
+        builder.estimator(cave_agent::compact::estimator_for(&info.id));
         if let Some(policy) = policy {
             builder.policy(policy);
         }

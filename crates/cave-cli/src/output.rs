@@ -464,6 +464,9 @@ impl<W: Write> Output for Human<W> {
                     Status::Compacted { before, after } => {
                         format!("● Compacted {before} → {after} messages")
                     }
+                    Status::CompactionFailed { message } => {
+                        format!("● Compaction failed, the conversation is kept whole: {message}")
+                    }
                     Status::OutputRecovery {
                         recovery,
                         max_recoveries,

@@ -5,12 +5,12 @@ use crate::prompts;
 use async_trait::async_trait;
 use cave_core::{
     ChatMessage, ChatRequest, ChatRole, Compactor, FinishReason, Message, Model, ModelError,
-    Prepared, TokenAnchor, TokenEstimator, estimate_history, strip_persisted_preview,
+    Prepared, Summarized, TokenAnchor, TokenEstimator, Usage, estimate_history,
+    strip_persisted_preview,
 };
 use futures_util::StreamExt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// The context window assumed when none is given.
@@ -87,13 +87,13 @@ impl Breaker {
 /// result. A new summary builds on the previous one, given back verbatim, and is skipped when
 /// nothing happened since. Summary requests too large for the window are folded in batches.
 /// After three failed summaries in a row, the next ten attempts are skipped. A failed summary
-/// never drops anything. Summary calls do not count against the agent's token budgets.
+/// never drops anything. The tokens summary calls spend are reported with the result
+/// ([`Summarized`]) and count in the run's usage and budgets.
 pub struct ContextCompactor {
     summarizer: Arc<dyn Model>,
     estimator: Box<dyn TokenEstimator>,
     context_window: u64,
     output_reserve: Option<u64>,
-    adopted_reserve: AtomicU64,
     breaker: Mutex<Breaker>,
 }
 
@@ -118,7 +118,6 @@ impl ContextCompactor {
             estimator,
             context_window: DEFAULT_CONTEXT_WINDOW,
             output_reserve: None,
-            adopted_reserve: AtomicU64::new(0),
             breaker: Mutex::new(Breaker::default()),
         }
     }
@@ -129,8 +128,8 @@ impl ContextCompactor {
         self
     }
 
-    /// Tokens kept free for the answer (default: the largest output cap the agents using this
-    /// compactor declared, else the summarizer's, else 16 000).
+    /// Tokens kept free for the answer: the output cap of the model the agent talks to
+    /// (default: the summarizer's declared cap, else 16 000).
     pub fn with_output_reserve(mut self, tokens: u64) -> Self {
         self.output_reserve = Some(tokens);
         self
@@ -144,10 +143,8 @@ impl ContextCompactor {
 
     /// The size above which the history is compacted.
     pub fn threshold(&self) -> u64 {
-        let adopted = self.adopted_reserve.load(Ordering::Relaxed);
         let reserve = self
             .output_reserve
-            .or((adopted > 0).then_some(adopted))
             .or(self.summarizer.info().max_output_tokens.map(u64::from))
             .unwrap_or(FALLBACK_OUTPUT_RESERVE);
         match self
@@ -172,11 +169,17 @@ impl ContextCompactor {
     /// Clears old execution results; `None` if there is nothing to clear. Message count and
     /// code messages are unchanged; applying it twice changes nothing more.
     pub fn microcompact(&self, history: &[Message]) -> Option<Vec<Message>> {
-        self.clear_old_results(history).map(|(h, _)| h)
+        self.clear_old_results(history, self.estimator.as_ref())
+            .map(|(h, _)| h)
     }
 
     /// The history with old results cleared, and the estimated tokens saved.
-    fn clear_old_results(&self, history: &[Message]) -> Option<(Vec<Message>, u64)> {
+    /// Clears old results; also returns what that saves, by `estimator`.
+    fn clear_old_results(
+        &self,
+        history: &[Message],
+        estimator: &dyn TokenEstimator,
+    ) -> Option<(Vec<Message>, u64)> {
         let results: Vec<usize> = history
             .iter()
             .enumerate()
@@ -200,10 +203,9 @@ impl ContextCompactor {
                 None if content == prompts::CLEARED_RESULT => continue,
                 None => prompts::CLEARED_RESULT.to_owned(),
             };
-            saved += self
-                .estimator
+            saved += estimator
                 .estimate(content)
-                .saturating_sub(self.estimator.estimate(&cleared));
+                .saturating_sub(estimator.estimate(&cleared));
             out.get_or_insert_with(|| history.to_vec())[i] = match persisted {
                 Some(persisted) => Message::persisted_result(cleared, persisted),
                 None => Message::execution_result(cleared),
@@ -218,6 +220,7 @@ impl ContextCompactor {
         &self,
         history: &[Message],
         divisor: usize,
+        spent: &Spent,
     ) -> Result<Option<Vec<Message>>, SummaryError> {
         let (system, body) = match history.first() {
             Some(m @ Message::System { .. }) => (Some(m.clone()), &history[1..]),
@@ -248,7 +251,7 @@ impl ContextCompactor {
         if fresh.is_empty() {
             return Ok(None); // Nothing happened since the last summary.
         }
-        let summary = self.fold(prior, fresh.to_vec(), 0).await?;
+        let summary = self.fold(prior, fresh.to_vec(), 0, spent).await?;
         let mut out = Vec::with_capacity(kept.len() + 3);
         out.extend(system);
         out.push(Message::Summary {
@@ -279,6 +282,7 @@ impl ContextCompactor {
         prior: Option<String>,
         entries: Vec<Message>,
         depth: u32,
+        spent: &'a Spent,
     ) -> Pin<Box<dyn Future<Output = Result<String, SummaryError>> + Send + 'a>> {
         Box::pin(async move {
             let request = prompts::summary_request(prior.as_deref(), &entries, TRANSCRIPT_CAP);
@@ -291,7 +295,7 @@ impl ContextCompactor {
             let result = if too_big {
                 None
             } else {
-                Some(self.call(request).await)
+                Some(self.call(request, size, spent).await)
             };
             match result {
                 Some(Ok(summary)) => Ok(summary),
@@ -311,28 +315,56 @@ impl ContextCompactor {
                             "a single message is too large to summarize".to_owned(),
                         )
                     })?;
-                    let left = self.fold(prior, halves.0, depth + 1).await?;
-                    self.fold(Some(left), halves.1, depth + 1).await
+                    let left = self.fold(prior, halves.0, depth + 1, spent).await?;
+                    self.fold(Some(left), halves.1, depth + 1, spent).await
                 }
             }
         })
     }
 
     /// One summary call: the answer must finish normally; the `<summary>` part is kept.
-    async fn call(&self, request: ChatRequest) -> Result<String, SummaryError> {
+    /// Its tokens are added to `spent` (estimated from `prompt_estimate` and the answer when
+    /// the provider reports none), whether it succeeds or not.
+    async fn call(
+        &self,
+        request: ChatRequest,
+        prompt_estimate: u64,
+        spent: &Spent,
+    ) -> Result<String, SummaryError> {
         let mut stream = self
             .summarizer
             .stream(request)
             .await
             .map_err(SummaryError::Model)?;
         let (mut text, mut refusal, mut finish) = (String::new(), String::new(), None);
+        let mut reported = None;
+        let mut failure = None;
         while let Some(delta) = stream.next().await {
-            let delta = delta.map_err(SummaryError::Model)?;
+            let delta = match delta {
+                Ok(delta) => delta,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
             text.push_str(&delta.text);
             refusal.push_str(&delta.refusal);
             if delta.finish_reason.is_some() {
                 finish = delta.finish_reason;
             }
+            if delta.usage.is_some() {
+                reported = delta.usage;
+            }
+        }
+        let usage = reported.filter(|u| u.total_tokens > 0).unwrap_or_else(|| {
+            Usage::new(
+                prompt_estimate,
+                self.estimator.estimate(&text) + self.estimator.estimate(&refusal),
+            )
+        });
+        spent.add(usage);
+        if let Some(e) = failure {
+            return Err(SummaryError::Model(e));
         }
         if !refusal.is_empty() && text.is_empty() {
             return Err(SummaryError::Unusable(format!(
@@ -380,20 +412,34 @@ fn split_entries(mut entries: Vec<Message>) -> Option<(Vec<Message>, Vec<Message
     Some((vec![as_message(part(a))], vec![as_message(part(b))]))
 }
 
+/// Tokens spent by the summary calls of one compaction.
+#[derive(Default)]
+struct Spent(Mutex<Usage>);
+
+impl Spent {
+    fn add(&self, usage: Usage) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) += usage;
+    }
+    fn total(&self) -> Usage {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 #[async_trait]
 impl Compactor for ContextCompactor {
-    fn estimator(&self) -> &dyn TokenEstimator {
-        self.estimator.as_ref()
-    }
-
-    fn prepare(&self, history: &[Message], anchor: Option<TokenAnchor>) -> Prepared {
-        let tokens = estimate_history(history, anchor, self.estimator.as_ref());
+    fn prepare(
+        &self,
+        history: &[Message],
+        anchor: Option<TokenAnchor>,
+        estimator: &dyn TokenEstimator,
+    ) -> Prepared {
+        let tokens = estimate_history(history, anchor, estimator);
         let threshold = self.threshold();
         if tokens <= threshold {
             return Prepared::unchanged();
         }
         // Stay in the anchored unit: subtract what clearing saves, never re-estimate from scratch.
-        match self.clear_old_results(history) {
+        match self.clear_old_results(history, estimator) {
             Some((cleared, saved)) => {
                 let needs_summary = tokens.saturating_sub(saved) > threshold;
                 Prepared::new(Some(cleared), needs_summary)
@@ -402,7 +448,7 @@ impl Compactor for ContextCompactor {
         }
     }
 
-    async fn summarize(&self, history: Vec<Message>) -> Vec<Message> {
+    async fn summarize(&self, history: Vec<Message>) -> Summarized {
         if self
             .breaker
             .lock()
@@ -410,41 +456,42 @@ impl Compactor for ContextCompactor {
             .should_skip()
         {
             tracing::info!("summary skipped: the circuit breaker is open");
-            return history;
+            return Summarized::failed(
+                history,
+                Usage::default(),
+                "summaries are paused after repeated failures",
+            );
         }
-        match self.summarize_part(&history, 2).await {
+        let spent = Spent::default();
+        match self.summarize_part(&history, 2, &spent).await {
             Ok(Some(summarized)) => {
                 self.breaker
                     .lock()
                     .unwrap_or_else(PoisonError::into_inner)
                     .record_success();
-                summarized
+                Summarized::new(summarized, spent.total())
             }
-            Ok(None) => history,
+            Ok(None) => Summarized::new(history, spent.total()),
             Err(error) => {
                 let mut breaker = self.breaker.lock().unwrap_or_else(PoisonError::into_inner);
                 breaker.record_failure();
                 tracing::warn!(failures = breaker.failures, error = %error, "summary failed; history kept as it was");
-                history
+                Summarized::failed(history, spent.total(), error.to_string())
             }
         }
     }
 
-    async fn recover_from_overflow(&self, history: Vec<Message>) -> Vec<Message> {
+    async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
         // The provider has refused the prompt: no threshold, no breaker.
         let cleared = self.microcompact(&history).unwrap_or(history);
-        match self.summarize_part(&cleared, 4).await {
-            Ok(Some(summarized)) => summarized,
-            Ok(None) => cleared,
+        let spent = Spent::default();
+        match self.summarize_part(&cleared, 4, &spent).await {
+            Ok(Some(summarized)) => Summarized::new(summarized, spent.total()),
+            Ok(None) => Summarized::new(cleared, spent.total()),
             Err(error) => {
                 tracing::warn!(error = %error, "emergency summary failed; keeping the cleared history");
-                cleared
+                Summarized::failed(cleared, spent.total(), error.to_string())
             }
         }
-    }
-
-    fn adopt_output_reserve(&self, tokens: u32) {
-        self.adopted_reserve
-            .fetch_max(u64::from(tokens), Ordering::Relaxed);
     }
 }

@@ -38,12 +38,11 @@ fn history(pairs: usize, output: &str) -> Vec<Message> {
 fn the_threshold_leaves_room_for_the_answer() {
     let (c, _) = compactor(ScriptedModel::new([]));
     assert_eq!(c.threshold(), 128_000 - 16_000 - 13_000);
-    c.adopt_output_reserve(8_000);
-    c.adopt_output_reserve(4_000);
+    let c = c.with_output_reserve(8_000);
     assert_eq!(
         c.threshold(),
         128_000 - 8_000 - 13_000,
-        "the largest declared cap wins"
+        "the agent's model's cap, when given"
     );
     let (c, _) = compactor(
         ScriptedModel::new([]).with_info(ModelInfo::new("m").with_max_output_tokens(Some(2_000))),
@@ -112,15 +111,15 @@ fn prepare_clears_first_and_asks_for_a_summary_only_if_needed() {
     let c = c.with_context_window(4_000).with_output_reserve(0);
     // Under the threshold (…/2 = 2 000 tokens): nothing.
     let small = history(3, "ok");
-    let p = c.prepare(&small, None);
+    let p = c.prepare(&small, None, &ScriptEstimator);
     assert!(p.history.is_none() && !p.needs_summary);
     // Ten results of ~250 tokens (2 500 in all): clearing the 4 oldest is enough.
     let h = history(10, &"x".repeat(1_000));
-    let p = c.prepare(&h, None);
+    let p = c.prepare(&h, None, &ScriptEstimator);
     assert!(p.history.is_some() && !p.needs_summary);
     // Even the recent ones are too big: a summary is needed.
     let h = history(10, &"x".repeat(8_000));
-    assert!(c.prepare(&h, None).needs_summary);
+    assert!(c.prepare(&h, None, &ScriptEstimator).needs_summary);
 }
 
 #[tokio::test]
@@ -129,7 +128,13 @@ async fn a_summary_replaces_the_older_half_and_keeps_pairs_together() {
         "S1: steps 0-4 done; step_i holds i.",
     )]));
     let h = history(10, "out");
-    let compacted = c.summarize(h.clone()).await;
+    let summarized = c.summarize(h.clone()).await;
+    assert!(summarized.error.is_none());
+    assert!(
+        summarized.usage.total_tokens > 0,
+        "the summary's tokens are reported"
+    );
+    let compacted = summarized.history;
     assert!(matches!(compacted[0], Message::System { .. }));
     match &compacted[1] {
         Message::Summary { content, body } => {
@@ -158,13 +163,13 @@ async fn a_summary_replaces_the_older_half_and_keeps_pairs_together() {
 #[tokio::test]
 async fn re_summaries_build_on_the_last_one_and_skip_when_nothing_is_new() {
     let (c, model) = compactor(ScriptedModel::new([summary("S1"), summary("S2")]));
-    let first = c.summarize(history(10, "out")).await;
+    let first = c.summarize(history(10, "out")).await.history;
     let mut longer = first.clone();
     for i in 10..20 {
         longer.push(Message::code(format!("step_{i} = {i}")));
         longer.push(Message::execution_result(format!("out #{i}")));
     }
-    let second = c.summarize(longer).await;
+    let second = c.summarize(longer).await.history;
     let request = &model.requests()[1].messages[1].content;
     assert!(
         request.contains("<previous-summary>\nS1\n</previous-summary>"),
@@ -191,7 +196,7 @@ async fn re_summaries_build_on_the_last_one_and_skip_when_nothing_is_new() {
         Message::assistant("d"),
     ];
     let calls = model.calls();
-    assert_eq!(c.summarize(quiet.clone()).await, quiet);
+    assert_eq!(c.summarize(quiet.clone()).await.history, quiet);
     assert_eq!(model.calls(), calls);
 }
 
@@ -203,7 +208,18 @@ async fn failed_summaries_keep_history_and_trip_the_breaker() {
     let (c, model) = compactor(broken);
     let h = history(10, "out");
     for _ in 0..3 {
-        assert_eq!(c.summarize(h.clone()).await, h, "nothing is dropped");
+        let failed = c.summarize(h.clone()).await;
+        assert_eq!(failed.history, h, "nothing is dropped");
+        assert!(
+            failed
+                .error
+                .is_some_and(|e| e.contains("did not finish normally")),
+            "and the failure is said"
+        );
+        assert!(
+            failed.usage.total_tokens > 0,
+            "a failed call still cost tokens"
+        );
     }
     assert!(c.breaker_open());
     for _ in 0..10 {
@@ -219,7 +235,7 @@ async fn oversized_requests_are_folded() {
     let too_long = ModelError::new(ModelErrorKind::PromptTooLong, "context length exceeded");
     let model = ScriptedModel::new([Reply::fails(too_long)]).with_fallback(summary("part"));
     let (c, model) = compactor(model);
-    let folded = c.summarize(history(12, "out")).await;
+    let folded = c.summarize(history(12, "out")).await.history;
     assert!(matches!(&folded[1], Message::Summary { .. }));
     let requests = model.requests();
     assert!(

@@ -1,6 +1,6 @@
 //! The `Compactor` and `TokenEstimator` seams: keeping the history inside the context window.
 
-use crate::Message;
+use crate::{Message, Usage};
 use async_trait::async_trait;
 use std::sync::Arc;
 
@@ -84,39 +84,77 @@ impl Prepared {
     }
 }
 
+/// What a summary attempt did: the history (summarized, or as it was), the tokens the
+/// summary calls spent (counted in the run's usage), and why it failed, if it did.
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Summarized {
+    /// The history to go on with.
+    pub history: Vec<Message>,
+    /// Tokens spent by summary calls.
+    pub usage: Usage,
+    /// Why no summary replaced the older history, when one was tried and failed.
+    pub error: Option<String>,
+}
+
+impl Summarized {
+    /// Nothing was done (nothing to summarize, or no call was made).
+    pub fn unchanged(history: Vec<Message>) -> Self {
+        Self {
+            history,
+            usage: Usage::default(),
+            error: None,
+        }
+    }
+    /// A summary was made at this cost.
+    pub fn new(history: Vec<Message>, usage: Usage) -> Self {
+        Self {
+            history,
+            usage,
+            error: None,
+        }
+    }
+    /// A summary was tried at this cost and failed; `history` is as it was.
+    pub fn failed(history: Vec<Message>, usage: Usage, error: impl Into<String>) -> Self {
+        Self {
+            history,
+            usage,
+            error: Some(error.into()),
+        }
+    }
+}
+
 /// Keeps the history inside the model's context window.
 ///
 /// Before every step the agent calls [`prepare`](Compactor::prepare), which is cheap and
-/// silent. If it asks for a summary, the agent announces `compacting`, calls
-/// [`summarize`](Compactor::summarize) and announces `compacted`. When the provider rejects a
-/// prompt as too long, the agent calls
-/// [`recover_from_overflow`](Compactor::recover_from_overflow) and retries once. Only
-/// [`estimator`](Compactor::estimator) is required: the defaults never compact. Compaction
-/// never deletes history without a summary to replace it.
+/// silent, with the agent's own [`TokenEstimator`] (so that the compactor counts in the units
+/// of the anchor). If it asks for a summary, the agent announces `compacting`, calls
+/// [`summarize`](Compactor::summarize) and announces `compacted` (or `compaction_failed`).
+/// When the provider rejects a prompt as too long, the agent calls
+/// [`recover_from_overflow`](Compactor::recover_from_overflow) and retries once. Every method
+/// has a default that never compacts. Compaction never deletes history without a summary to
+/// replace it.
 #[async_trait]
 pub trait Compactor: Send + Sync {
-    /// The estimator used for budgets, anchors and usage estimates.
-    fn estimator(&self) -> &dyn TokenEstimator;
-
     /// The cheap pass before a step.
-    fn prepare(&self, history: &[Message], anchor: Option<TokenAnchor>) -> Prepared {
-        let _ = (history, anchor);
+    fn prepare(
+        &self,
+        history: &[Message],
+        anchor: Option<TokenAnchor>,
+        estimator: &dyn TokenEstimator,
+    ) -> Prepared {
+        let _ = (history, anchor, estimator);
         Prepared::unchanged()
     }
 
-    /// Summarizes older history; returns it unchanged if that fails.
-    async fn summarize(&self, history: Vec<Message>) -> Vec<Message> {
-        history
+    /// Summarizes older history; the history unchanged (with the error) if that fails.
+    async fn summarize(&self, history: Vec<Message>) -> Summarized {
+        Summarized::unchanged(history)
     }
 
     /// Shrinks a history the provider rejected as too long.
-    async fn recover_from_overflow(&self, history: Vec<Message>) -> Vec<Message> {
-        history
-    }
-
-    /// Learns the output-token cap of a model that uses this compactor.
-    fn adopt_output_reserve(&self, tokens: u32) {
-        let _ = tokens;
+    async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
+        Summarized::unchanged(history)
     }
 }
 
@@ -124,30 +162,25 @@ pub trait Compactor: Send + Sync {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoCompaction;
 
-impl Compactor for NoCompaction {
-    fn estimator(&self) -> &dyn TokenEstimator {
-        &CharEstimator
-    }
-}
+impl Compactor for NoCompaction {}
 
 macro_rules! forward_compactor {
     ($($ptr:ty),*) => {$(
         #[async_trait]
         impl<C: Compactor + ?Sized> Compactor for $ptr {
-            fn estimator(&self) -> &dyn TokenEstimator {
-                (**self).estimator()
+            fn prepare(
+                &self,
+                history: &[Message],
+                anchor: Option<TokenAnchor>,
+                estimator: &dyn TokenEstimator,
+            ) -> Prepared {
+                (**self).prepare(history, anchor, estimator)
             }
-            fn prepare(&self, history: &[Message], anchor: Option<TokenAnchor>) -> Prepared {
-                (**self).prepare(history, anchor)
-            }
-            async fn summarize(&self, history: Vec<Message>) -> Vec<Message> {
+            async fn summarize(&self, history: Vec<Message>) -> Summarized {
                 (**self).summarize(history).await
             }
-            async fn recover_from_overflow(&self, history: Vec<Message>) -> Vec<Message> {
+            async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
                 (**self).recover_from_overflow(history).await
-            }
-            fn adopt_output_reserve(&self, tokens: u32) {
-                (**self).adopt_output_reserve(tokens)
             }
         }
     )*};

@@ -171,7 +171,7 @@ impl StopErrorKind {
 /// What a status event announces, with what it means. In JSON, beside `"type": "status"`:
 /// `"status": "compacting"`, `"status": "compacted", "before": 40, "after": 12`, or
 /// `"status": "output_recovery", "recovery": 1, "max_recoveries": 3`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Status {
@@ -183,6 +183,11 @@ pub enum Status {
         before: usize,
         /// Messages after.
         after: usize,
+    },
+    /// A summary was tried and failed: the history is kept as it was.
+    CompactionFailed {
+        /// Why.
+        message: String,
     },
     /// The answer was cut off; the model is asked to resume.
     OutputRecovery {

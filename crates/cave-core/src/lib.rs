@@ -62,7 +62,8 @@ pub use agent::{
     Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES,
 };
 pub use compact::{
-    CharEstimator, Compactor, NoCompaction, Prepared, TokenAnchor, TokenEstimator, estimate_history,
+    CharEstimator, Compactor, NoCompaction, Prepared, Summarized, TokenAnchor, TokenEstimator,
+    estimate_history,
 };
 pub use event::{EVENT_FORMAT_VERSION, Event, Status, StopError, StopErrorKind, StopReason};
 pub use message::{

@@ -5,12 +5,12 @@ use cave_core::testing::{Reply, ScriptedModel};
 use cave_core::{
     Agent, AgentBuilder, BuildError, CancellationToken, CodePolicy, Compactor, Event, FinishReason,
     Interruption, Message, ModelError, ModelErrorKind, ModelInfo, Prepared, Runtime, Status,
-    StopError, StopErrorKind, StopReason, TokenAnchor, TokenEstimator, Usage, Value, Violation,
-    prompt,
+    StopError, StopErrorKind, StopReason, Summarized, TokenAnchor, TokenEstimator, Usage, Value,
+    Violation, prompt,
 };
 use futures_util::StreamExt;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 fn block(src: &str) -> String {
@@ -607,21 +607,34 @@ async fn thinking_streams_then_seals_before_the_answer() {
 #[derive(Default)]
 struct TestCompactor {
     summarize_every_step: bool,
+    /// Summaries fail (with this message) instead of replacing history.
+    fail_with: Option<&'static str>,
     overflow_calls: AtomicUsize,
     summaries: AtomicUsize,
-    reserve: Mutex<Option<u32>>,
 }
+
+/// What each summary call of the test compactor costs.
+const SUMMARY_USAGE: Usage = Usage {
+    prompt_tokens: 70,
+    completion_tokens: 30,
+    total_tokens: 100,
+};
 
 #[async_trait::async_trait]
 impl Compactor for TestCompactor {
-    fn estimator(&self) -> &dyn TokenEstimator {
-        &cave_core::CharEstimator
-    }
-    fn prepare(&self, _history: &[Message], _anchor: Option<TokenAnchor>) -> Prepared {
+    fn prepare(
+        &self,
+        _history: &[Message],
+        _anchor: Option<TokenAnchor>,
+        _estimator: &dyn TokenEstimator,
+    ) -> Prepared {
         Prepared::new(None, self.summarize_every_step)
     }
-    async fn summarize(&self, history: Vec<Message>) -> Vec<Message> {
+    async fn summarize(&self, history: Vec<Message>) -> Summarized {
         self.summaries.fetch_add(1, Ordering::SeqCst);
+        if let Some(why) = self.fail_with {
+            return Summarized::failed(history, SUMMARY_USAGE, why);
+        }
         let mut out = vec![
             history[0].clone(),
             Message::Summary {
@@ -630,14 +643,11 @@ impl Compactor for TestCompactor {
             },
         ];
         out.extend(history.into_iter().skip(1).rev().take(1));
-        out
+        Summarized::new(out, SUMMARY_USAGE)
     }
-    async fn recover_from_overflow(&self, history: Vec<Message>) -> Vec<Message> {
+    async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
         self.overflow_calls.fetch_add(1, Ordering::SeqCst);
         self.summarize(history).await
-    }
-    fn adopt_output_reserve(&self, tokens: u32) {
-        *self.reserve.lock().unwrap() = Some(tokens);
     }
 }
 
@@ -695,11 +705,60 @@ async fn compaction_is_announced_and_its_history_kept() {
         ..TestCompactor::default()
     });
     let mut agent = s.builder().compactor(compactor.clone()).build().unwrap();
-    assert_eq!(*compactor.reserve.lock().unwrap(), Some(4096));
     let ev = events(&mut agent, "go").await;
     assert_eq!(shape(&ev)[..3], ["user_prompt", "status", "text"]);
     assert!(matches!(agent.history()[1], Message::Summary { .. }));
     assert_eq!(compactor.summaries.load(Ordering::SeqCst), 1);
+    // The summary's tokens are part of the run's usage.
+    let (_, _, _, usage, _) = stopped(&ev);
+    assert!(
+        usage.total_tokens >= SUMMARY_USAGE.total_tokens,
+        "{usage:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_failed_summary_is_an_event_and_its_tokens_count() {
+    let s = Setup::new([Reply::text("Hi.")]);
+    let compactor = Arc::new(TestCompactor {
+        summarize_every_step: true,
+        fail_with: Some("the summarizer refused"),
+        ..TestCompactor::default()
+    });
+    let mut agent = s.builder().compactor(compactor.clone()).build().unwrap();
+    let ev = events(&mut agent, "go").await;
+    assert!(
+        ev.contains(&Event::Status(Status::CompactionFailed {
+            message: "the summarizer refused".into()
+        })),
+        "{ev:?}"
+    );
+    assert!(
+        !ev.iter()
+            .any(|e| matches!(e, Event::Status(Status::Compacted { .. })))
+    );
+    let (_, reason, _, usage, _) = stopped(&ev);
+    assert_eq!(reason, StopReason::Completed);
+    assert!(usage.total_tokens >= SUMMARY_USAGE.total_tokens);
+}
+
+#[tokio::test]
+async fn the_estimator_is_the_agents_own_input() {
+    /// Ten tokens per character: easy to see in the estimated usage.
+    struct Heavy;
+    impl TokenEstimator for Heavy {
+        fn estimate(&self, text: &str) -> u64 {
+            text.chars().count() as u64 * 10
+        }
+    }
+    let s = Setup::new([Reply::text("Hi.")]);
+    let mut agent = s.builder().estimator(Heavy).build().unwrap();
+    let ev = events(&mut agent, "go").await;
+    let (_, _, _, usage, _) = stopped(&ev);
+    assert_eq!(
+        usage.completion_tokens, 30,
+        "three characters, estimated by Heavy"
+    );
 }
 
 #[tokio::test]

@@ -9,8 +9,8 @@ pub use emit::EventStream;
 use crate::prompt::{self, TemplateError};
 use crate::{
     CodePolicy, Compactor, Event, Message, Model, ModelInfo, NameError, NameKind, NoCompaction,
-    Runtime, StopError, StopErrorKind, StopReason, TokenAnchor, Usage, highest_persisted_index,
-    validate_name,
+    Runtime, StopError, StopErrorKind, StopReason, TokenAnchor, TokenEstimator, Usage,
+    highest_persisted_index, validate_name,
 };
 use futures_util::StreamExt;
 use std::fmt;
@@ -32,6 +32,7 @@ pub struct Agent {
     runtime: Arc<dyn Runtime>,
     policy: Option<Arc<dyn CodePolicy>>,
     compactor: Arc<dyn Compactor>,
+    estimator: Arc<dyn TokenEstimator>,
     config: Config,
     history: Vec<Message>,
     persisted_floor: u64,
@@ -165,6 +166,7 @@ pub struct AgentBuilder {
     runtime: Arc<dyn Runtime>,
     policy: Option<Arc<dyn CodePolicy>>,
     compactor: Option<Arc<dyn Compactor>>,
+    estimator: Option<Arc<dyn TokenEstimator>>,
     max_steps: u32,
     max_run_time: Option<Duration>,
     max_total_tokens: Option<u64>,
@@ -189,6 +191,7 @@ impl AgentBuilder {
             runtime,
             policy: None,
             compactor: None,
+            estimator: None,
             max_steps: 10,
             max_run_time: None,
             max_total_tokens: None,
@@ -293,6 +296,14 @@ impl AgentBuilder {
         self.compactor = Some(Arc::new(compactor));
         self
     }
+    /// Counts tokens where the provider does not (usage of streams that report none,
+    /// budgets, and the history's size between provider counts). Default: a quarter token per
+    /// character ([`CharEstimator`](crate::CharEstimator)); cave-compact has the script-aware
+    /// and exact ones.
+    pub fn estimator(&mut self, estimator: impl TokenEstimator + 'static) -> &mut Self {
+        self.estimator = Some(Arc::new(estimator));
+        self
+    }
 
     /// Checks the settings and builds the agent.
     pub fn build(&self) -> Result<Agent, BuildError> {
@@ -339,15 +350,17 @@ impl AgentBuilder {
             .compactor
             .clone()
             .unwrap_or_else(|| Arc::new(NoCompaction));
-        if let Some(tokens) = model_info.max_output_tokens {
-            compactor.adopt_output_reserve(tokens);
-        }
+        let estimator = self
+            .estimator
+            .clone()
+            .unwrap_or_else(|| Arc::new(crate::CharEstimator));
         Ok(Agent {
             model: self.model.clone(),
             model_info,
             runtime: self.runtime.clone(),
             policy: self.policy.clone(),
             compactor,
+            estimator,
             persisted_floor: highest_persisted_index(&self.history, &prefix) + 1,
             config: Config {
                 max_steps: self.max_steps,

@@ -367,10 +367,11 @@ impl<'a> Run<'a> {
 
     async fn maybe_compact(&mut self) {
         let before = self.agent.history.len();
-        let prepared = self
-            .agent
-            .compactor
-            .prepare(&self.agent.history, self.agent.anchor);
+        let prepared = self.agent.compactor.prepare(
+            &self.agent.history,
+            self.agent.anchor,
+            self.agent.estimator.as_ref(),
+        );
         if let Some(history) = prepared.history {
             self.agent.history = history;
         }
@@ -382,16 +383,25 @@ impl<'a> Run<'a> {
                 .compactor
                 .summarize(self.agent.history.clone())
                 .await;
-            self.agent.history = summarized;
-            self.emit_compacted(before).await;
+            self.settle_summary(summarized, before).await;
         }
     }
 
-    async fn emit_compacted(&self, before: usize) {
-        let after = self.agent.history.len();
-        self.emit
-            .emit(Event::Status(Status::Compacted { before, after }))
-            .await;
+    /// Takes a summary's history, counts its tokens, and says how it went.
+    async fn settle_summary(&mut self, summarized: crate::Summarized, before: usize) {
+        self.usage += summarized.usage;
+        self.agent.history = summarized.history;
+        let status = match summarized.error {
+            Some(message) => {
+                tracing::warn!(error = %message, "compaction failed; history kept");
+                Status::CompactionFailed { message }
+            }
+            None => Status::Compacted {
+                before,
+                after: self.agent.history.len(),
+            },
+        };
+        self.emit.emit(Event::Status(status)).await;
     }
 
     async fn stream_with_overflow_retry(&mut self, turn: &mut Turn) -> Result<(), ModelError> {
@@ -405,8 +415,7 @@ impl<'a> Run<'a> {
                     .compactor
                     .recover_from_overflow(self.agent.history.clone())
                     .await;
-                self.agent.history = recovered;
-                self.emit_compacted(before).await;
+                self.settle_summary(recovered, before).await;
                 *turn = Turn::new(std::mem::take(&mut turn.prefix));
                 self.stream_once(turn).await
             }
@@ -442,7 +451,7 @@ impl<'a> Run<'a> {
             parser.push(&turn.prefix);
         }
         let request = self.request();
-        let estimator = self.agent.compactor.estimator();
+        let estimator = self.agent.estimator.as_ref();
         turn.prompt_estimate = request
             .messages
             .iter()
@@ -612,7 +621,7 @@ impl<'a> Run<'a> {
         let usage = match turn.reported_usage {
             Some(reported) if reported.total_tokens != 0 => reported,
             _ => {
-                let estimator = self.agent.compactor.estimator();
+                let estimator = self.agent.estimator.as_ref();
                 let mut completion = estimator.estimate(&turn.received)
                     + estimator.estimate(&turn.refusal)
                     + estimator.estimate(&turn.thinking);
@@ -627,11 +636,10 @@ impl<'a> Run<'a> {
         };
         self.usage += usage;
         if usage.prompt_tokens > 0 {
-            let estimator = self.agent.compactor.estimator();
             self.agent.anchor = Some(TokenAnchor::new(
                 &self.agent.history,
                 usage.prompt_tokens,
-                estimator,
+                self.agent.estimator.as_ref(),
             ));
         }
     }
