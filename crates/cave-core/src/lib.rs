@@ -59,7 +59,7 @@ mod usage;
 mod value;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES,
+    Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES, RunHandle,
 };
 pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, Summarized, TokenAnchor, TokenEstimator,

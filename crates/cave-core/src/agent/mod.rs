@@ -3,8 +3,10 @@
 
 mod emit;
 mod run;
+mod spawned;
 
 pub use emit::EventStream;
+pub use spawned::RunHandle;
 
 use crate::prompt::{self, TemplateError};
 use crate::{
