@@ -10,9 +10,28 @@ use std::time::Duration;
 /// A chat model that streams its answer.
 ///
 /// One required method, [`stream`](Model::stream), and [`info`](Model::info) for what the agent
-/// needs to know about it. Implementations do their own retries before the first output and
-/// map provider failures into [`ModelError`] kinds; the agent routes on those kinds (a prompt
-/// that is too long is compacted and retried, an answer cut mid-stream is resumed).
+/// needs to know about it. Implementations map provider failures into [`ModelError`] kinds;
+/// the agent routes on those kinds (a prompt that is too long is compacted and retried, an
+/// answer cut mid-stream is resumed). For retries before the first output, wrap the model in
+/// `cave_models::Retrying` (and classify HTTP failures with `cave_models::classify_http`), as
+/// the built-in adapters do.
+///
+/// # How a stream ends
+///
+/// A complete answer ends with a delta carrying a [`FinishReason`] (`Stop` for a normal end,
+/// `Length` when the output cap cut it), optionally followed by a delta with the [`Usage`]; then
+/// the stream ends. What the agent does otherwise:
+/// - the stream ends without a finish reason: the answer was interrupted
+///   ([`ModelErrorKind::StreamInterrupted`]); the partial answer is kept and resumed (up to
+///   [`MAX_OUTPUT_RECOVERIES`](crate::MAX_OUTPUT_RECOVERIES) times), and a code block that was
+///   already closed still runs;
+/// - an `Err` item after content: the same, with that error's kind;
+/// - an `Err` (from `stream` or as the first item) before any content: nothing was generated;
+///   the run ends with `model_error` unless the kind is `PromptTooLong` (compacted and retried
+///   once);
+/// - no delta within the agent's `stream_idle_timeout`: `StreamStalled` (announce deliberate
+///   waits with [`Delta::backoff`]);
+/// - `Length`: the answer is resumed where it was cut.
 #[async_trait]
 pub trait Model: Send + Sync {
     /// Sends the request and returns the stream of deltas.

@@ -59,6 +59,26 @@ pub(crate) struct HttpFailure<'a> {
     pub(crate) retry_after: Option<Duration>,
 }
 
+/// Classifies a failed HTTP response of an OpenAI-shaped API as the built-in adapters do:
+/// the status, the error body's `code` and message (context length, billing, auth...), and
+/// the `Retry-After` wait. For a custom [`Model`](cave_core::Model) over such an API; wrap it
+/// in [`Retrying`](crate::Retrying) for the retries.
+pub fn classify_http(status: u16, body: &str, retry_after: Option<Duration>) -> ModelError {
+    classify_response(
+        &HttpFailure {
+            status,
+            body,
+            retry_after,
+        },
+        &str::to_owned,
+    )
+}
+
+/// Reads a `Retry-After` header value: seconds, or an HTTP date.
+pub fn retry_after(value: &str) -> Option<Duration> {
+    parse_retry_after(value)
+}
+
 /// Classifies a failed response. `redact` removes secrets from the message.
 pub(crate) fn classify_response(
     failure: &HttpFailure<'_>,

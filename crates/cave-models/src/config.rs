@@ -2,7 +2,6 @@
 
 use serde_json::{Map, Value as Json};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// An API key. It never appears in `Debug` output, errors, logs or cassettes.
@@ -69,17 +68,9 @@ impl RetryPolicy {
     }
 }
 
-/// A number in [0, 1): xorshift over a shared counter, enough to spread retries apart.
+/// A number in [0, 1), to spread retries of many clients apart.
 fn jitter() -> f64 {
-    static STATE: AtomicU64 = AtomicU64::new(0x9E37_79B9_7F4A_7C15);
-    let mut x = STATE.fetch_add(0x9E37_79B9_7F4A_7C15, Ordering::Relaxed)
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos() as u64);
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    (x >> 11) as f64 / (1u64 << 53) as f64
+    fastrand::f64()
 }
 
 /// Settings of a chat model adapter. Build with [`ModelConfig::new`] or [`ModelConfig::from_env`].

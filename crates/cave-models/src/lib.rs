@@ -33,11 +33,14 @@ mod client;
 mod config;
 mod model;
 mod record;
+mod retry;
 mod wire;
 
+pub use classify::{classify_http, retry_after};
 pub use config::{ApiKey, ConfigError, ModelConfig, RetryPolicy};
 pub use model::{LiteLlmModel, OpenAiModel};
 pub use record::{CassetteError, RecordingModel, ReplayModel};
+pub use retry::Retrying;
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -537,3 +537,89 @@ async fn reasoning_goes_back_only_when_configured() {
         );
     }
 }
+
+/// The adapters' retries, around a model of the user's own.
+#[tokio::test]
+async fn any_model_gets_the_same_retries() {
+    use cave_core::testing::{Reply, ScriptedModel};
+    use cave_models::{Retrying, classify_http, retry_after};
+    let policy = RetryPolicy {
+        base_delay: Duration::from_millis(1),
+        ..RetryPolicy::default()
+    };
+    let busy = || {
+        classify_http(
+            429,
+            r#"{"error":{"message":"slow down"}}"#,
+            retry_after("0"),
+        )
+    };
+    assert!(matches!(
+        busy().kind(),
+        ModelErrorKind::Transient {
+            retry_after: Some(d)
+        } if d.is_zero()
+    ));
+    // Two transient failures, then an answer: two announced backoffs, then the answer.
+    let inner = ScriptedModel::new([
+        Reply::fails(busy()),
+        Reply::fails(busy()),
+        Reply::text("ok"),
+    ]);
+    let model = Retrying::with_policy(inner, policy);
+    let (deltas, error) = collect(&model).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(deltas.iter().filter(|d| d.backoff.is_some()).count(), 2);
+    assert_eq!(text_of(&deltas), "ok");
+    // What retrying cannot fix fails at once.
+    let auth = classify_http(401, r#"{"error":{"message":"bad key"}}"#, None);
+    assert_eq!(auth.kind(), &ModelErrorKind::Auth);
+    let inner = ScriptedModel::new([Reply::fails(auth), Reply::text("never")]);
+    let model = Retrying::with_policy(inner, policy);
+    let (deltas, error) = collect(&model).await;
+    assert!(deltas.is_empty() && error.is_some_and(|e| e.kind() == &ModelErrorKind::Auth));
+    // After content, a failure passes through (the agent keeps the partial answer).
+    let inner = ScriptedModel::new([Reply::text("partial").then_error(busy()), Reply::text("x")]);
+    let counting = Retrying::with_policy(inner, policy);
+    let (deltas, error) = collect(&counting).await;
+    assert_eq!(text_of(&deltas), "partial");
+    assert!(error.is_some());
+    let too_long = classify_http(
+        400,
+        r#"{"error":{"message":"too long","code":"context_length_exceeded"}}"#,
+        None,
+    );
+    assert_eq!(too_long.kind(), &ModelErrorKind::PromptTooLong);
+}
+
+#[test]
+fn retry_delays_double_and_spread() {
+    let policy = RetryPolicy::default();
+    let first: Vec<Duration> = (0..200).map(|_| policy.delay(0, None)).collect();
+    assert!(
+        first
+            .iter()
+            .all(|d| *d >= Duration::from_millis(500) && *d <= Duration::from_millis(625)),
+        "0.5 s plus up to 25 %"
+    );
+    let mut distinct = first.clone();
+    distinct.sort();
+    distinct.dedup();
+    assert!(
+        distinct.len() > 100,
+        "jitter spreads clients apart: {}",
+        distinct.len()
+    );
+    let third = policy.delay(2, None);
+    assert!(third >= Duration::from_secs(2) && third <= Duration::from_millis(2500));
+    assert_eq!(
+        policy.delay(9, Some(Duration::from_secs(3))),
+        Duration::from_secs(3),
+        "the provider's Retry-After wins"
+    );
+    let capped = policy.delay(30, None);
+    assert!(
+        capped >= Duration::from_secs(32) && capped <= Duration::from_secs(40),
+        "capped at 32 s, plus jitter: {capped:?}"
+    );
+}
