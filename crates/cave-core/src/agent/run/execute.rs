@@ -1,0 +1,180 @@
+//! Running the model's code: the policy, the runtime, the time limit, and shaping output.
+
+use super::*;
+
+/// Forwards live output into the run as `ExecutionOutput` events.
+pub(super) struct ChannelSink(mpsc::UnboundedSender<String>);
+
+impl OutputSink for ChannelSink {
+    fn write(&self, chunk: &str) {
+        // The receiver is gone only once the execution is over; late output has no reader.
+        let _ = self.0.send(chunk.to_owned());
+    }
+}
+
+impl Run<'_> {
+    /// Runs the code (unless the policy refuses it): the event and the execution result.
+    pub(super) async fn execute(&mut self, code: &str) -> Result<(Event, Message), Failure> {
+        if let Some(policy) = &self.agent.policy {
+            let violations = policy.check(code);
+            if !violations.is_empty() {
+                let mut message = format!(
+                    "Code execution blocked: {} violation{} found:",
+                    violations.len(),
+                    if violations.len() == 1 { "" } else { "s" }
+                );
+                for v in &violations {
+                    message.push_str("\n  - ");
+                    message.push_str(&v.message);
+                }
+                let result = prompt::security_error(&message);
+                return Ok((
+                    Event::SecurityError { message },
+                    Message::execution_result(result),
+                ));
+            }
+        }
+        let runtime = self.agent.runtime.clone();
+        let (sender, mut live) = mpsc::unbounded_channel();
+        let sink = ChannelSink(sender);
+        let deadline = self
+            .agent
+            .config
+            .max_exec_timeout
+            .map(|t| tokio::time::Instant::now() + t);
+        self.executing = true;
+        let execution = runtime.execute(code, &sink);
+        tokio::pin!(execution);
+        let finished = loop {
+            tokio::select! {
+                biased;
+                result = &mut execution => break Some(result),
+                Some(chunk) = live.recv() => self.emit.emit(Event::ExecutionOutput { chunk }).await,
+                () = sleep_until(deadline) => break None,
+            }
+        };
+        let Some(result) = finished else {
+            return self.timed_out(execution).await;
+        };
+        self.executing = false;
+        while let Ok(chunk) = live.try_recv() {
+            self.emit.emit(Event::ExecutionOutput { chunk }).await;
+        }
+        let execution = result.map_err(Failure::Runtime)?;
+        let success = execution.success();
+        let state_lost = execution.state_lost;
+        let output = match (execution.output.is_empty(), execution.error) {
+            (false, _) => execution.output,
+            (true, Some(error)) => format!("{}: {}", error.python_type, error.message),
+            (true, None) => prompt::EMPTY_OUTPUT.to_owned(),
+        };
+        let (body, persisted) = self.shape_output(&output).await?;
+        let mut result = prompt::execution_output(&body);
+        if state_lost {
+            result.push_str("\n\n");
+            result.push_str(prompt::STATE_LOST_NOTICE);
+        }
+        let event = Event::ExecutionResult {
+            output,
+            success,
+            persisted: persisted.is_some(),
+            persisted_variable: persisted.as_ref().map(|p| p.variable.clone()),
+            state_lost,
+        };
+        let message = match persisted {
+            Some(persisted) => Message::persisted_result(result, persisted),
+            None => Message::execution_result(result),
+        };
+        Ok((event, message))
+    }
+
+    /// The execution passed `max_exec_timeout`: interrupt it and give it a moment to unwind.
+    pub(super) async fn timed_out<F>(
+        &mut self,
+        execution: std::pin::Pin<&mut F>,
+    ) -> Result<(Event, Message), Failure>
+    where
+        F: std::future::Future<Output = Result<crate::Execution, RuntimeError>>,
+    {
+        let limit = self
+            .agent
+            .config
+            .max_exec_timeout
+            .unwrap_or_default()
+            .as_secs_f64();
+        let interruption = self.interrupt_execution();
+        let settled = tokio::time::timeout(INTERRUPT_GRACE, execution).await;
+        let mut state_lost = interruption == Some(Interruption::StateLost);
+        let pending = match settled {
+            Ok(Ok(execution)) => {
+                state_lost |= execution.state_lost;
+                false
+            }
+            Ok(Err(error)) => return Err(Failure::Runtime(error)),
+            Err(_) => true,
+        };
+        tracing::info!(
+            limit,
+            state_lost,
+            pending,
+            "execution stopped at its time limit"
+        );
+        let mut result = prompt::execution_timeout(limit);
+        if state_lost {
+            result.push_str("\n\n");
+            result.push_str(prompt::STATE_LOST_NOTICE);
+        }
+        if pending {
+            result.push_str("\n\n");
+            result.push_str(prompt::INTERRUPT_PENDING_NOTICE);
+        }
+        Ok((
+            Event::ExecutionTimeout {
+                timeout: limit,
+                state_lost,
+            },
+            Message::execution_result(result),
+        ))
+    }
+
+    /// Inlines small output; stores large output in the runtime and returns a marker.
+    pub(super) async fn shape_output(
+        &mut self,
+        output: &str,
+    ) -> Result<(String, Option<PersistedOutput>), Failure> {
+        let chars = output.chars().count();
+        let config = &self.agent.config;
+        if chars <= config.max_exec_output {
+            return Ok((output.to_owned(), None));
+        }
+        let prefix = config.persisted_output_prefix.clone();
+        let preview_chars = config.exec_output_preview_chars;
+        let name = self
+            .agent
+            .runtime
+            .bind_unique(
+                &prefix,
+                Value::Str(output.to_owned()),
+                self.agent.persisted_floor,
+            )
+            .await
+            .map_err(Failure::Runtime)?;
+        let index = name
+            .strip_prefix(prefix.as_str())
+            .and_then(|rest| rest.strip_prefix('_'))
+            .and_then(|n| n.parse::<u64>().ok());
+        let Some(index) = index else {
+            // The runtime broke `bind_unique`'s contract: say so rather than guess a number.
+            return Err(Failure::Runtime(RuntimeError::Backend {
+                operation: "bind_unique",
+                message: format!("returned {name:?}, which is not {prefix}_N"),
+            }));
+        };
+        self.agent.persisted_floor = self.agent.persisted_floor.max(index.saturating_add(1));
+        tracing::info!(variable = %name, chars, "execution output persisted in the runtime");
+        Ok((
+            persisted_marker(output, chars, &name, preview_chars),
+            Some(PersistedOutput::new(&prefix, index, chars)),
+        ))
+    }
+}

@@ -1,0 +1,294 @@
+//! One run: the error envelope and the step loop. Its phases are the submodules: a model
+//! call (`turn`), running code (`execute`), compaction between steps (`compaction`), and
+//! usage and limits (`usage`).
+
+mod compaction;
+mod execute;
+mod turn;
+mod usage;
+
+use turn::{Kept, Outcome, Turn};
+
+use super::emit::Emitter;
+use super::{Agent, MAX_OUTPUT_RECOVERIES};
+use crate::parser::is_py_whitespace;
+use crate::prompt;
+use crate::shape::persisted_marker;
+use crate::{
+    ChatMessage, ChatRequest, ChatRole, Event, FenceParser, FinishReason, Interruption, Message,
+    ModelError, ModelErrorKind, OutputSink, PersistedOutput, RuntimeError, Status, StopError,
+    StopErrorKind, StopReason, TokenAnchor, Usage, Value,
+};
+use futures_util::{FutureExt, StreamExt};
+use std::panic::AssertUnwindSafe;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+/// How long an interrupted execution gets to unwind before the agent stops waiting for it.
+const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
+/// Why a run ends early.
+enum Failure {
+    Model(ModelError),
+    Runtime(RuntimeError),
+}
+
+/// The runs' driver: the envelope that guarantees a `Stopped` event and a valid history.
+pub(super) async fn drive(
+    agent: &mut Agent,
+    prompt: String,
+    cancel: CancellationToken,
+    emit: Emitter,
+) {
+    emit.emit(Event::UserPrompt {
+        content: prompt.clone(),
+        format_version: crate::EVENT_FORMAT_VERSION,
+    })
+    .await;
+    let mut run = Run::new(agent, emit.clone());
+    let outcome = {
+        let body = AssertUnwindSafe(run.body(prompt)).catch_unwind();
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => None,
+            result = body => Some(result),
+        }
+    };
+    let (reason, error) = match outcome {
+        None => {
+            let interruption = run.interrupt_execution();
+            let placeholder = if interruption == Some(Interruption::StateLost) {
+                prompt::EXECUTION_CANCELLED_STATE_LOST
+            } else {
+                prompt::EXECUTION_CANCELLED
+            };
+            repair_history(&mut run.agent.history, placeholder, true);
+            tracing::info!("run cancelled");
+            (StopReason::Cancelled, None)
+        }
+        Some(Ok(Ok(StopReason::BudgetExhausted))) => {
+            (StopReason::BudgetExhausted, run.budget_error())
+        }
+        Some(Ok(Ok(reason))) => (reason, None),
+        Some(Ok(Err(failure))) => {
+            run.interrupt_execution();
+            repair_history(&mut run.agent.history, prompt::EXECUTION_INCOMPLETE, false);
+            match failure {
+                Failure::Model(e) => {
+                    tracing::warn!(error = %e, "model error, ending the run");
+                    (StopReason::ModelError, Some(StopError::from(&e)))
+                }
+                Failure::Runtime(e) => {
+                    tracing::warn!(error = %e, "runtime error, ending the run");
+                    (StopReason::RuntimeError, Some(StopError::from(&e)))
+                }
+            }
+        }
+        Some(Err(panic)) => {
+            run.interrupt_execution();
+            repair_history(&mut run.agent.history, prompt::EXECUTION_INCOMPLETE, false);
+            let message = panic
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "a panic with a non-string payload".to_owned());
+            tracing::error!(panic = %message, "internal error, ending the run");
+            (
+                StopReason::InternalError,
+                Some(StopError::new(
+                    StopErrorKind::Internal,
+                    format!("internal error: {message}"),
+                )),
+            )
+        }
+    };
+    run.armed = false;
+    let stopped = Event::Stopped {
+        content: std::mem::take(&mut run.final_content),
+        stop_reason: reason,
+        steps: run.steps,
+        elapsed: run.started.elapsed().as_secs_f64(),
+        usage: run.usage,
+        error,
+    };
+    drop(run);
+    emit.emit(stopped).await;
+}
+
+/// Closes a code message left without its result, then (if the user interrupted) says so.
+fn repair_history(history: &mut Vec<Message>, placeholder: &str, interrupted: bool) {
+    if matches!(history.last(), Some(Message::Code { .. })) {
+        history.push(Message::execution_result(placeholder));
+    }
+    let already = matches!(history.last(), Some(Message::User { content }) if content == prompt::USER_INTERRUPTION);
+    if interrupted && !already {
+        history.push(Message::user(prompt::USER_INTERRUPTION));
+    }
+}
+
+/// The state of one run.
+struct Run<'a> {
+    agent: &'a mut Agent,
+    emit: Emitter,
+    started: Instant,
+    steps: u32,
+    usage: Usage,
+    final_content: String,
+    /// Fragments of an answer cut off earlier, which the next call continues.
+    pending_text: String,
+    recoveries: u32,
+    completed: bool,
+    /// An execution is in flight.
+    executing: bool,
+    /// Dropped before its end (the consumer dropped the stream): repair the history.
+    armed: bool,
+}
+
+impl Drop for Run<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.interrupt_execution();
+            repair_history(&mut self.agent.history, prompt::EXECUTION_INCOMPLETE, true);
+        }
+    }
+}
+
+impl<'a> Run<'a> {
+    fn new(agent: &'a mut Agent, emit: Emitter) -> Self {
+        Self {
+            agent,
+            emit,
+            started: Instant::now(),
+            steps: 0,
+            usage: Usage::default(),
+            final_content: String::new(),
+            pending_text: String::new(),
+            recoveries: 0,
+            completed: false,
+            executing: false,
+            armed: true,
+        }
+    }
+
+    fn interrupt_execution(&mut self) -> Option<Interruption> {
+        if !std::mem::take(&mut self.executing) {
+            return None;
+        }
+        let interruption = self.agent.runtime.interrupter().map(|i| i.interrupt());
+        tracing::info!(?interruption, "interrupted the execution in flight");
+        interruption
+    }
+
+    async fn body(&mut self, prompt: String) -> Result<StopReason, Failure> {
+        let system = self.agent.system_prompt();
+        let history = &mut self.agent.history;
+        match history.first_mut() {
+            Some(Message::System { content }) => *content = system,
+            _ => history.insert(0, Message::system(system)),
+        }
+        history.push(Message::user(prompt));
+
+        for _ in 0..self.agent.config.max_steps {
+            if self.time_exceeded() || self.budget_crossed() {
+                break;
+            }
+            self.step().await?;
+            if self.completed {
+                break;
+            }
+        }
+        Ok(if self.completed {
+            StopReason::Completed
+        } else if self.budget_crossed() {
+            StopReason::BudgetExhausted
+        } else if self.time_exceeded() {
+            StopReason::Timeout
+        } else {
+            StopReason::MaxSteps
+        })
+    }
+
+    async fn step(&mut self) -> Result<(), Failure> {
+        self.maybe_compact().await;
+        self.steps += 1;
+        let mut turn = Turn::new(self.pending_text.clone());
+        let streamed = self.stream_with_overflow_retry(&mut turn).await;
+        self.settle_usage(&turn);
+        streamed.map_err(Failure::Model)?;
+
+        let kept = match turn.outcome(self.recoveries < MAX_OUTPUT_RECOVERIES) {
+            Outcome::Resume { interrupted } => return self.resume(turn, interrupted).await,
+            Outcome::Failed(error) => {
+                self.pending_text.clear();
+                return Err(Failure::Model(error));
+            }
+            Outcome::Kept(kept) => kept,
+        };
+        self.pending_text.clear();
+        self.final_content = turn.full();
+        let text = std::mem::take(&mut turn.text);
+        let thinking = std::mem::take(&mut turn.thinking);
+        match kept {
+            Kept::Code(code) => {
+                self.emit.emit(Event::Code { code: code.clone() }).await;
+                let message = Message::code(text).with_reasoning(thinking);
+                self.agent.history.push(message);
+                let (event, result) = self.execute(&code).await?;
+                self.agent.history.push(result);
+                self.emit.emit(event).await;
+                Ok(())
+            }
+            Kept::Answer => {
+                self.agent
+                    .history
+                    .push(Message::assistant(text).with_reasoning(thinking));
+                self.completed = true;
+                self.emit
+                    .emit(Event::FinalResponse {
+                        content: self.final_content.clone(),
+                    })
+                    .await;
+                Ok(())
+            }
+            Kept::Truncated(error) => {
+                self.agent
+                    .history
+                    .push(Message::assistant(text).with_reasoning(thinking));
+                Err(Failure::Model(error))
+            }
+        }
+    }
+
+    /// Keeps the cut answer and asks the model to go on from where it stopped.
+    async fn resume(&mut self, mut turn: Turn, interrupted: bool) -> Result<(), Failure> {
+        self.recoveries += 1;
+        self.pending_text = turn.full();
+        let resume = if interrupted {
+            prompt::STREAM_INTERRUPTED_PROMPT
+        } else {
+            prompt::OUTPUT_RECOVERY_PROMPT
+        };
+        // A reasoning model can spend its whole cap thinking: no empty assistant message.
+        if !turn.text.is_empty() {
+            let message = Message::assistant(std::mem::take(&mut turn.text))
+                .with_reasoning(std::mem::take(&mut turn.thinking));
+            self.agent.history.push(message);
+        }
+        self.agent.history.push(Message::user(resume));
+        self.emit
+            .emit(Event::Status(Status::OutputRecovery {
+                recovery: self.recoveries,
+                max_recoveries: MAX_OUTPUT_RECOVERIES,
+            }))
+            .await;
+        Ok(())
+    }
+}
+
+async fn sleep_until(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,312 @@
+//! One model call: streaming it through the fence parser, and what it came to.
+
+use super::*;
+
+/// One model call.
+#[derive(Default)]
+pub(super) struct Turn {
+    /// Earlier fragments this call continues.
+    pub(super) prefix: String,
+    /// Content this call produced, up to the closing fence.
+    pub(super) text: String,
+    /// All content received, for usage estimates.
+    pub(super) received: String,
+    pub(super) thinking: String,
+    pub(super) refusal: String,
+    pub(super) finish: Option<FinishReason>,
+    pub(super) reported_usage: Option<Usage>,
+    pub(super) code: Option<String>,
+    pub(super) stopped_at_code: bool,
+    pub(super) error: Option<ModelError>,
+    pub(super) recoverable: bool,
+    pub(super) prompt_estimate: u64,
+}
+
+impl Turn {
+    pub(super) fn new(prefix: String) -> Self {
+        Self {
+            prefix,
+            recoverable: true,
+            ..Self::default()
+        }
+    }
+    pub(super) fn full(&self) -> String {
+        format!("{}{}", self.prefix, self.text)
+    }
+    pub(super) fn complete(&self) -> bool {
+        self.error.is_none() && (self.code.is_some() || self.finish != Some(FinishReason::Length))
+    }
+
+    /// What the call came to; `can_resume` says whether a cut answer may still be resumed.
+    pub(super) fn outcome(&mut self, can_resume: bool) -> Outcome {
+        if !self.recoverable
+            && let Some(error) = self.error.take()
+        {
+            return Outcome::Failed(error);
+        }
+        let complete = self.complete();
+        if !complete && can_resume {
+            return Outcome::Resume {
+                interrupted: self.error.is_some(),
+            };
+        }
+        Outcome::Kept(match self.code.take() {
+            Some(code) => Kept::Code(code),
+            None if complete => Kept::Answer,
+            None => Kept::Truncated(self.error.take().unwrap_or_else(|| {
+                ModelError::new(
+                    ModelErrorKind::Truncated,
+                    format!(
+                        "the answer was cut off by the output limit {MAX_OUTPUT_RECOVERIES} times and could not be resumed"
+                    ),
+                )
+            })),
+        })
+    }
+}
+
+/// What one model call came to.
+pub(super) enum Outcome {
+    /// Cut off (by the output cap, or a broken stream if `interrupted`): ask to resume.
+    Resume { interrupted: bool },
+    /// Failed before anything usable: the run ends.
+    Failed(ModelError),
+    /// An answer that goes into the history as it is.
+    Kept(Kept),
+}
+
+/// An answer the history keeps.
+pub(super) enum Kept {
+    /// It holds a code block, to run.
+    Code(String),
+    /// The final answer.
+    Answer,
+    /// Cut off once too often: the partial answer is kept and the run ends.
+    Truncated(ModelError),
+}
+
+impl Run<'_> {
+    pub(super) async fn stream_with_overflow_retry(
+        &mut self,
+        turn: &mut Turn,
+    ) -> Result<(), ModelError> {
+        match self.stream_once(turn).await {
+            Err(error) if error.is_prompt_too_long() => {
+                tracing::warn!(error = %error, "prompt too long, compacting and retrying once");
+                let before = self.agent.history.len();
+                self.emit.emit(Event::Status(Status::Compacting)).await;
+                let recovered = self
+                    .agent
+                    .compactor
+                    .recover_from_overflow(self.agent.history.clone())
+                    .await;
+                self.settle_summary(recovered, before).await;
+                *turn = Turn::new(std::mem::take(&mut turn.prefix));
+                self.stream_once(turn).await
+            }
+            other => other,
+        }
+    }
+
+    /// The wire request: the history, with the date reminder after the system prompt.
+    pub(super) fn request(&self) -> ChatRequest {
+        let mut messages: Vec<ChatMessage> =
+            self.agent.history.iter().map(Message::to_chat).collect();
+        let at = messages
+            .iter()
+            .position(|m| m.role == ChatRole::System)
+            .map_or(0, |i| i + 1);
+        let reminder = ChatMessage {
+            reasoning: None,
+            role: ChatRole::User,
+            content: prompt::date_reminder(&prompt::utc_hour_now()),
+        };
+        messages.insert(at, reminder);
+        ChatRequest::new(messages)
+    }
+
+    /// Streams one model call into `turn`. `Err` is a failure before any answer (or a prompt
+    /// that is too long); a failure after some answer is recorded in `turn.error`.
+    pub(super) async fn stream_once(&mut self, turn: &mut Turn) -> Result<(), ModelError> {
+        let defer = self.agent.model_info.filters_asynchronously;
+        let idle = self.agent.config.stream_idle_timeout;
+        let mut parser = FenceParser::new(&self.agent.config.python_block_identifier);
+        if !turn.prefix.is_empty() {
+            // Already shown by the earlier call: only the parser's state matters.
+            parser.push(&turn.prefix);
+        }
+        let request = self.request();
+        let estimator = self.agent.estimator.as_ref();
+        turn.prompt_estimate = request
+            .messages
+            .iter()
+            .map(|m| estimator.estimate(&m.content))
+            .sum();
+
+        let model = self.agent.model.clone();
+        let mut stream = match idle {
+            Some(limit) => tokio::time::timeout(limit, model.stream(request))
+                .await
+                .map_err(|_| stalled(limit))??,
+            None => model.stream(request).await?,
+        };
+        let mut thinking_since: Option<Instant> = None;
+        let mut saw_content = false;
+        let mut backoff = Duration::ZERO;
+        loop {
+            let next = match idle {
+                Some(limit) => {
+                    let wait = limit + std::mem::take(&mut backoff);
+                    match tokio::time::timeout(wait, stream.next()).await {
+                        Ok(item) => item,
+                        Err(_) => Some(Err(stalled(limit))),
+                    }
+                }
+                None => stream.next().await,
+            };
+            let delta = match next {
+                None => break,
+                Some(Err(error)) if error.is_prompt_too_long() => return Err(error),
+                // After the terminal delta only usage was pending: not a failure.
+                Some(Err(_)) if turn.finish.is_some() => break,
+                Some(Err(error)) if !saw_content => return Err(error),
+                Some(Err(error)) => {
+                    tracing::warn!(error = %error, "the model stream broke mid-answer; keeping the partial answer");
+                    turn.error = Some(error);
+                    turn.recoverable = !defer;
+                    break;
+                }
+                Some(Ok(delta)) => delta,
+            };
+            if let Some(usage) = delta.usage {
+                turn.reported_usage = Some(usage);
+            }
+            if delta.finish_reason.is_some() {
+                turn.finish = delta.finish_reason;
+            }
+            if let Some(delay) = delta.backoff {
+                backoff = delay;
+                self.emit
+                    .emit(Event::Backoff {
+                        delay: delay.as_secs_f64(),
+                    })
+                    .await;
+            }
+            turn.refusal.push_str(&delta.refusal);
+            if !delta.reasoning.is_empty() {
+                thinking_since.get_or_insert_with(Instant::now);
+                turn.thinking.push_str(&delta.reasoning);
+                self.emit
+                    .emit(Event::ThinkingChunk {
+                        content: delta.reasoning,
+                    })
+                    .await;
+            }
+            if delta.text.is_empty() {
+                continue;
+            }
+            self.seal_thinking(turn, &mut thinking_since).await;
+            saw_content = true;
+            turn.received.push_str(&delta.text);
+            let parsed = parser.push(&delta.text);
+            let text = parsed.text.to_owned();
+            if let Some(code) = parsed.code {
+                turn.code = Some(code.to_owned());
+            }
+            let consumed = delta.text.len() - parser.remainder().len();
+            turn.text.push_str(&delta.text[..consumed]);
+            if !text.is_empty() {
+                self.emit.emit(Event::Text { content: text }).await;
+            }
+            if parser.is_complete() && !defer {
+                turn.stopped_at_code = true;
+                break;
+            }
+        }
+        // Closes the connection now: nothing more is read from it.
+        drop(stream);
+        self.seal_thinking(turn, &mut thinking_since).await;
+        if !parser.is_complete() {
+            // Held-back text is shown; an unterminated block is never run.
+            let text = parser.flush().text.to_owned();
+            if !text.is_empty() {
+                self.emit.emit(Event::Text { content: text }).await;
+            }
+        }
+        self.conclude(turn, defer).await;
+        Ok(())
+    }
+
+    pub(super) async fn seal_thinking(&self, turn: &Turn, since: &mut Option<Instant>) {
+        if let Some(started) = since.take()
+            && !turn.thinking.is_empty()
+        {
+            let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+            self.emit
+                .emit(Event::Thinking {
+                    content: turn.thinking.clone(),
+                    duration_ms,
+                })
+                .await;
+        }
+    }
+
+    /// Decides what an ended stream means, in a fixed order.
+    pub(super) async fn conclude(&self, turn: &mut Turn, defer: bool) {
+        if turn.error.is_some() {
+            return;
+        }
+        let filtered = turn.finish == Some(FinishReason::ContentFilter);
+        let (kind, message, recoverable) = if turn.finish.is_none() && !turn.stopped_at_code {
+            (
+                ModelErrorKind::StreamInterrupted,
+                "the model stream ended without a finish reason",
+                !defer && !turn.text.is_empty(),
+            )
+        } else if filtered && !turn.text.is_empty() {
+            (
+                ModelErrorKind::ContentFiltered,
+                "the provider withdrew this answer after streaming part of it",
+                false,
+            )
+        } else if !turn.refusal.is_empty() && turn.text.is_empty() {
+            // A refusal is the answer; it is never parsed for code.
+            turn.text = turn.refusal.clone();
+            self.emit
+                .emit(Event::Text {
+                    content: turn.refusal.clone(),
+                })
+                .await;
+            return;
+        } else if filtered {
+            (
+                ModelErrorKind::ContentFiltered,
+                "the provider filtered this answer and returned nothing",
+                false,
+            )
+        } else if turn.finish != Some(FinishReason::Length)
+            && turn.code.is_none()
+            && turn.text.chars().all(is_py_whitespace)
+        {
+            (
+                ModelErrorKind::EmptyAnswer,
+                "the model finished without returning an answer",
+                false,
+            )
+        } else {
+            return;
+        };
+        turn.error = Some(ModelError::new(kind, message));
+        turn.recoverable = recoverable;
+    }
+}
+
+fn stalled(limit: Duration) -> ModelError {
+    ModelError::new(
+        ModelErrorKind::StreamStalled,
+        format!(
+            "the model stream stalled: nothing arrived for {} s",
+            limit.as_secs_f64()
+        ),
+    )
+}

@@ -1,0 +1,79 @@
+//! Usage and limits: what a run spent, and whether a budget or the run time is used up.
+
+use super::*;
+
+impl Run<'_> {
+    pub(super) fn time_exceeded(&self) -> bool {
+        self.agent
+            .config
+            .max_run_time
+            .is_some_and(|limit| self.started.elapsed() >= limit)
+    }
+
+    pub(super) fn budget_crossed(&self) -> bool {
+        self.budget_error().is_some()
+    }
+
+    /// The first token budget that is spent, if any.
+    pub(super) fn budget_error(&self) -> Option<StopError> {
+        let c = &self.agent.config;
+        let u = &self.usage;
+        [
+            (
+                c.max_total_tokens,
+                u.total_tokens,
+                StopErrorKind::MaxTotalTokens,
+                "total",
+            ),
+            (
+                c.max_input_tokens,
+                u.prompt_tokens,
+                StopErrorKind::MaxInputTokens,
+                "input",
+            ),
+            (
+                c.max_output_tokens,
+                u.completion_tokens,
+                StopErrorKind::MaxOutputTokens,
+                "output",
+            ),
+        ]
+        .into_iter()
+        .find_map(|(cap, spent, kind, what)| {
+            let cap = cap.filter(|cap| spent >= *cap)?;
+            Some(StopError::new(
+                kind,
+                format!("the {what} token budget of {cap} is spent ({spent} used)"),
+            ))
+        })
+    }
+
+    /// Adds the call's usage to the run (estimated when the provider reported none) and
+    /// anchors token estimates to the provider's prompt count.
+    pub(super) fn settle_usage(&mut self, turn: &Turn) {
+        let usage = match turn.reported_usage {
+            Some(reported) if reported.total_tokens != 0 => reported,
+            _ => {
+                let estimator = self.agent.estimator.as_ref();
+                let mut completion = estimator.estimate(&turn.received)
+                    + estimator.estimate(&turn.refusal)
+                    + estimator.estimate(&turn.thinking);
+                let produced = !turn.received.is_empty()
+                    || !turn.thinking.is_empty()
+                    || !turn.refusal.is_empty();
+                if produced && completion == 0 {
+                    completion = 1;
+                }
+                Usage::new(turn.prompt_estimate, completion)
+            }
+        };
+        self.usage += usage;
+        if usage.prompt_tokens > 0 {
+            self.agent.anchor = Some(TokenAnchor::new(
+                &self.agent.history,
+                usage.prompt_tokens,
+                self.agent.estimator.as_ref(),
+            ));
+        }
+    }
+}
