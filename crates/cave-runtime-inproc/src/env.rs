@@ -1,6 +1,7 @@
 //! Which Python environment the embedded interpreter sees, and starting the interpreter.
 
 use crate::InProcError;
+use crate::env_cache::{self, Reported};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyModule};
 use std::ffi::CString;
@@ -98,14 +99,6 @@ fn selected_interpreter() -> Option<Probe> {
         })
 }
 
-/// What an interpreter reports about itself: version, executable, prefix, then `sys.path`.
-struct Reported {
-    version: (u32, u32),
-    executable: PathBuf,
-    prefix: String,
-    sys_path: Vec<String>,
-}
-
 const REPORT: &str = "import sys; print(sys.version_info[0]); print(sys.version_info[1]); print(sys.executable); print(sys.prefix)\n\
 for p in sys.path: print(p)";
 
@@ -153,7 +146,11 @@ fn ask(executable: &Path) -> Result<Reported, InProcError> {
 fn initialize() -> Result<PythonEnvironment, InProcError> {
     let probe = selected_interpreter();
     let reported = match &probe {
-        Some(p) => Some(ask(&p.executable)?),
+        Some(p) => Some(env_cache::report(
+            env_cache::default_dir().as_deref(),
+            &p.executable,
+            ask,
+        )?),
         None => None,
     };
     Python::initialize();

@@ -38,6 +38,7 @@
 
 mod convert;
 mod env;
+mod env_cache;
 mod interrupt;
 mod runtime;
 mod stdio;
