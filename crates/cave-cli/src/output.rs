@@ -110,9 +110,11 @@ pub struct Human<W> {
     /// Whether the current Markdown line sits inside a fenced block.
     in_fence: bool,
     thinking: bool,
-    /// Live output of the current execution: started, lines shown, cut, inside a line.
+    /// Live output of the current execution: started, lines and characters shown, cut,
+    /// inside a line.
     live_started: bool,
     live_lines: usize,
+    live_chars: usize,
     live_cut: bool,
     live_mid_line: bool,
     /// What the spinner says while waiting (interactive output only), its frame, and whether
@@ -148,6 +150,7 @@ impl<W: Write> Human<W> {
             thinking: false,
             live_started: false,
             live_lines: 0,
+            live_chars: 0,
             live_cut: false,
             live_mid_line: false,
             waiting: None,
@@ -287,6 +290,42 @@ impl<W: Write> Human<W> {
         Ok(())
     }
 
+    /// After live output was cut: how much more there was, and for a failure its last lines.
+    /// `partial`: the last line shown was cut short.
+    fn rest_of_live_output(
+        &mut self,
+        output: &str,
+        success: bool,
+        partial: bool,
+    ) -> io::Result<()> {
+        const TAIL_LINES: usize = 4;
+        let text = output.trim_end();
+        let total_lines = text.lines().count();
+        let shown_lines = self.live_lines + usize::from(partial);
+        let hidden_lines = total_lines.saturating_sub(shown_lines);
+        let hidden_chars = text.chars().count().saturating_sub(self.live_chars);
+        let tail: Vec<&str> = if success {
+            Vec::new()
+        } else {
+            let skip = total_lines.saturating_sub(TAIL_LINES).max(shown_lines);
+            text.lines().skip(skip).collect()
+        };
+        let counted = hidden_lines.saturating_sub(tail.len());
+        let note = match counted {
+            0 => format!("     … {hidden_chars} more characters"),
+            1 => "     … 1 more line".to_owned(),
+            n => format!("     … {n} more lines"),
+        };
+        if counted > 0 || (tail.is_empty() && hidden_chars > 0) {
+            self.note(DIM, &note)?;
+        }
+        for line in tail {
+            let line: String = line.chars().take(SHOWN_CHARS).collect();
+            writeln!(self.out, "     {line}")?;
+        }
+        Ok(())
+    }
+
     fn code(&mut self, code: &str) -> io::Result<()> {
         for line in code.lines() {
             let highlighted = if self.color {
@@ -379,6 +418,7 @@ impl<W: Write> Output for Human<W> {
                 self.block(GREEN, "Code")?;
                 self.code(code)?;
                 self.live_lines = 0;
+                self.live_chars = 0;
                 self.live_cut = false;
                 self.live_started = false;
                 self.live_mid_line = false;
@@ -388,12 +428,22 @@ impl<W: Write> Output for Human<W> {
                     self.block(GREEN, "Output")?;
                 }
                 for piece in chunk.split_inclusive('\n') {
-                    if self.live_lines >= SHOWN_LINES {
-                        if !std::mem::replace(&mut self.live_cut, true) {
-                            self.note(DIM, "     … (more output: shortened below)")?;
-                        }
+                    if self.live_cut {
                         break;
                     }
+                    let budget = SHOWN_CHARS.saturating_sub(self.live_chars);
+                    if self.live_lines >= SHOWN_LINES || budget == 0 {
+                        self.live_cut = true;
+                        break;
+                    }
+                    let piece = match piece.char_indices().nth(budget) {
+                        Some((at, _)) => {
+                            self.live_cut = true;
+                            &piece[..at]
+                        }
+                        None => piece,
+                    };
+                    self.live_chars += piece.chars().count();
                     // Output arrives in pieces (print writes the text, then the newline).
                     if !self.live_mid_line {
                         write!(
@@ -420,11 +470,11 @@ impl<W: Write> Output for Human<W> {
                 state_lost,
                 ..
             } => {
-                if std::mem::take(&mut self.live_mid_line) {
+                let partial = std::mem::take(&mut self.live_mid_line);
+                if partial {
                     writeln!(self.out)?;
                 }
-                let shown_live = self.live_started && !self.live_cut;
-                if !shown_live {
+                if !self.live_started {
                     let (style, title) = if *success {
                         (GREEN, "Output")
                     } else {
@@ -432,10 +482,18 @@ impl<W: Write> Output for Human<W> {
                     };
                     self.block(style, title)?;
                     self.shortened(output)?;
-                } else if !success {
-                    self.note(RED, "     (the code raised)")?;
+                } else {
+                    if self.live_cut {
+                        // Shown once: what streamed live stays, the rest is counted, and the
+                        // end of a failure (its traceback's last lines) is shown.
+                        self.rest_of_live_output(output, *success, partial)?;
+                    }
+                    if !success {
+                        self.note(RED, "     (the code raised)")?;
+                    }
                 }
                 self.live_lines = 0;
+                self.live_chars = 0;
                 self.live_cut = false;
                 if let Some(var) = persisted_variable {
                     self.note(DIM, &format!("     full output kept in `{var}`"))?;

@@ -166,3 +166,87 @@ fn the_spinner_draws_while_waiting_and_is_erased_before_output() {
     human.tick().unwrap();
     assert!(!String::from_utf8(plain).unwrap().contains("thinking"));
 }
+
+/// Renders events without colors.
+fn render(events: &[Event]) -> String {
+    let mut out = Vec::new();
+    {
+        let mut human = Human::new(&mut out, false);
+        for event in events {
+            human.event(event).unwrap();
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+#[test]
+fn a_long_output_is_shown_once() {
+    let lines: Vec<String> = (0..40).map(|i| format!("row {i:02}\n")).collect();
+    let output = lines.concat();
+    let mut events = vec![Event::Code {
+        code: "for i in range(40): print(f'row {i:02}')".into(),
+    }];
+    events.extend(
+        lines
+            .iter()
+            .map(|l| Event::ExecutionOutput { chunk: l.clone() }),
+    );
+    events.push(Event::ExecutionResult {
+        output: output.clone(),
+        success: true,
+        persisted: false,
+        persisted_variable: None,
+        state_lost: false,
+    });
+    let rendered = render(&events);
+    assert_eq!(rendered.matches("row 00").count(), 1, "{rendered}");
+    assert_eq!(rendered.matches("row 39").count(), 0, "{rendered}");
+    assert!(rendered.contains("… 28 more lines"), "{rendered}");
+
+    // A failure shows the end, where the traceback is, once.
+    let mut failing = events.clone();
+    let traceback =
+        "Traceback (most recent call last):\n  File \"<cell 1>\", line 1\nValueError: boom\n";
+    failing.insert(
+        failing.len() - 1,
+        Event::ExecutionOutput {
+            chunk: traceback.into(),
+        },
+    );
+    failing.pop();
+    failing.push(Event::ExecutionResult {
+        output: format!("{output}{traceback}"),
+        success: false,
+        persisted: false,
+        persisted_variable: None,
+        state_lost: false,
+    });
+    let rendered = render(&failing);
+    assert_eq!(rendered.matches("row 00").count(), 1, "{rendered}");
+    assert_eq!(
+        rendered.matches("ValueError: boom").count(),
+        1,
+        "{rendered}"
+    );
+    assert!(rendered.contains("(the code raised)"), "{rendered}");
+
+    // One huge line is cut by characters, not shown whole.
+    let huge = "x".repeat(50_000);
+    let rendered = render(&[
+        Event::Code {
+            code: "print('x' * 50000)".into(),
+        },
+        Event::ExecutionOutput {
+            chunk: huge.clone(),
+        },
+        Event::ExecutionResult {
+            output: huge,
+            success: true,
+            persisted: false,
+            persisted_variable: None,
+            state_lost: false,
+        },
+    ]);
+    assert!(rendered.len() < 5_000, "{} bytes", rendered.len());
+    assert!(rendered.contains("more characters"), "{rendered}");
+}
