@@ -1,12 +1,28 @@
-//! Project chores: `cargo xtask bench`, `cargo xtask soak [N]` (N random inputs through the
-//! fence parser, then N random model replies through the whole agent). Tidy checks are its tests
+//! Project chores: `cargo xtask test` (the workspace tests, with the Python packages they
+//! need), `cargo xtask bench`, `cargo xtask soak [N]` (N random inputs through the fence
+//! parser, then N random model replies through the whole agent). Tidy checks are its tests
 //! (`cargo test -p xtask`), run by the workspace test command.
+
+mod test_env;
 
 use std::process::{Command, ExitCode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
+        Some("test") => {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .to_owned();
+            test_env::prepare(&root).and_then(|env| {
+                let env: Vec<(&str, &str)> =
+                    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                let mut test_args = vec!["test", "--workspace", "--all-features"];
+                test_args.extend(args[1..].iter().map(String::as_str));
+                cargo(&test_args, &env)
+            })
+        }
         Some("bench") => cargo(
             &[
                 "bench",
@@ -54,7 +70,9 @@ fn main() -> ExitCode {
             })
         }
         _ => {
-            eprintln!("usage: cargo xtask bench | cargo xtask soak [CASES]");
+            eprintln!(
+                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask bench | cargo xtask soak [CASES]"
+            );
             return ExitCode::from(2);
         }
     };

@@ -1,0 +1,92 @@
+//! `cargo xtask test`: makes sure the Python packages the tests import are there, then runs the
+//! workspace tests.
+//!
+//! The in-process runtime imports packages from the environment it selects (`CAVE_PYTHON`, an
+//! active virtualenv, or `python3` on `PATH`). If that environment lacks what the tests need, a
+//! project-local virtualenv (`target/test-venv`, made from the same interpreter) gets it, and
+//! the tests run with that virtualenv active. Nothing outside the project is changed.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// What the tests import.
+const PACKAGES: &[&str] = &["pandas"];
+
+/// The interpreter the runtime would select, as it selects it.
+fn selected_python() -> PathBuf {
+    if let Some(path) = std::env::var_os("CAVE_PYTHON").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|p| !p.is_empty()) {
+        let python = Path::new(&venv).join("bin").join("python");
+        if python.exists() {
+            return python;
+        }
+    }
+    PathBuf::from("python3")
+}
+
+fn imports(python: &Path, packages: &[&str]) -> bool {
+    let code = packages
+        .iter()
+        .map(|p| format!("import {p}"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    Command::new(python)
+        .args(["-c", &code])
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn run(command: &mut Command) -> Result<(), String> {
+    let shown = format!("{command:?}");
+    let status = command
+        .status()
+        .map_err(|e| format!("could not run {shown}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{shown} failed: {status}"))
+    }
+}
+
+/// The environment variables the tests need: none when the selected environment has the
+/// packages, else those that activate the project's test virtualenv (created and filled here).
+pub(crate) fn prepare(root: &Path) -> Result<Vec<(String, String)>, String> {
+    let python = selected_python();
+    if imports(&python, PACKAGES) {
+        println!("xtask: {} has {}", python.display(), PACKAGES.join(", "));
+        return Ok(Vec::new());
+    }
+    let venv = root.join("target").join("test-venv");
+    let venv_python = venv.join("bin").join("python");
+    if !venv_python.exists() {
+        println!(
+            "xtask: {} lacks {}; creating {}",
+            python.display(),
+            PACKAGES.join(", "),
+            venv.display()
+        );
+        run(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
+    }
+    if !imports(&venv_python, PACKAGES) {
+        run(Command::new(&venv_python)
+            .args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+            ])
+            .args(PACKAGES))?;
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let mut dirs = vec![venv.join("bin")];
+    dirs.extend(std::env::split_paths(&path));
+    let path = std::env::join_paths(dirs).map_err(|e| e.to_string())?;
+    Ok(vec![
+        ("CAVE_PYTHON".to_owned(), venv_python.display().to_string()),
+        ("VIRTUAL_ENV".to_owned(), venv.display().to_string()),
+        ("PATH".to_owned(), path.to_string_lossy().into_owned()),
+    ])
+}
