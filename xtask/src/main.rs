@@ -237,4 +237,56 @@ mod tidy {
             );
         }
     }
+
+    /// The files of `dir` (recursively) whose name ends with `suffix`.
+    fn files(dir: &Path, suffix: &str, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                files(&path, suffix, out);
+            } else if path.to_string_lossy().ends_with(suffix) {
+                out.push(path);
+            }
+        }
+    }
+
+    /// ARCHITECTURE.md: the environment is read in exactly three places.
+    #[test]
+    fn the_environment_is_read_only_where_the_architecture_says() {
+        const ALLOWED: &[&str] = &[
+            "crates/cave-cli/src/config.rs",
+            "crates/cave-models/src/config.rs",
+            "crates/cave-runtime-inproc/src/env.rs",
+            "crates/cave-runtime-inproc/src/env_cache.rs",
+        ];
+        let mut sources = Vec::new();
+        for entry in std::fs::read_dir(root().join("crates")).unwrap() {
+            files(&entry.unwrap().path().join("src"), ".rs", &mut sources);
+        }
+        assert!(sources.len() > 20, "found the sources");
+        for path in sources {
+            let source = std::fs::read_to_string(&path).unwrap();
+            let relative = path
+                .strip_prefix(root())
+                .unwrap()
+                .to_string_lossy()
+                .into_owned();
+            // Code only: documentation may show a user reading a variable.
+            let reads = source
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("//"))
+                .any(|line| {
+                    ["env::var(", "env::var_os(", "env::vars(", "env = \""]
+                        .iter()
+                        .any(|needle| line.contains(needle))
+                });
+            assert!(
+                !reads || ALLOWED.contains(&relative.as_str()),
+                "{relative} reads the environment; ARCHITECTURE.md allows it only in {ALLOWED:?}"
+            );
+        }
+    }
 }

@@ -67,11 +67,12 @@ pub enum RuntimeKind {
 /// Options of both subcommands.
 #[derive(Debug, Args)]
 pub struct CommonArgs {
-    /// The model's identifier.
-    #[arg(long, env = "LLM_MODEL_ID", help_heading = "Model")]
+    /// The model's identifier (default: the LLM_MODEL_ID variable).
+    #[arg(long, help_heading = "Model")]
     pub model: Option<String>,
-    /// The server's base URL (up to /v1). The API key comes only from LLM_API_KEY.
-    #[arg(long, env = "LLM_BASE_URL", help_heading = "Model")]
+    /// The server's base URL, up to /v1 (default: the LLM_BASE_URL variable). The API key
+    /// comes only from LLM_API_KEY.
+    #[arg(long, help_heading = "Model")]
     pub base_url: Option<String>,
     /// The adapter.
     #[arg(long, value_enum, default_value = "openai", help_heading = "Model")]

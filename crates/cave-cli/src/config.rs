@@ -105,14 +105,25 @@ pub fn resolve(
     let model = match &args.replay {
         Some(path) => ModelSource::Replay(path.clone()),
         None => {
-            let Some(id) = args.model.as_deref().filter(|m| !m.trim().is_empty()) else {
+            // An option wins over its variable; the variables are read here, nowhere else.
+            let id = args
+                .model
+                .clone()
+                .or_else(|| std::env::var("LLM_MODEL_ID").ok())
+                .filter(|m| !m.trim().is_empty());
+            let Some(id) = id else {
                 bail!(
                     "no model given: pass --model ID or set LLM_MODEL_ID (or use --replay CASSETTE)"
                 );
             };
             let mut config = ModelConfig::new(id);
-            if let Some(url) = &args.base_url {
-                config = config.base_url(url.clone());
+            let base_url = args
+                .base_url
+                .clone()
+                .or_else(|| std::env::var("LLM_BASE_URL").ok())
+                .filter(|u| !u.trim().is_empty());
+            if let Some(url) = base_url {
+                config = config.base_url(url);
             }
             if let Some(key) = &api_key {
                 config = config.api_key(key.clone());
