@@ -13,7 +13,7 @@ use cave_agent::{
     RuntimeError, StopReason,
 };
 use futures_util::StreamExt;
-use std::io::{self, IsTerminal, Write};
+use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
@@ -29,13 +29,12 @@ pub fn run(cli: Cli, api_key: Option<ApiKey>, key_text: Option<String>) -> Exit 
             return Exit::Stopped;
         }
     };
-    let stdout_is_terminal = io::stdout().is_terminal();
     let (common, prompts) = match &cli.command {
         Command::Run(args) => (&args.common, Some(args.prompts.clone())),
         Command::Chat(args) => (&args.common, None),
     };
     let redactor = Redactor(key_text);
-    let session = config::resolve(common, api_key, stdout_is_terminal)
+    let session = config::resolve(common, api_key)
         .and_then(|config| rt.block_on(Session::build(config, &redactor)));
     let mut session = match session {
         Ok(session) => session,

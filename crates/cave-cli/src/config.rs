@@ -97,11 +97,7 @@ pub fn take_api_key() -> Option<String> {
 }
 
 /// Resolves the shared options. `api_key` was taken from the environment at start-up.
-pub fn resolve(
-    args: &CommonArgs,
-    api_key: Option<ApiKey>,
-    stdout_is_terminal: bool,
-) -> anyhow::Result<Config> {
+pub fn resolve(args: &CommonArgs, api_key: Option<ApiKey>) -> anyhow::Result<Config> {
     let model = match &args.replay {
         Some(path) => ModelSource::Replay(path.clone()),
         None => {
@@ -183,7 +179,9 @@ pub fn resolve(
         OutputMode::Json
     } else {
         OutputMode::Human {
-            color: stdout_is_terminal && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+            // On a terminal unless NO_COLOR (or TERM=dumb) says otherwise; anywhere with
+            // CLICOLOR_FORCE: anstream's reading of the conventions.
+            color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
         }
     };
     let compact_model = compact_model(args, &model);

@@ -10,6 +10,8 @@ pub mod app;
 pub mod args;
 pub mod config;
 pub mod exit;
+mod highlight;
+mod markdown;
 pub mod output;
 
 /// The README's example, compiled and run as a doctest.

@@ -1,6 +1,8 @@
 //! Printing a run: JSON Lines for programs, a readable transcript for people. Both are
 //! generic over `W: Write` and know nothing of where events come from.
 
+use crate::{highlight, markdown};
+use anstyle::{AnsiColor, Style};
 use cave_agent::{Event, Status, StopReason};
 use serde_json::json;
 use std::io::{self, Write};
@@ -105,10 +107,11 @@ const SHOWN_CHARS: usize = 2000;
 pub struct Human<W> {
     out: W,
     color: bool,
-    /// Prose not yet printed because its line is not finished.
-    line: String,
-    /// Whether the current Markdown line sits inside a fenced block.
-    in_fence: bool,
+    /// Prose not yet printed: Markdown is rendered a block at a time (a table or a list needs
+    /// all its lines).
+    prose: String,
+    /// Prose blocks printed since the last code or prompt (a blank line goes between them).
+    prose_blocks: usize,
     thinking: bool,
     /// Live output of the current execution: started, lines and characters shown, cut,
     /// inside a line.
@@ -129,15 +132,12 @@ const STATE_LOST_NOTE: &str = "     runtime restarted: unregistered state was lo
 
 const FRAMES: &[char] = &['⠋', '⠙', '⠹', '⠸', '⠼', '⠴', '⠦', '⠧', '⠇', '⠏'];
 
-const BOLD: &str = "\x1b[1m";
-const DIM: &str = "\x1b[2m";
-const RED: &str = "\x1b[31m";
-const GREEN: &str = "\x1b[32m";
-const YELLOW: &str = "\x1b[33m";
-const BLUE: &str = "\x1b[34m";
-const MAGENTA: &str = "\x1b[35m";
-const CYAN: &str = "\x1b[36m";
-const RESET: &str = "\x1b[0m";
+const BOLD: Style = Style::new().bold();
+const DIM: Style = Style::new().dimmed();
+const RED: Style = AnsiColor::Red.on_default();
+const GREEN: Style = AnsiColor::Green.on_default();
+const YELLOW: Style = AnsiColor::Yellow.on_default();
+const BLUE: Style = AnsiColor::Blue.on_default();
 
 impl<W: Write> Human<W> {
     /// Prints to `out`, with ANSI colors if `color`.
@@ -145,8 +145,8 @@ impl<W: Write> Human<W> {
         Self {
             out,
             color,
-            line: String::new(),
-            in_fence: false,
+            prose: String::new(),
+            prose_blocks: 0,
             thinking: false,
             live_started: false,
             live_lines: 0,
@@ -159,105 +159,53 @@ impl<W: Write> Human<W> {
         }
     }
 
-    fn paint(&self, style: &str, text: &str) -> String {
+    fn paint(&self, style: Style, text: &str) -> String {
         if self.color && !text.is_empty() {
-            format!("{style}{text}{RESET}")
+            format!("{style}{text}{style:#}")
         } else {
             text.to_owned()
         }
     }
 
     /// Writes one styled line.
-    fn note(&mut self, style: &str, text: &str) -> io::Result<()> {
+    fn note(&mut self, style: Style, text: &str) -> io::Result<()> {
         let line = self.paint(style, text);
         writeln!(self.out, "{line}")
     }
 
+    /// Prints all pending prose.
     fn flush_prose(&mut self) -> io::Result<()> {
-        if !self.line.is_empty() {
-            let line = std::mem::take(&mut self.line);
-            let rendered = self.markdown_line(&line);
-            writeln!(self.out, "{rendered}")?;
+        let prose = std::mem::take(&mut self.prose);
+        self.print_markdown(&prose)
+    }
+
+    /// Prints the blocks of pending prose that are complete (up to the last blank line outside
+    /// a fenced block); keeps the rest.
+    fn print_complete_blocks(&mut self) -> io::Result<()> {
+        let Some(end) = last_block_end(&self.prose) else {
+            return Ok(());
+        };
+        let rest = self.prose.split_off(end);
+        let done = std::mem::replace(&mut self.prose, rest);
+        self.print_markdown(&done)
+    }
+
+    fn print_markdown(&mut self, text: &str) -> io::Result<()> {
+        let lines = markdown::render(text, self.color);
+        if lines.is_empty() {
+            return Ok(());
+        }
+        if self.prose_blocks > 0 {
+            writeln!(self.out)?;
+        }
+        self.prose_blocks += 1;
+        for line in lines {
+            writeln!(self.out, "{line}")?;
         }
         Ok(())
     }
 
-    /// Light Markdown for one line: headings, bullets, **bold** and `code`.
-    fn markdown_line(&mut self, line: &str) -> String {
-        if line.trim_start().starts_with("```") {
-            self.in_fence = !self.in_fence;
-            return self.paint(DIM, line);
-        }
-        if self.in_fence {
-            return self.paint(CYAN, line);
-        }
-        let trimmed = line.trim_start();
-        if trimmed.starts_with('#') {
-            return self.paint(BOLD, trimmed.trim_start_matches('#').trim_start());
-        }
-        if matches!(trimmed, "---" | "***" | "___") {
-            return self.paint(DIM, &"─".repeat(40));
-        }
-        if let Some(quoted) = trimmed
-            .strip_prefix("> ")
-            .or_else(|| trimmed.strip_prefix('>').filter(|q| q.is_empty()))
-        {
-            let inner = self.markdown_line(quoted);
-            return format!("{}{inner}", self.paint(DIM, "│ "));
-        }
-        let (indent, body) = line.split_at(line.len() - trimmed.len());
-        let body = match body.strip_prefix("- ").or_else(|| body.strip_prefix("* ")) {
-            Some(rest) => format!("• {rest}"),
-            None => body.to_owned(),
-        };
-        let mut out = String::from(indent);
-        let mut rest = body.as_str();
-        while !rest.is_empty() {
-            // Links: `[text](url)` reads as "text (url)".
-            if let Some(open) = rest.find('[')
-                && let Some(mid) = rest[open..].find("](").map(|m| open + m)
-                && let Some(close) = rest[mid..].find(')').map(|c| mid + c)
-                && [rest.find("**"), rest.find('`')]
-                    .into_iter()
-                    .flatten()
-                    .all(|other| other > open)
-            {
-                out.push_str(&rest[..open]);
-                out.push_str(&self.paint(CYAN, &rest[open + 1..mid]));
-                out.push_str(&self.paint(DIM, &format!(" ({})", &rest[mid + 2..close])));
-                rest = &rest[close + 1..];
-                continue;
-            }
-            let next = [rest.find("**"), rest.find('`')]
-                .into_iter()
-                .flatten()
-                .min();
-            let Some(at) = next else {
-                out.push_str(rest);
-                break;
-            };
-            out.push_str(&rest[..at]);
-            let (marker, style) = if rest[at..].starts_with("**") {
-                ("**", BOLD)
-            } else {
-                ("`", CYAN)
-            };
-            let after = &rest[at + marker.len()..];
-            match after.find(marker) {
-                Some(end) => {
-                    out.push_str(&self.paint(style, &after[..end]));
-                    rest = &after[end + marker.len()..];
-                }
-                None => {
-                    out.push_str(&rest[at..]);
-                    break;
-                }
-            }
-        }
-        out
-    }
-
-    fn block(&mut self, marker_style: &str, title: &str) -> io::Result<()> {
+    fn block(&mut self, marker_style: Style, title: &str) -> io::Result<()> {
         self.flush_prose()?;
         let dot = self.paint(marker_style, "●");
         writeln!(self.out, "{dot} {}", self.paint(BOLD, title))
@@ -327,13 +275,13 @@ impl<W: Write> Human<W> {
     }
 
     fn code(&mut self, code: &str) -> io::Result<()> {
-        for line in code.lines() {
-            let highlighted = if self.color {
-                highlight_python(line)
-            } else {
-                line.to_owned()
-            };
-            writeln!(self.out, "    {highlighted}")?;
+        let lines = if self.color {
+            highlight::python_lines(code)
+        } else {
+            code.lines().map(str::to_owned).collect()
+        };
+        for line in lines {
+            writeln!(self.out, "    {line}")?;
         }
         Ok(())
     }
@@ -399,21 +347,12 @@ impl<W: Write> Output for Human<W> {
                 self.note(DIM, &note)?;
             }
             Event::Text { content } => {
-                for piece in content.split_inclusive('\n') {
-                    match piece.strip_suffix('\n') {
-                        Some(done) => {
-                            self.line.push_str(done);
-                            let line = std::mem::take(&mut self.line);
-                            let rendered = self.markdown_line(&line);
-                            writeln!(self.out, "{rendered}")?;
-                        }
-                        None => self.line.push_str(piece),
-                    }
-                }
+                self.prose.push_str(content);
+                self.print_complete_blocks()?;
             }
             Event::Code { code } => {
-                self.in_fence = false;
                 self.flush_prose()?;
+                self.prose_blocks = 0;
                 writeln!(self.out)?;
                 self.block(GREEN, "Code")?;
                 self.code(code)?;
@@ -613,66 +552,25 @@ impl<W: Write> Output for Human<W> {
     }
 }
 
-const KEYWORDS: &[&str] = &[
-    "False", "None", "True", "and", "as", "assert", "async", "await", "break", "class", "continue",
-    "def", "del", "elif", "else", "except", "finally", "for", "from", "global", "if", "import",
-    "in", "is", "lambda", "nonlocal", "not", "or", "pass", "raise", "return", "try", "while",
-    "with", "yield",
-];
-
-/// Colors one line of Python: keywords, strings, numbers and comments.
-fn highlight_python(line: &str) -> String {
-    let mut out = String::with_capacity(line.len() * 2);
-    let chars: Vec<char> = line.chars().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        let c = chars[i];
-        if c == '#' {
-            let rest: String = chars[i..].iter().collect();
-            out.push_str(&format!("{DIM}{rest}{RESET}"));
-            break;
+/// Where the last complete Markdown block of `text` ends: after its last blank line that is
+/// not inside a fenced code block.
+fn last_block_end(text: &str) -> Option<usize> {
+    let mut in_fence = false;
+    let mut end = None;
+    let mut offset = 0;
+    let mut previous_blank = false;
+    for line in text.split_inclusive('\n') {
+        let complete = line.ends_with('\n');
+        let trimmed = line.trim();
+        if complete && (trimmed.starts_with("```") || trimmed.starts_with("~~~")) {
+            in_fence = !in_fence;
         }
-        if c == '\'' || c == '"' {
-            let start = i;
-            i += 1;
-            while i < chars.len() && chars[i] != c {
-                if chars[i] == '\\' {
-                    i += 1;
-                }
-                i += 1;
-            }
-            let end = (i + 1).min(chars.len());
-            let s: String = chars[start..end].iter().collect();
-            out.push_str(&format!("{GREEN}{s}{RESET}"));
-            i = end;
-            continue;
+        offset += line.len();
+        let blank = complete && trimmed.is_empty();
+        if blank && !in_fence && !previous_blank {
+            end = Some(offset);
         }
-        if c.is_alphabetic() || c == '_' {
-            let start = i;
-            while i < chars.len() && (chars[i].is_alphanumeric() || chars[i] == '_') {
-                i += 1;
-            }
-            let word: String = chars[start..i].iter().collect();
-            if KEYWORDS.contains(&word.as_str()) {
-                out.push_str(&format!("{MAGENTA}{word}{RESET}"));
-            } else {
-                out.push_str(&word);
-            }
-            continue;
-        }
-        if c.is_ascii_digit() {
-            let start = i;
-            while i < chars.len()
-                && (chars[i].is_ascii_alphanumeric() || chars[i] == '.' || chars[i] == '_')
-            {
-                i += 1;
-            }
-            let number: String = chars[start..i].iter().collect();
-            out.push_str(&format!("{YELLOW}{number}{RESET}"));
-            continue;
-        }
-        out.push(c);
-        i += 1;
+        previous_blank = blank;
     }
-    out
+    end
 }

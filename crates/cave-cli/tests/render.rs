@@ -24,6 +24,12 @@ fn transcript() -> Vec<Event> {
             content: "## Plan\nI will **sort** them with `sorted`:\n- first".into(),
         },
         Event::Text { content: " sort\n> a quoted **note**\n---\nSee [the docs](https://example.org/x) and `code`.\n1. first step\n".into() },
+        Event::Text {
+            content: "\n| region | sales |\n|:--|--:|\n| north | 1200 |\n| south-east | 80 |\n\n- fruit\n  - apples\n    - *green* ones\n  - pears\n- done\n".into(),
+        },
+        Event::Code {
+            code: "report = \"\"\"\nTotal: {total}\n# not a comment\n\"\"\"\nprint(report.format(total=3))  # done".into(),
+        },
         Event::Code {
             code: "scores = sorted(scores)\nprint(scores)".into(),
         },
@@ -249,4 +255,36 @@ fn a_long_output_is_shown_once() {
     ]);
     assert!(rendered.len() < 5_000, "{} bytes", rendered.len());
     assert!(rendered.contains("more characters"), "{rendered}");
+}
+
+#[test]
+fn a_multi_line_string_in_code_stays_a_string() {
+    let mut out = Vec::new();
+    {
+        let mut human = Human::new(&mut out, true);
+        human
+            .event(&Event::Code {
+                code: "s = \"\"\"\n# not a comment\n\"\"\"  # a comment".into(),
+            })
+            .unwrap();
+    }
+    let rendered = String::from_utf8(out).unwrap();
+    let green = "\u{1b}[32m";
+    let dim = "\u{1b}[2m";
+    let inside = rendered
+        .lines()
+        .find(|l| l.contains("# not a comment"))
+        .unwrap();
+    assert!(
+        inside.contains(green) && !inside.contains(dim),
+        "inside the string: {inside:?}"
+    );
+    let last = rendered
+        .lines()
+        .find(|l| l.contains("# a comment"))
+        .unwrap();
+    assert!(
+        last.contains(&format!("{dim}# a comment")),
+        "a real comment: {last:?}"
+    );
 }

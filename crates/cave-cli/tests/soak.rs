@@ -103,6 +103,13 @@ fn reply(rng: &mut Rng) -> String {
                     text.push_str("```\n");
                 }
             }
+            2 if rng.below(20) == 0 => {
+                // Markdown nested as deep as a model can write it.
+                let depth = 1 + rng.below(20_000);
+                let marker = rng.pick(&["> ", "- ", "  - ", "1. ", "*", "|"]);
+                text.push_str(&marker.repeat(depth));
+                text.push_str("x\n\n");
+            }
             _ => {
                 text.push_str(rng.pick(PROSE));
                 text.push('\n');

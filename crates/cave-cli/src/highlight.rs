@@ -1,0 +1,89 @@
+//! Python highlighting for the terminal, with tree-sitter-highlight and the grammar's own
+//! highlight query: the whole block is parsed at once, so a multi-line string stays a string.
+
+use anstyle::{AnsiColor, Style};
+use std::sync::OnceLock;
+use tree_sitter_highlight::{HighlightConfiguration, HighlightEvent, Highlighter};
+
+/// The capture names we color, and how.
+const NAMES: &[(&str, Style)] = &[
+    ("keyword", AnsiColor::Magenta.on_default()),
+    ("string", AnsiColor::Green.on_default()),
+    ("escape", AnsiColor::Cyan.on_default()),
+    ("number", AnsiColor::Yellow.on_default()),
+    ("constant.builtin", AnsiColor::Yellow.on_default()),
+    ("comment", Style::new().dimmed()),
+    ("function", AnsiColor::Blue.on_default()),
+    ("function.builtin", AnsiColor::Cyan.on_default()),
+    ("type", AnsiColor::Cyan.on_default()),
+    ("operator", Style::new()),
+];
+
+fn configuration() -> Option<&'static HighlightConfiguration> {
+    static CONFIG: OnceLock<Option<HighlightConfiguration>> = OnceLock::new();
+    CONFIG
+        .get_or_init(|| {
+            let mut config = HighlightConfiguration::new(
+                tree_sitter_python::LANGUAGE.into(),
+                "python",
+                tree_sitter_python::HIGHLIGHTS_QUERY,
+                "",
+                "",
+            )
+            .ok()?;
+            let names: Vec<&str> = NAMES.iter().map(|(n, _)| *n).collect();
+            config.configure(&names);
+            Some(config)
+        })
+        .as_ref()
+}
+
+/// `code` with ANSI colors, line by line (each line's styles are closed at its end, so lines
+/// can be indented or shortened independently). Plain text if highlighting fails.
+pub(crate) fn python_lines(code: &str) -> Vec<String> {
+    let plain = || code.lines().map(str::to_owned).collect();
+    let Some(config) = configuration() else {
+        return plain();
+    };
+    let mut highlighter = Highlighter::new();
+    let Ok(events) = highlighter.highlight(config, code.as_bytes(), None, None, |_| None) else {
+        return plain();
+    };
+    let mut lines = vec![String::new()];
+    let mut stack: Vec<Style> = Vec::new();
+    for event in events {
+        let Ok(event) = event else {
+            return plain();
+        };
+        match event {
+            HighlightEvent::HighlightStart(h) => {
+                stack.push(NAMES.get(h.0).map_or(Style::new(), |(_, s)| *s));
+            }
+            HighlightEvent::HighlightEnd => {
+                stack.pop();
+            }
+            HighlightEvent::Source { start, end } => {
+                let style = stack.last().copied().unwrap_or_default();
+                let text = code.get(start..end).unwrap_or("");
+                for (i, piece) in text.split('\n').enumerate() {
+                    if i > 0 {
+                        lines.push(String::new());
+                    }
+                    if piece.is_empty() {
+                        continue;
+                    }
+                    let line = lines.last_mut().expect("never empty");
+                    if style == Style::new() {
+                        line.push_str(piece);
+                    } else {
+                        line.push_str(&format!("{style}{piece}{style:#}"));
+                    }
+                }
+            }
+        }
+    }
+    if code.ends_with('\n') {
+        lines.pop();
+    }
+    lines
+}
