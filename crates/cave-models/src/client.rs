@@ -5,10 +5,8 @@ use crate::classify::{
     parse_retry_after,
 };
 use crate::config::{ApiKey, RetryPolicy};
-use crate::wire::{ChatCompletionChunk, ChatCompletionRequest, StreamOptions, WireMessage};
-use cave_core::{
-    ChatRequest, ChatRole, Delta, DeltaStream, FinishReason, ModelError, ModelErrorKind,
-};
+use crate::wire::{ChatCompletionChunk, RequestBody};
+use cave_core::{ChatRequest, Delta, DeltaStream, FinishReason, ModelError, ModelErrorKind};
 use eventsource_stream::{EventStream, Eventsource};
 use futures_util::stream::{BoxStream, StreamExt};
 use serde_json::{Map, Value as Json};
@@ -56,33 +54,16 @@ impl Client {
     }
 
     fn body(&self, request: &ChatRequest) -> Result<Vec<u8>, ModelError> {
-        let messages = request
-            .messages
-            .iter()
-            .map(|m| WireMessage {
-                role: match m.role {
-                    ChatRole::System => "system",
-                    ChatRole::User => "user",
-                    ChatRole::Assistant => "assistant",
-                },
-                content: &m.content,
-                reasoning_content: m
-                    .reasoning
-                    .as_deref()
-                    .filter(|_| self.send_reasoning && m.role == ChatRole::Assistant),
-            })
-            .collect();
-        let wire = ChatCompletionRequest {
+        RequestBody {
             model: &self.model,
-            messages,
-            stream: true,
-            stream_options: self.stream_usage.then_some(StreamOptions {
-                include_usage: true,
-            }),
+            messages: &request.messages,
+            stream_usage: self.stream_usage,
             max_tokens: self.max_tokens,
+            send_reasoning: self.send_reasoning,
             extra: &self.extra,
-        };
-        serde_json::to_vec(&wire).map_err(|e| {
+        }
+        .to_json()
+        .map_err(|e| {
             ModelError::new(
                 ModelErrorKind::InvalidRequest,
                 format!("could not encode the request: {e}"),
@@ -277,12 +258,12 @@ impl StreamState {
         let mut out = Delta::default();
         for choice in chunk.choices.into_iter().take(1) {
             if let Some(delta) = choice.delta {
-                out.text = delta.content.unwrap_or_default();
+                out.text = delta.standard.content.unwrap_or_default();
                 out.reasoning = delta
                     .reasoning_content
                     .or(delta.reasoning)
                     .unwrap_or_default();
-                out.refusal = delta.refusal.unwrap_or_default();
+                out.refusal = delta.standard.refusal.unwrap_or_default();
             }
             out.finish_reason = choice
                 .finish_reason

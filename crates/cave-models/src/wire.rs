@@ -1,35 +1,85 @@
 //! The OpenAI chat-completions wire format, as far as the adapters read and write it.
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value as Json};
 
-/// A chat-completions request.
-#[derive(Debug, Serialize)]
-pub(crate) struct ChatCompletionRequest<'a> {
+/// The request body: async-openai's `CreateChatCompletionRequest`, with what it does not
+/// model added beside it (an assistant turn's `reasoning_content`, and the user's extra
+/// parameters, sent as given).
+pub(crate) struct RequestBody<'a> {
     pub(crate) model: &'a str,
-    pub(crate) messages: Vec<WireMessage<'a>>,
-    pub(crate) stream: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) stream_options: Option<StreamOptions>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) messages: &'a [cave_core::ChatMessage],
+    pub(crate) stream_usage: bool,
     pub(crate) max_tokens: Option<u32>,
-    /// Extra parameters, sent as given (`temperature`, provider-specific fields, …).
-    #[serde(flatten)]
+    pub(crate) send_reasoning: bool,
     pub(crate) extra: &'a Map<String, Json>,
 }
 
-#[derive(Debug, Serialize)]
-pub(crate) struct StreamOptions {
-    pub(crate) include_usage: bool,
-}
-
-#[derive(Debug, Serialize)]
-pub(crate) struct WireMessage<'a> {
-    pub(crate) role: &'static str,
-    pub(crate) content: &'a str,
-    /// An assistant turn's reasoning, for providers that want it back.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub(crate) reasoning_content: Option<&'a str>,
+impl RequestBody<'_> {
+    pub(crate) fn to_json(&self) -> serde_json::Result<Vec<u8>> {
+        use async_openai::types::chat::{
+            ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
+            ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
+            ChatCompletionStreamOptions, CreateChatCompletionRequest,
+        };
+        use cave_core::ChatRole;
+        let messages = self
+            .messages
+            .iter()
+            .map(|m| match m.role {
+                ChatRole::System => {
+                    ChatCompletionRequestMessage::System(ChatCompletionRequestSystemMessage {
+                        content: m.content.as_str().into(),
+                        name: None,
+                    })
+                }
+                ChatRole::User => {
+                    ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
+                        content: m.content.as_str().into(),
+                        name: None,
+                    })
+                }
+                ChatRole::Assistant => {
+                    ChatCompletionRequestMessage::Assistant(ChatCompletionRequestAssistantMessage {
+                        content: Some(m.content.as_str().into()),
+                        ..Default::default()
+                    })
+                }
+            })
+            .collect();
+        // `max_tokens` is what OpenAI-compatible servers read (OpenAI's own API takes it too).
+        #[allow(deprecated)]
+        let request = CreateChatCompletionRequest {
+            model: self.model.to_owned(),
+            messages,
+            stream: Some(true),
+            stream_options: self.stream_usage.then(|| ChatCompletionStreamOptions {
+                include_usage: Some(true),
+                ..Default::default()
+            }),
+            max_tokens: self.max_tokens,
+            ..Default::default()
+        };
+        let mut body = serde_json::to_value(&request)?;
+        if let Some(object) = body.as_object_mut() {
+            if self.send_reasoning
+                && let Some(Json::Array(wire)) = object.get_mut("messages")
+            {
+                for (message, ours) in wire.iter_mut().zip(self.messages) {
+                    if let (Some(reasoning), Some(message)) =
+                        (ours.reasoning.as_deref(), message.as_object_mut())
+                        && ours.role == ChatRole::Assistant
+                    {
+                        message.insert("reasoning_content".to_owned(), reasoning.into());
+                    }
+                }
+            }
+            for (key, value) in self.extra {
+                object.insert(key.clone(), value.clone());
+            }
+        }
+        serde_json::to_vec(&body)
+    }
 }
 
 /// One streamed chunk. Every field is optional: providers differ, and metadata chunks (Azure
@@ -53,18 +103,17 @@ pub(crate) struct ChunkChoice {
     pub(crate) finish_reason: Option<String>,
 }
 
+/// A chunk's delta: async-openai's, with the reasoning fields it does not model read beside it.
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ChunkDelta {
-    #[serde(default)]
-    pub(crate) content: Option<String>,
+    #[serde(flatten)]
+    pub(crate) standard: async_openai::types::chat::ChatCompletionStreamResponseDelta,
     /// DeepSeek, vLLM and others.
     #[serde(default)]
     pub(crate) reasoning_content: Option<String>,
     /// OpenRouter, Ollama and others.
     #[serde(default)]
     pub(crate) reasoning: Option<String>,
-    #[serde(default)]
-    pub(crate) refusal: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize)]
