@@ -78,8 +78,8 @@ pub use policy::{CodePolicy, Violation, ViolationKind};
 pub use registry::{Entry, Registry, unique_prefix};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
-    NameKind, NameProblem, ObjectBinding, Param, ParamKind, Resource, Resources, Signature,
-    TypeSchema, TypeShape, Variable, is_identifier, normalize_name, validate_name,
+    NameKind, NameProblem, ObjectBinding, Param, ParamDefault, ParamKind, Resource, Resources,
+    Signature, TypeSchema, TypeShape, Variable, is_identifier, normalize_name, validate_name,
 };
 pub use runtime::{
     Description, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, OutputSink,

@@ -414,4 +414,16 @@ impl ParamKind {
             ParamKind::VarKeyword => "var_keyword",
         }
     }
+
+    /// The kind the executor names `name`, if it is one.
+    pub fn from_name(name: &str) -> Option<Self> {
+        Some(match name {
+            "positional_or_keyword" => ParamKind::PositionalOrKeyword,
+            "positional_only" => ParamKind::PositionalOnly,
+            "keyword_only" => ParamKind::KeywordOnly,
+            "var_positional" => ParamKind::VarPositional,
+            "var_keyword" => ParamKind::VarKeyword,
+            _ => return None,
+        })
+    }
 }

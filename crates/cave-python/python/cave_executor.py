@@ -378,31 +378,17 @@ def _annotation(a):
     return getattr(a, "__name__", None) or str(a).replace("typing.", "")
 
 
-def _format_signature(sig):
-    parts = []
-    star = False
-    params = list(sig.parameters.values())
-    for i, p in enumerate(params):
-        if p.kind == p.KEYWORD_ONLY and not star:
-            parts.append("*")
-            star = True
-        text = p.name
-        if p.kind == p.VAR_POSITIONAL:
-            text, star = "*" + p.name, True
-        elif p.kind == p.VAR_KEYWORD:
-            text = "**" + p.name
-        annotation = _annotation(p.annotation)
-        if annotation is not None:
-            text += f": {annotation}"
-        if p.default is not p.empty:
-            text += f" = {p.default!r}" if annotation is not None else f"={p.default!r}"
-        parts.append(text)
-        following = params[i + 1].kind if i + 1 < len(params) else None
-        if p.kind == p.POSITIONAL_ONLY and following != p.POSITIONAL_ONLY:
-            parts.append("/")
-    text = "(" + ", ".join(parts) + ")"
-    returns = _annotation(sig.return_annotation)
-    return text + (f" -> {returns}" if returns is not None else "")
+_KIND_NAMES = {kind: name for name, kind in _KINDS.items()}
+
+
+def _describe_signature(sig):
+    """`(params, returns)`: each parameter as `(name, kind, annotation, default repr)`, with
+    `None` for what it lacks; the host renders the signature from them."""
+    params = []
+    for p in sig.parameters.values():
+        default = None if p.default is p.empty else repr(p.default)
+        params.append((p.name, _KIND_NAMES[p.kind], _annotation(p.annotation), default))
+    return params, _annotation(sig.return_annotation)
 
 
 def _doc(obj):
@@ -411,14 +397,15 @@ def _doc(obj):
 
 
 def _signature(obj, drop_self=False):
+    """The described signature, or `None` when Python cannot inspect it."""
     try:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
-        return "(...)"
+        return None
     if drop_self:
         params = list(sig.parameters.values())[1:]
         sig = sig.replace(parameters=params)
-    return _format_signature(sig)
+    return _describe_signature(sig)
 
 
 def _describe(kind, name, obj, description):

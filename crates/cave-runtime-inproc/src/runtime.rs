@@ -512,12 +512,8 @@ impl Inner {
             };
             match kind.as_str() {
                 "function" => {
-                    let mut f = Function::bound(
-                        name.clone(),
-                        cave_core::Signature::from_text(
-                            text("signature").unwrap_or_else(|| "(...)".to_owned()),
-                        ),
-                    );
+                    let described = details.get_item("signature").ok().flatten();
+                    let mut f = Function::bound(name.clone(), python_signature(described));
                     f.doc = text("doc");
                     f.description = description;
                     f.is_async = details
@@ -926,11 +922,46 @@ fn optional_py<'py>(py: Python<'py>, value: Option<&Value>) -> PyResult<Bound<'p
     }
 }
 
-/// `(name, kind, has_default, default)` per parameter, as the executor takes them.
+/// A signature the executor described (`(params, returns)`, each parameter
+/// `(name, kind, annotation, default repr)`); `(*args, **kwargs)` when Python could not.
+fn python_signature(described: Option<Bound<'_, PyAny>>) -> cave_core::Signature {
+    type Described = (
+        Vec<(String, String, Option<String>, Option<String>)>,
+        Option<String>,
+    );
+    let Some((params, returns)) = described.and_then(|d| d.extract::<Described>().ok()) else {
+        return cave_core::Signature::unknown();
+    };
+    let mut signature =
+        cave_core::Signature::new(params.into_iter().map(|(name, kind, annotation, default)| {
+            let mut param =
+                Param::new(name).kind(cave_core::ParamKind::from_name(&kind).unwrap_or_default());
+            param.annotation = annotation;
+            if let Some(repr) = default {
+                param = param.default_repr(repr);
+            }
+            param
+        }));
+    signature.returns = returns;
+    signature
+}
+
+/// `(name, kind, has_default, default)` per parameter, as the executor takes them. Host
+/// signatures carry host values as defaults; a Python-only default cannot be given.
 fn params_list<'py>(py: Python<'py>, params: &[Param]) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for p in params {
-        let default = optional_py(py, p.default.as_ref())?;
+        let value = match &p.default {
+            Some(cave_core::ParamDefault::Value(v)) => Some(v),
+            Some(_) => {
+                return Err(PyTypeError::new_err(format!(
+                    "parameter '{}' has a default that exists only in Python; give a host function host values",
+                    p.name
+                )));
+            }
+            None => None,
+        };
+        let default = optional_py(py, value)?;
         list.append((
             p.name.as_str(),
             p.kind.as_str(),
@@ -1073,15 +1104,14 @@ fn python_type_schema(
                 .collect(),
         )
     } else {
-        let methods: Vec<(String, String, Option<String>)> = item("methods")
+        let methods: Vec<(String, Bound<'_, PyAny>, Option<String>)> = item("methods")
             .and_then(|m| m.extract().ok())
             .unwrap_or_default();
         TypeShape::Methods(
             methods
                 .into_iter()
                 .map(|(m, sig, doc)| {
-                    let mut method =
-                        cave_core::Method::new(m, cave_core::Signature::from_text(sig));
+                    let mut method = cave_core::Method::new(m, python_signature(Some(sig)));
                     method.doc = doc;
                     method
                 })

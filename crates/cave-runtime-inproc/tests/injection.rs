@@ -797,3 +797,29 @@ async fn deeply_nested_values_are_refused_both_ways() {
     assert!(err.to_string().contains("nested deeper than"), "{err}");
     assert_eq!(run(&rt, "'from_host' in globals()").await.output, "False\n");
 }
+
+/// A function Python defined is described parameter by parameter, like a host function:
+/// one signature representation, with defaults that exist only in Python kept as their repr.
+#[tokio::test]
+async fn python_signatures_are_described_parameter_by_parameter() {
+    let path = python_file(
+        "signatures",
+        r#"
+import datetime
+
+def since(day: datetime.date = datetime.date(2020, 1, 1), /, *names: str, scale=2.5, **extra) -> int:
+    return 1
+"#,
+    );
+    let rt = InProcRuntime::new().unwrap();
+    rt.register_python_file(&path).await.unwrap();
+    let functions = rt.describe().functions;
+    assert!(
+        functions.contains(
+            "since(day: date = datetime.date(2020, 1, 1), /, *names: str, scale=2.5, **extra) -> int"
+        ),
+        "{functions}"
+    );
+    let registry_signature = cave_core::Signature::unknown().to_string();
+    assert_eq!(registry_signature, "(*args, **kwargs)");
+}

@@ -170,6 +170,25 @@ pub enum ParamKind {
     VarKeyword,
 }
 
+/// A parameter's default value.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub enum ParamDefault {
+    /// A value the host gave (converted into Python when the function is bound).
+    Value(Value),
+    /// A default that exists only in Python (a function loaded from Python), as its `repr`.
+    Python(String),
+}
+
+impl fmt::Display for ParamDefault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamDefault::Value(v) => write!(f, "{v}"),
+            ParamDefault::Python(repr) => f.write_str(repr),
+        }
+    }
+}
+
 /// One parameter of a Python-style signature.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
@@ -179,7 +198,7 @@ pub struct Param {
     /// Its annotation, as Python would write it (`int`, `list[str]`, `Optional[Point]`).
     pub annotation: Option<String>,
     /// Its default.
-    pub default: Option<Value>,
+    pub default: Option<ParamDefault>,
     /// How it is passed.
     pub kind: ParamKind,
 }
@@ -201,7 +220,13 @@ impl Param {
     }
     /// Sets the default.
     pub fn default_value(mut self, default: Value) -> Self {
-        self.default = Some(default);
+        self.default = Some(ParamDefault::Value(default));
+        self
+    }
+    /// Sets a default that exists only in Python, by its `repr` (for runtimes describing a
+    /// function Python defined).
+    pub fn default_repr(mut self, repr: impl Into<String>) -> Self {
+        self.default = Some(ParamDefault::Python(repr.into()));
         self
     }
     /// Sets how it is passed.
@@ -211,7 +236,9 @@ impl Param {
     }
 }
 
-/// A Python-style signature: parameters and a return annotation.
+/// A Python-style signature: parameters and a return annotation. One representation for
+/// host functions and functions Python defined alike (runtimes describe the latter parameter
+/// by parameter).
 #[derive(Clone, Debug, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Signature {
@@ -219,8 +246,6 @@ pub struct Signature {
     pub params: Vec<Param>,
     /// The return annotation.
     pub returns: Option<String>,
-    /// The signature as Python printed it, for a function Python defined (shown as is).
-    pub text: Option<String>,
 }
 
 impl Signature {
@@ -229,15 +254,15 @@ impl Signature {
         Self {
             params: params.into_iter().collect(),
             returns: None,
-            text: None,
         }
     }
-    /// A signature known only as Python printed it, e.g. `(a: int, b: int = 2) -> int`.
-    pub fn from_text(text: impl Into<String>) -> Self {
-        Self {
-            text: Some(text.into()),
-            ..Self::default()
-        }
+    /// The signature of a callable whose parameters cannot be known (a C function Python
+    /// cannot inspect): `(*args, **kwargs)`.
+    pub fn unknown() -> Self {
+        Self::new([
+            Param::new("args").kind(ParamKind::VarPositional),
+            Param::new("kwargs").kind(ParamKind::VarKeyword),
+        ])
     }
     /// Sets the return annotation.
     pub fn returns(mut self, annotation: impl Into<String>) -> Self {
@@ -249,9 +274,6 @@ impl Signature {
 /// Writes the signature as Python shows it: `(a: int, b: int = 2, *, c=None) -> int`.
 impl fmt::Display for Signature {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if let Some(text) = &self.text {
-            return f.write_str(text);
-        }
         f.write_str("(")?;
         let mut first = true;
         let mut sep = |f: &mut fmt::Formatter<'_>| {
