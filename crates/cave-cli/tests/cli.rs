@@ -632,11 +632,10 @@ async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
     stdin.write_all(b"Spin.\n").unwrap();
     while next_event()["type"] != "code" {}
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let interrupted = Command::new("kill")
-        .args(["-INT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(interrupted.success());
+    // A real SIGINT, as Ctrl-C sends (no `kill` program needed).
+    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let stopped = loop {
         let event = next_event();
         if event["type"] == "stopped" {
