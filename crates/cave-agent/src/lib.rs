@@ -35,6 +35,29 @@ pub mod compact {
 #[cfg(feature = "compact")]
 pub use cave_compact::ContextCompactor;
 
+/// The batteries-included builder: [`Agent::builder`] with what the enabled features provide.
+/// With `compact` (on by default) the agent keeps its history inside the context window:
+/// a [`ContextCompactor`] whose summaries are written by the agent's own model, with the
+/// model's output cap kept free, and the exact token estimator for OpenAI model ids (the
+/// script-aware one otherwise). Opt out with `builder.compactor(NoCompaction)`; without the
+/// feature this is [`Agent::builder`].
+pub fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> AgentBuilder {
+    let model: std::sync::Arc<dyn Model> = std::sync::Arc::new(model);
+    #[allow(unused_mut)]
+    let mut builder = Agent::builder(model.clone(), runtime);
+    #[cfg(feature = "compact")]
+    {
+        let info = model.info();
+        let mut compactor = ContextCompactor::new(model);
+        if let Some(tokens) = info.max_output_tokens {
+            compactor = compactor.with_output_reserve(u64::from(tokens));
+        }
+        builder.compactor(compactor);
+        builder.estimator(cave_compact::estimator_for(&info.id));
+    }
+    builder
+}
+
 /// The workspace README's hello world, compiled and run as a doctest.
 #[cfg(all(doctest, feature = "inproc", feature = "testing"))]
 #[doc = include_str!("../../../README.md")]

@@ -204,3 +204,40 @@ async fn cancelling_stops_the_cell_and_the_next_run_works() {
         Some(prompt::execution_output("fresh\n").as_str())
     );
 }
+
+/// The facade's builder compacts by default; `Agent::builder` does not.
+#[tokio::test]
+async fn the_facade_builder_compacts_by_default() {
+    // A resumed history larger than the default window allows (about 150 000 tokens of
+    // varied text in 30 old results): the first step clears the old results.
+    let mut history = vec![Message::system("sys"), Message::user("Analyse.")];
+    for i in 0..30 {
+        history.push(Message::code(block(&format!("step_{i} = {i}"))));
+        let text: String = (0..4_000).map(|w| format!("w{w}x{i} ")).collect();
+        history.push(Message::execution_result(text));
+    }
+    let model = || ScriptedModel::new([Reply::text("Done.")]);
+    let runtime = InProcRuntime::new().unwrap();
+
+    let mut plain = Agent::builder(model(), runtime.clone())
+        .history(history.clone())
+        .build()
+        .unwrap();
+    plain.run("go on").await;
+    assert!(
+        !results(plain.history()).contains(&cave_agent::compact::prompts::CLEARED_RESULT),
+        "Agent::builder keeps every result"
+    );
+
+    let mut batteries = cave_agent::builder(model(), runtime)
+        .history(history)
+        .build()
+        .unwrap();
+    let response = batteries.run("go on").await;
+    assert_eq!(response.stop_reason, StopReason::Completed);
+    let cleared = results(batteries.history())
+        .iter()
+        .filter(|r| **r == cave_agent::compact::prompts::CLEARED_RESULT)
+        .count();
+    assert!(cleared >= 20, "old results were cleared: {cleared}");
+}
