@@ -914,10 +914,18 @@ impl Inner {
     }
 }
 
-/// A default as a Python object (`None` when there is none; the flag beside it tells them apart).
-fn optional_py<'py>(py: Python<'py>, value: Option<&Value>) -> PyResult<Bound<'py, PyAny>> {
-    match value {
-        Some(v) => to_py(py, v),
+/// A host-declared default as a Python object (`None` when there is none; the flag beside it
+/// tells them apart). A default that exists only in Python cannot be recreated from its repr.
+fn optional_py<'py>(
+    py: Python<'py>,
+    name: &str,
+    default: Option<&cave_core::ParamDefault>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match default {
+        Some(cave_core::ParamDefault::Value(v)) => to_py(py, v),
+        Some(_) => Err(PyTypeError::new_err(format!(
+            "'{name}' has a default that exists only in Python; declare host defaults as values"
+        ))),
         None => Ok(py.None().into_bound(py)),
     }
 }
@@ -951,17 +959,7 @@ fn python_signature(described: Option<Bound<'_, PyAny>>) -> cave_core::Signature
 fn params_list<'py>(py: Python<'py>, params: &[Param]) -> PyResult<Bound<'py, PyList>> {
     let list = PyList::empty(py);
     for p in params {
-        let value = match &p.default {
-            Some(cave_core::ParamDefault::Value(v)) => Some(v),
-            Some(_) => {
-                return Err(PyTypeError::new_err(format!(
-                    "parameter '{}' has a default that exists only in Python; give a host function host values",
-                    p.name
-                )));
-            }
-            None => None,
-        };
-        let default = optional_py(py, value)?;
+        let default = optional_py(py, &p.name, p.default.as_ref())?;
         list.append((
             p.name.as_str(),
             p.kind.as_str(),
@@ -994,7 +992,7 @@ fn type_object<'py>(py: Python<'py>, t: &TypeSchema) -> PyResult<Bound<'py, PyAn
         TypeShape::Fields(fields) => {
             let spec = PyList::empty(py);
             for f in fields {
-                let default = optional_py(py, f.default.as_ref())?;
+                let default = optional_py(py, &f.name, f.default.as_ref())?;
                 spec.append((
                     f.name.as_str(),
                     f.annotation.as_str(),
@@ -1089,7 +1087,16 @@ fn python_type_schema(
                 .map(|(field, annotation, has_default, default)| {
                     let mut f = cave_core::Field::new(field, annotation);
                     if has_default {
-                        f.default = from_py(&default, executor).ok();
+                        // As data when it converts; otherwise kept as Python shows it.
+                        f = match from_py(&default, executor) {
+                            Ok(value) => f.default_value(value),
+                            Err(_) => f.default_repr(
+                                default
+                                    .repr()
+                                    .map(|r| r.to_string())
+                                    .unwrap_or_else(|_| "...".to_owned()),
+                            ),
+                        };
                     }
                     f
                 })

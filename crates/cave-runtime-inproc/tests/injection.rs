@@ -806,13 +806,25 @@ async fn python_signatures_are_described_parameter_by_parameter() {
         "signatures",
         r#"
 import datetime
+from dataclasses import dataclass
 
 def since(day: datetime.date = datetime.date(2020, 1, 1), /, *names: str, scale=2.5, **extra) -> int:
     return 1
+
+@dataclass
+class Period:
+    start: datetime.date = datetime.date(2020, 1, 1)
+    days: int = 7
 "#,
     );
     let rt = InProcRuntime::new().unwrap();
     rt.register_python_file(&path).await.unwrap();
+    let types = rt.describe().types;
+    assert!(
+        types.contains("start: date = datetime.date(2020, 1, 1)")
+            && types.contains("days: int = 7"),
+        "a field default with no value form is kept as Python shows it: {types}"
+    );
     let functions = rt.describe().functions;
     assert!(
         functions.contains(

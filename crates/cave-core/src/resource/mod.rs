@@ -507,7 +507,7 @@ pub struct Field {
     /// Its annotation.
     pub annotation: String,
     /// Its default.
-    pub default: Option<Value>,
+    pub default: Option<ParamDefault>,
     /// What it means, shown after it.
     pub description: Option<String>,
 }
@@ -524,7 +524,12 @@ impl Field {
     }
     /// Sets the default.
     pub fn default_value(mut self, default: Value) -> Self {
-        self.default = Some(default);
+        self.default = Some(ParamDefault::Value(default));
+        self
+    }
+    /// Sets a default that exists only in Python, by its `repr` (a class loaded from Python).
+    pub fn default_repr(mut self, repr: impl Into<String>) -> Self {
+        self.default = Some(ParamDefault::Python(repr.into()));
         self
     }
     /// Sets the description.
