@@ -619,21 +619,31 @@ async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
         answer("Still here.", 8, "stop"),
     ])
     .await;
-    let mut child = command(Some(&server), &["chat", "--json"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    /// Kills the child if the test fails before it exits (its cell spins forever).
+    struct KillOnDrop(std::process::Child);
+    impl Drop for KillOnDrop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut child = KillOnDrop(
+        command(Some(&server), &["chat", "--json"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
     let mut next_event =
         move || -> Json { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
     stdin.write_all(b"Spin.\n").unwrap();
     while next_event()["type"] != "code" {}
     std::thread::sleep(std::time::Duration::from_millis(300));
     // A real SIGINT, as Ctrl-C sends (no `kill` program needed).
-    let pid = libc::pid_t::try_from(child.id()).unwrap();
+    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
     // SAFETY: sending a signal to our own child process.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let stopped = loop {
@@ -655,7 +665,7 @@ async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
         result["output"], "yes\n",
         "the session and its state survived the interrupt"
     );
-    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert_eq!(child.0.wait().unwrap().code(), Some(0));
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -5,7 +5,6 @@ code never sees this module: cells run in their runtime's own namespace dict.
 """
 
 import ast
-import asyncio
 import builtins
 import contextvars
 import copy
@@ -158,6 +157,9 @@ class Type:
 def _loop():
     loop = getattr(_loops, "loop", None)
     if loop is None or loop.is_closed():
+        # Imported on the first cell that awaits: asyncio costs tens of milliseconds at start-up.
+        import asyncio
+
         loop = asyncio.new_event_loop()
         _loops.loop = loop
     return loop
