@@ -5,6 +5,9 @@ use anstyle::{AnsiColor, Style};
 use std::sync::OnceLock;
 use tree_sitter_highlight::{HighlightConfiguration, HighlightEvent, Highlighter};
 
+/// Code larger than this is shown without colours.
+const MAX_HIGHLIGHTED_BYTES: usize = 16 * 1024;
+
 /// The capture names we color, and how.
 const NAMES: &[(&str, Style)] = &[
     ("keyword", AnsiColor::Magenta.on_default()),
@@ -42,6 +45,11 @@ fn configuration() -> Option<&'static HighlightConfiguration> {
 /// can be indented or shortened independently). Plain text if highlighting fails.
 pub(crate) fn python_lines(code: &str) -> Vec<String> {
     let plain = || code.lines().map(str::to_owned).collect();
+    // Highlighting cost grows faster than the code: a cell larger than any a person reads is
+    // shown plain, so model output cannot stall the terminal.
+    if code.len() > MAX_HIGHLIGHTED_BYTES {
+        return plain();
+    }
     let Some(config) = configuration() else {
         return plain();
     };
@@ -86,4 +94,33 @@ pub(crate) fn python_lines(code: &str) -> Vec<String> {
         lines.pop();
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::python_lines;
+
+    #[test]
+    fn deep_and_huge_code_highlights_quickly() {
+        let started = std::time::Instant::now();
+        let deep = format!("x = {}0{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert_eq!(python_lines(&deep).len(), 1);
+        let huge = format!("print({})", vec!["'a'"; 300_000].join("+"));
+        assert_eq!(python_lines(&huge).len(), 1);
+        // Just under the limit, as deep as it can be.
+        let limit = super::MAX_HIGHLIGHTED_BYTES / 2 - 4;
+        let deep = format!("x = {}0{}", "[".repeat(limit), "]".repeat(limit));
+        assert_eq!(python_lines(&deep).len(), 1);
+        let terms = vec!["'a'"; super::MAX_HIGHLIGHTED_BYTES / 4 - 4].join("+");
+        assert_eq!(python_lines(&format!("({terms})")).len(), 1);
+        // A generous bound on a debug build: only a blow-up takes this long.
+        assert!(started.elapsed().as_secs() < 30, "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_multi_line_string_is_one_string() {
+        let lines = python_lines("s = \"\"\"\n# not a comment\n\"\"\"\n# a comment");
+        assert!(lines[1].contains("\u{1b}[32m"), "{:?}", lines[1]);
+        assert!(lines[3].contains("\u{1b}[2m"), "{:?}", lines[3]);
+    }
 }
