@@ -114,7 +114,8 @@ impl Summarized {
             error: None,
         }
     }
-    /// A summary was tried at this cost and failed; `history` is as it was.
+    /// A summary was tried at this cost and failed; `history` is as it was (or, after an
+    /// overflow, only cleared of old results).
     pub fn failed(history: Vec<Message>, usage: Usage, error: impl Into<String>) -> Self {
         Self {
             history,

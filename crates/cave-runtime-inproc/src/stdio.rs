@@ -170,12 +170,19 @@ impl StdioCapture {
             route: Mutex::new(Route::default()),
         });
         let reader = {
-            let shared = shared.clone();
+            let for_reader = shared.clone();
             std::thread::Builder::new()
                 .name("cave-stdio".to_owned())
-                .spawn(move || shared.read_until_stopped())
-                .map_err(|e| InProcError::Setup {
-                    message: format!("could not start the capture's reader thread: {e}"),
+                .spawn(move || for_reader.read_until_stopped())
+                .map_err(|e| {
+                    // Nobody would read the pipe: give the process its descriptors back.
+                    let _ = redirect(&shared.original_stdout, 1);
+                    if streams == CapturedStreams::StdoutAndStderr {
+                        let _ = redirect(&shared.original_stderr, 2);
+                    }
+                    InProcError::Setup {
+                        message: format!("could not start the capture's reader thread: {e}"),
+                    }
                 })?
         };
         Ok(Self {
