@@ -259,8 +259,9 @@ mod tidy {
         const ALLOWED: &[&str] = &[
             "crates/cave-cli/src/config.rs",
             "crates/cave-models/src/config.rs",
-            "crates/cave-runtime-inproc/src/env.rs",
             "crates/cave-runtime-inproc/src/env_cache.rs",
+            "crates/cave-python/src/interpreter.rs",
+            "crates/cave-runtime-kernel/src/environment.rs",
         ];
         let mut sources = Vec::new();
         for entry in std::fs::read_dir(root().join("crates")).unwrap() {

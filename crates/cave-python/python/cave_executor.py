@@ -17,6 +17,7 @@ import linecache
 import sys
 import threading
 import traceback
+import types
 
 # Where the current execution's output goes: set per execution, so concurrent executions on
 # other threads (and host code printing meanwhile) each keep their own output.
@@ -101,8 +102,6 @@ def install():
         elif name not in _routers:
             _routers[name] = current
     if "cave_agent.runtime" not in sys.modules:
-        import types
-
         package = types.ModuleType("cave_agent", "CaveAgent compatibility: injection modules import from here.")
         runtime = types.ModuleType("cave_agent.runtime")
         for cls in (Function, Variable, Type):
@@ -188,11 +187,34 @@ def _restore_routing():
     return replaced
 
 
+# Files whose frames a traceback never shows: the executor's, and those of the runtime's own
+# machinery (`hide_frames_of`), so the model sees its own lines the same on every runtime.
+_HIDDEN_FILES = set()
+
+
+def hide_frames_of(filename):
+    """Leaves frames of code compiled as `filename` out of cells' tracebacks."""
+    _HIDDEN_FILES.add(filename)
+
+
 def _format_exception(error):
     tb = error.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == _FILE:
+    while tb is not None and tb.tb_frame.f_code.co_filename in _HIDDEN_FILES:
         tb = tb.tb_next
+    if tb is not None and any(
+        t.tb_frame.f_code.co_filename in _HIDDEN_FILES for t in _walk(tb)
+    ):
+        shown = [t for t in _walk(tb) if t.tb_frame.f_code.co_filename not in _HIDDEN_FILES]
+        tb = None
+        for t in reversed(shown):
+            tb = types.TracebackType(tb, t.tb_frame, t.tb_lasti, t.tb_lineno)
     return "".join(traceback.format_exception(type(error), error, tb))
+
+
+def _walk(tb):
+    while tb is not None:
+        yield tb
+        tb = tb.tb_next
 
 
 def run_cell(source, namespace, filename, write):
@@ -236,7 +258,7 @@ def run_cell(source, namespace, filename, write):
         _output.reset(token)
 
 
-_FILE = run_cell.__code__.co_filename
+_HIDDEN_FILES.add(run_cell.__code__.co_filename)
 
 _KINDS = {
     "positional_only": inspect.Parameter.POSITIONAL_ONLY,

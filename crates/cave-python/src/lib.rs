@@ -14,6 +14,10 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
+mod interpreter;
+
+pub use interpreter::{EnvironmentSource, Interpreter, find_interpreter};
+
 /// The executor module's source.
 pub const EXECUTOR: &str = include_str!("../python/cave_executor.py");
 
@@ -22,6 +26,16 @@ pub const EXECUTOR_MODULE: &str = "cave_executor";
 
 /// The file name the executor is compiled with; its frames are hidden from tracebacks.
 pub const EXECUTOR_FILE: &str = "<cave-executor>";
+
+/// The kernel worker's source: the program a child interpreter runs to serve the kernel
+/// runtime (frames over a socket, cells through the executor, host calls as proxies).
+pub const KERNEL: &str = include_str!("../python/cave_kernel.py");
+
+/// The name the kernel worker module is loaded under.
+pub const KERNEL_MODULE: &str = "cave_kernel";
+
+/// The file name the kernel worker is compiled with; its frames are hidden from tracebacks.
+pub const KERNEL_FILE: &str = "<cave-kernel>";
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

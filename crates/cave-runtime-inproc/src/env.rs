@@ -9,19 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-/// Where the selected environment came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum EnvironmentSource {
-    /// The interpreter named by `CAVE_PYTHON`.
-    CavePython,
-    /// The active virtualenv (`VIRTUAL_ENV`).
-    VirtualEnv,
-    /// `python3` found on `PATH`.
-    Path,
-    /// No interpreter could be asked: the embedded interpreter's own paths.
-    Embedded,
-}
+pub use cave_python::EnvironmentSource;
 
 /// The Python environment the runtime uses: its packages are the ones code can import.
 #[derive(Clone, Debug)]
@@ -65,37 +53,6 @@ pub(crate) fn executor(py: Python<'_>) -> Result<&Bound<'_, PyModule>, InProcErr
         .map(|m| m.bind(py))
         .ok_or_else(|| InProcError::Setup {
             message: "the executor module was not loaded".to_owned(),
-        })
-}
-
-struct Probe {
-    source: EnvironmentSource,
-    executable: PathBuf,
-}
-
-fn selected_interpreter() -> Option<Probe> {
-    if let Some(path) = std::env::var_os("CAVE_PYTHON").filter(|p| !p.is_empty()) {
-        return Some(Probe {
-            source: EnvironmentSource::CavePython,
-            executable: PathBuf::from(path),
-        });
-    }
-    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|p| !p.is_empty()) {
-        let python = Path::new(&venv).join("bin").join("python");
-        if python.exists() {
-            return Some(Probe {
-                source: EnvironmentSource::VirtualEnv,
-                executable: python,
-            });
-        }
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join("python3"))
-        .find(|candidate| candidate.is_file())
-        .map(|executable| Probe {
-            source: EnvironmentSource::Path,
-            executable,
         })
 }
 
@@ -144,7 +101,7 @@ fn ask(executable: &Path) -> Result<Reported, InProcError> {
 }
 
 fn initialize() -> Result<PythonEnvironment, InProcError> {
-    let probe = selected_interpreter();
+    let probe = cave_python::find_interpreter();
     let reported = match &probe {
         Some(p) => Some(env_cache::report(
             env_cache::default_dir().as_deref(),

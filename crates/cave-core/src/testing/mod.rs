@@ -17,6 +17,8 @@
 //! # });
 //! ```
 
+pub mod contract;
+
 use crate::{
     ChatRequest, Delta, DeltaStream, Description, Execution, FinishReason, Model, ModelError,
     ModelErrorKind, ModelInfo, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError,

@@ -1,0 +1,776 @@
+//! The runtime contract: what every [`Runtime`] that runs Python must do, as checks a runtime's
+//! own tests call (see [`runtime_contract_tests!`](crate::runtime_contract_tests)).
+//!
+//! The expected outputs are exact: a runtime that passes gives the same output, echo and
+//! traceback for the same cell as every other one. A new runtime starts by passing these.
+
+use crate::{
+    Args, DiscardOutput, Execution, Field, Function, HostError, HostObject, Interruption, Method,
+    ObjectBinding, OutputSink, Param, ParamKind, Resources, Runtime, RuntimeError, RuntimeExt,
+    Signature, TypeSchema, Value, Variable,
+};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// Generates one `#[tokio::test]` per contract check, each on a fresh runtime from `$make`
+/// (an async function returning the runtime). The test crate needs tokio with `macros` and
+/// `rt-multi-thread`.
+#[macro_export]
+macro_rules! runtime_contract_tests {
+    ($make:path) => {
+        $crate::runtime_contract_tests!(@each $make;
+            output_is_captured_in_order,
+            errors_show_the_cells_own_lines,
+            top_level_await_works,
+            the_namespace_persists,
+            long_cells_stream_their_output,
+            a_busy_loop_is_preempted,
+            a_cell_that_replaces_stdout_does_not_silence_later_cells,
+            values_round_trip,
+            host_functions_have_real_signatures,
+            python_source_functions_are_bound_as_written,
+            generated_types_reach_host_functions_as_structs,
+            host_objects_keep_their_state_in_the_host,
+            reset_restores_what_was_registered,
+            bind_unique_hands_out_distinct_names,
+            deeply_nested_values_are_refused_both_ways
+        );
+    };
+    (@each $make:path; $($check:ident),*) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let runtime = $make().await;
+                $crate::testing::contract::$check(&runtime).await;
+            }
+        )*
+    };
+}
+
+/// Runs a cell; the runtime itself must not fail.
+pub async fn run(runtime: &dyn Runtime, code: &str) -> Execution {
+    runtime
+        .execute(code, &DiscardOutput)
+        .await
+        .expect("the runtime works")
+}
+
+/// Printed output, stderr and echoes arrive in order; text is valid UTF-8.
+pub async fn output_is_captured_in_order(rt: &dyn Runtime) {
+    assert_eq!(run(rt, "print('hi')").await.output, "hi\n");
+    assert_eq!(run(rt, "5 + 3").await.output, "8\n");
+    assert_eq!(run(rt, "x = 1").await.output, "");
+    assert_eq!(run(rt, "None").await.output, "");
+    let out = run(
+        rt,
+        "import sys\nprint('one')\nprint('warned', file=sys.stderr)\nprint('two')",
+    )
+    .await;
+    assert_eq!(out.output, "one\nwarned\ntwo\n");
+    assert_eq!(
+        run(rt, "import sys\nsys.stdout.writelines(['A', 'B'])")
+            .await
+            .output,
+        "AB"
+    );
+    let out = run(
+        rt,
+        "import sys\nsys.stdout.buffer.write(b'binary-output\\n\\xff')\nsys.stdout.flush()",
+    )
+    .await;
+    assert_eq!(out.output, "binary-output\n\u{fffd}");
+    assert!(out.success());
+    // Lone surrogates cannot be UTF-8: they arrive as U+FFFD.
+    assert_eq!(run(rt, "print('a\\udc80b')").await.output, "a\u{fffd}b\n");
+}
+
+/// Tracebacks show the cell's lines and none of the runtime's.
+pub async fn errors_show_the_cells_own_lines(rt: &dyn Runtime) {
+    let out = run(rt, "print('before')\ndef f():\n    return 1/0\nf()").await;
+    assert!(!out.success());
+    let error = out.error.as_ref().expect("it raised");
+    assert_eq!(
+        (error.python_type.as_str(), error.message.as_str()),
+        ("ZeroDivisionError", "division by zero")
+    );
+    assert!(
+        out.output
+            .starts_with("before\nTraceback (most recent call last):\n  File \"<cell "),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.output.contains(", line 3, in f\n    return 1/0\n"),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.output
+            .ends_with("ZeroDivisionError: division by zero\n"),
+        "{}",
+        out.output
+    );
+    assert!(
+        !out.output.contains("<cave-") && !out.output.contains("run_cell"),
+        "{}",
+        out.output
+    );
+    let out = run(rt, "if True:\nprint(1)").await;
+    assert_eq!(
+        out.error.as_ref().map(|e| e.python_type.as_str()),
+        Some("IndentationError")
+    );
+    assert!(
+        out.output.contains("    print(1)\n")
+            && out.output.ends_with(
+                "IndentationError: expected an indented block after 'if' statement on line 1\n"
+            ),
+        "{}",
+        out.output
+    );
+    let out = run(rt, "x = (").await;
+    assert_eq!(
+        out.error.map(|e| e.python_type),
+        Some("SyntaxError".to_owned())
+    );
+}
+
+/// Top-level `await` works, and coroutines persist across cells.
+pub async fn top_level_await_works(rt: &dyn Runtime) {
+    let out = run(rt, "import asyncio\nasync def twice(x):\n    await asyncio.sleep(0.01)\n    return 2 * x\nawait twice(21)").await;
+    assert_eq!(out.output, "42\n");
+    assert_eq!(run(rt, "r = await twice(2)\nprint(r)").await.output, "4\n");
+}
+
+/// Names and imports persist from cell to cell.
+pub async fn the_namespace_persists(rt: &dyn Runtime) {
+    run(rt, "shared = 'a'").await;
+    assert_eq!(run(rt, "shared").await.output, "'a'\n");
+    assert_eq!(run(rt, "import math\nmath.floor(2.5)").await.output, "2\n");
+    assert_eq!(run(rt, "math.ceil(2.5)").await.output, "3\n");
+}
+
+/// Records live output.
+#[derive(Default)]
+struct Live(Mutex<Vec<String>>);
+
+impl OutputSink for Live {
+    fn write(&self, chunk: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(chunk.to_owned());
+    }
+}
+
+/// Output reaches the sink while the cell runs, and the whole of it is in the result.
+pub async fn long_cells_stream_their_output(rt: &dyn Runtime) {
+    let live = Live::default();
+    let out = rt
+        .execute(
+            "import time\nprint('first', flush=True)\ntime.sleep(0.3)\nprint('second')",
+            &live,
+        )
+        .await
+        .expect("the runtime works");
+    let chunks = live.0.lock().expect("not poisoned").clone();
+    assert_eq!(chunks.concat(), out.output);
+    assert_eq!(out.output, "first\nsecond\n");
+    assert!(chunks.len() >= 2, "streamed in pieces: {chunks:?}");
+}
+
+/// An interrupt stops a pure-Python loop with `KeyboardInterrupt`; state survives.
+pub async fn a_busy_loop_is_preempted(rt: &dyn Runtime) {
+    let interrupter = rt.interrupter().expect("the runtime can interrupt");
+    assert_eq!(interrupter.interrupt(), Interruption::Idle);
+    let deadline = Duration::from_millis(300);
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(deadline).await;
+        (interrupter.interrupt(), Instant::now())
+    });
+    let out = run(rt, "n = 0\nwhile True:\n    n += 1").await;
+    let (interruption, at) = stopper.await.expect("the stopper ran");
+    assert_eq!(interruption, Interruption::Delivered);
+    assert_eq!(
+        out.error.map(|e| e.python_type),
+        Some("KeyboardInterrupt".to_owned())
+    );
+    assert!(!out.state_lost);
+    let late = at.elapsed();
+    assert!(
+        late < Duration::from_millis(500),
+        "stopped {late:?} after the interrupt"
+    );
+    assert_eq!(run(rt, "n > 0").await.output, "True\n");
+    // A late interrupt does not leak into the next cell.
+    assert_eq!(
+        rt.interrupter().expect("still").interrupt(),
+        Interruption::Idle
+    );
+    assert_eq!(run(rt, "1").await.output, "1\n");
+}
+
+/// Replacing `sys.stdout` is undone after the cell, with one note to the model.
+pub async fn a_cell_that_replaces_stdout_does_not_silence_later_cells(rt: &dyn Runtime) {
+    let out = run(
+        rt,
+        "import sys\nsys.stdout = None\nsys.stderr = open('/dev/null', 'w')\nprint('lost')",
+    )
+    .await;
+    assert!(out.success(), "{}", out.output);
+    assert!(
+        out.output.contains("replaced sys.stdout and sys.stderr") && !out.output.contains("lost"),
+        "the model is told, once: {:?}",
+        out.output
+    );
+    let out = run(
+        rt,
+        "import sys\nprint('seen')\nprint('also', file=sys.stderr)",
+    )
+    .await;
+    assert_eq!(out.output, "seen\nalso\n");
+    let out = run(
+        rt,
+        "import contextlib, io\nbuf = io.StringIO()\nwith contextlib.redirect_stdout(buf):\n    print('inner')\nprint(buf.getvalue().strip())",
+    )
+    .await;
+    assert_eq!(out.output, "inner\n");
+}
+
+/// Every kind of value crosses both ways with full fidelity; the model's changes come back.
+pub async fn values_round_trip(rt: &dyn Runtime) {
+    let nested: BTreeMap<i64, Vec<(String, f64)>> =
+        [(1, vec![("a".to_owned(), 1.5)]), (-7, vec![])].into();
+    let big = i128::from(u64::MAX) * 1000;
+    let resources = Resources::new()
+        .variable(Variable::new("small", Value::Int(42)))
+        .variable(Variable::new("big", Value::Int(big)))
+        .variable(Variable::new("nan", Value::Float(f64::NAN)))
+        .variable(Variable::new("raw", Value::Bytes(vec![0, 255])))
+        .variable(Variable::new(
+            "pair",
+            Value::Tuple(vec![Value::Int(1), "x".into()]),
+        ))
+        .variable(Variable::from_serialize("nested", &nested).expect("serializes"))
+        .variable(Variable::new("nothing", Value::None));
+    rt.register(resources).await.expect("registers");
+    let out = run(rt, "print(type(big).__name__, big % 1000, type(pair).__name__, sorted(nested), raw[1], nan != nan)").await;
+    assert_eq!(out.output, "int 0 tuple [-7, 1] 255 True\n");
+    assert_eq!(rt.retrieve_as::<i128>("big").await.expect("big"), big);
+    assert!(rt.retrieve_as::<f64>("nan").await.expect("nan").is_nan());
+    assert_eq!(
+        rt.retrieve_as::<Vec<u8>>("raw").await.expect("raw"),
+        [0, 255]
+    );
+    assert_eq!(
+        rt.retrieve_as::<(i64, String)>("pair").await.expect("pair"),
+        (1, "x".to_owned())
+    );
+    assert_eq!(
+        rt.retrieve_as::<BTreeMap<i64, Vec<(String, f64)>>>("nested")
+            .await
+            .expect("nested"),
+        nested
+    );
+    assert_eq!(rt.retrieve("nothing").await.expect("nothing"), Value::None);
+    run(
+        rt,
+        "nested[2] = [('b', 2)]\nsmall += 1\nsets = {1, 2}\nhuge = 2 ** 200\nkeys = {(1, 'a'): b'x', None: -2**100}\nfn = lambda: 1\nimport collections\nodd = collections.OrderedDict(a=collections.Counter('aab'))",
+    )
+    .await;
+    assert_eq!(rt.retrieve_as::<i64>("small").await.expect("small"), 43);
+    assert_eq!(
+        rt.retrieve_as::<BTreeMap<i64, Vec<(String, f64)>>>("nested")
+            .await
+            .expect("nested")
+            .len(),
+        3
+    );
+    assert_eq!(
+        rt.get("sets").await.expect("sets"),
+        Value::Set(vec![Value::Int(1), Value::Int(2)])
+    );
+    assert_eq!(
+        rt.get("keys").await.expect("keys"),
+        Value::Dict(vec![
+            (
+                Value::Tuple(vec![Value::Int(1), "a".into()]),
+                Value::Bytes(b"x".to_vec())
+            ),
+            (Value::None, Value::Int(-(1 << 100))),
+        ])
+    );
+    assert_eq!(
+        rt.get("odd")
+            .await
+            .expect("subclasses convert as their base"),
+        Value::Dict(vec![(
+            "a".into(),
+            Value::Dict(vec![
+                ("a".into(), Value::Int(2)),
+                ("b".into(), Value::Int(1))
+            ])
+        )])
+    );
+    let err = rt.get("huge").await.expect_err("too large");
+    assert!(
+        err.to_string().contains("int larger than 128 bits"),
+        "{err}"
+    );
+    let err = rt.get("fn").await.expect_err("a function is not a value");
+    assert!(
+        matches!(&err, RuntimeError::Unsupported { python_type, .. } if python_type == "function"),
+        "{err}"
+    );
+    let err = rt.retrieve("sets").await.expect_err("not registered");
+    assert!(
+        matches!(err, RuntimeError::UnknownVariable { .. }),
+        "only registered variables are retrieved: {err}"
+    );
+    assert!(matches!(
+        rt.get("missing").await.expect_err("unbound"),
+        RuntimeError::Unbound { .. }
+    ));
+    rt.update("small", Value::Int(7)).await.expect("updates");
+    assert_eq!(run(rt, "small").await.output, "7\n");
+}
+
+fn reverse() -> Function {
+    let sig = Signature::new([Param::new("text").annotated("str")]).returns("str");
+    Function::host("reverse", sig, |args: Args| async move {
+        let text: String = args.get("text")?;
+        Ok(Value::Str(text.chars().rev().collect()))
+    })
+    .with_doc("Reverse a string.")
+}
+
+/// Host functions have real Python signatures; their errors are Python exceptions.
+pub async fn host_functions_have_real_signatures(rt: &dyn Runtime) {
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let seen = calls.clone();
+    let sig = Signature::new([
+        Param::new("a").annotated("int"),
+        Param::new("b")
+            .annotated("int")
+            .default_value(Value::Int(2)),
+        Param::new("rest").kind(ParamKind::VarPositional),
+        Param::new("scale")
+            .default_value(Value::Int(1))
+            .kind(ParamKind::KeywordOnly),
+    ])
+    .returns("int");
+    let add = Function::host("add", sig, move |args: Args| {
+        let seen = seen.clone();
+        async move {
+            seen.lock()
+                .map_err(HostError::runtime)?
+                .push(args.values().to_vec());
+            let (a, b, scale): (i64, i64, i64) =
+                (args.get("a")?, args.get("b")?, args.get("scale")?);
+            let rest: Vec<i64> = args.get("rest")?;
+            Ok(Value::Int(
+                ((a + b + rest.iter().sum::<i64>()) * scale).into(),
+            ))
+        }
+    });
+    let fail = Function::host("fail", Signature::default(), |_args: Args| async move {
+        Err(HostError::new("ValueError", "the host says no"))
+    });
+    rt.register(
+        Resources::new()
+            .function(add)
+            .function(fail)
+            .function(reverse()),
+    )
+    .await
+    .expect("registers");
+    assert_eq!(run(rt, "add(1)").await.output, "3\n");
+    assert_eq!(run(rt, "add(1, 2, 3, 4, scale=10)").await.output, "100\n");
+    assert_eq!(run(rt, "reverse(text='abc')").await.output, "'cba'\n");
+    let out = run(rt, "add()").await;
+    assert!(
+        out.output
+            .ends_with("TypeError: add() missing 1 required positional argument: 'a'\n"),
+        "{}",
+        out.output
+    );
+    let out = run(rt, "add(1, nope=2)").await;
+    assert!(
+        out.output
+            .ends_with("TypeError: add() got an unexpected keyword argument 'nope'\n"),
+        "{}",
+        out.output
+    );
+    let out = run(
+        rt,
+        "try:\n    fail()\nexcept ValueError as e:\n    print('caught', e)",
+    )
+    .await;
+    assert_eq!(out.output, "caught the host says no\n");
+    let out = run(rt, "fail()").await;
+    assert_eq!(
+        out.output,
+        "Traceback (most recent call last):\n  File \"<cell 7>\", line 1, in <module>\n    fail()\n  File \"<cave fail>\", line 2, in fail\nValueError: the host says no\n"
+    );
+    let out = run(rt, "add('x')").await;
+    assert!(
+        out.output.contains("TypeError: argument 'a'"),
+        "a Rust conversion error is a Python exception: {}",
+        out.output
+    );
+    let out = run(rt, "add(lambda: 1)").await;
+    assert!(
+        out.output.contains(
+            "TypeError: argument 'a' is a function, which cannot be passed to a host function"
+        ),
+        "{}",
+        out.output
+    );
+    let out = run(rt, "import inspect\nprint(inspect.signature(add))").await;
+    assert_eq!(out.output, "(a, b=2, *rest, scale=1)\n");
+    assert_eq!(calls.lock().expect("not poisoned").len(), 3);
+    let prompt = rt.describe().functions;
+    assert!(
+        prompt.contains("- function: add(a: int, b: int = 2, *rest, scale=1) -> int"),
+        "{prompt}"
+    );
+    assert!(
+        prompt.contains("- function: reverse(text: str) -> str\n  doc:\n    Reverse a string."),
+        "{prompt}"
+    );
+}
+
+/// Python-source functions are bound as written; a batch with a bad one binds nothing.
+pub async fn python_source_functions_are_bound_as_written(rt: &dyn Runtime) {
+    let sig = Signature::new([Param::new("n").annotated("int")]).returns("int");
+    rt.register(
+        Resources::new().function(
+            Function::python("square", sig, "def square(n):\n    return n * n\n")
+                .with_doc("Square it."),
+        ),
+    )
+    .await
+    .expect("registers");
+    assert_eq!(run(rt, "square(7)").await.output, "49\n");
+    let bad = Function::python("cube", Signature::default(), "def other(): pass");
+    let err = rt
+        .register(
+            Resources::new()
+                .variable(Variable::new("ok_before", Value::Int(1)))
+                .function(bad)
+                .variable(Variable::new("ok_after", Value::Int(2))),
+        )
+        .await
+        .expect_err("refused");
+    assert!(
+        matches!(&err, RuntimeError::InvalidResource { name, .. } if name == "cube")
+            && err.to_string().contains("does not define 'cube'"),
+        "{err}"
+    );
+    let names = run(
+        rt,
+        "print([n for n in ('ok_before', 'ok_after', 'cube', 'other') if n in globals()])",
+    )
+    .await;
+    assert_eq!(names.output, "[]\n", "nothing of the failed batch is bound");
+    assert!(!rt.describe().variables.contains("ok_before"));
+    assert_eq!(run(rt, "square(2)").await.output, "4\n");
+    let fixed = Function::python(
+        "cube",
+        Signature::default(),
+        "def cube(n):\n    return n ** 3",
+    );
+    rt.register(
+        Resources::new()
+            .function(fixed)
+            .variable(Variable::new("ok_before", Value::Int(1))),
+    )
+    .await
+    .expect("registers");
+    assert_eq!(run(rt, "cube(2), ok_before").await.output, "(8, 1)\n");
+    rt.reset().await.expect("resets");
+    assert_eq!(run(rt, "cube(2), square(3)").await.output, "(8, 9)\n");
+}
+
+#[derive(Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+struct Point {
+    x: f64,
+    y: f64,
+    tags: Vec<String>,
+}
+
+/// Records and enums are real Python classes; records reach the host as structs.
+pub async fn generated_types_reach_host_functions_as_structs(rt: &dyn Runtime) {
+    let point = TypeSchema::record(
+        "Point",
+        [
+            Field::new("x", "float"),
+            Field::new("y", "float").default_value(Value::Float(0.0)),
+            Field::new("tags", "list[str]").default_value(Value::List(vec![])),
+        ],
+    )
+    .with_doc("A point.");
+    let color = TypeSchema::enumeration(
+        "Color",
+        [
+            ("RED".to_owned(), "r".into()),
+            ("GREEN".to_owned(), Value::Int(2)),
+        ],
+    );
+    let received = Arc::new(Mutex::new(None));
+    let sink = received.clone();
+    let sig = Signature::new([Param::new("p").annotated("Point")]).returns("float");
+    let norm = Function::host("norm", sig, move |args: Args| {
+        let sink = sink.clone();
+        async move {
+            let p: Point = args.get("p")?;
+            let n = (p.x * p.x + p.y * p.y).sqrt();
+            *sink.lock().map_err(HostError::runtime)? = Some(p);
+            Ok(Value::Float(n))
+        }
+    });
+    let origin = Variable::from_serialize(
+        "origin",
+        &Point {
+            x: 0.0,
+            y: 0.0,
+            tags: vec!["o".into()],
+        },
+    )
+    .expect("serializes")
+    .with_type_name("Point");
+    rt.register(
+        Resources::new()
+            .type_(point)
+            .type_(color)
+            .function(norm)
+            .variable(origin),
+    )
+    .await
+    .expect("registers");
+    assert_eq!(
+        run(rt, "norm(Point(3.0, 4.0, tags=['a']))").await.output,
+        "5.0\n"
+    );
+    assert_eq!(
+        *received.lock().expect("not poisoned"),
+        Some(Point {
+            x: 3.0,
+            y: 4.0,
+            tags: vec!["a".into()]
+        })
+    );
+    assert_eq!(
+        run(
+            rt,
+            "type(origin).__name__, Color.RED.value, Point(1.0).tags, Color.GREEN"
+        )
+        .await
+        .output,
+        "('Point', 'r', [], <Color.GREEN: 2>)\n"
+    );
+    run(rt, "origin.x = 9.5\nshade = Color.GREEN").await;
+    assert_eq!(
+        rt.retrieve_as::<Point>("origin").await.expect("origin"),
+        Point {
+            x: 9.5,
+            y: 0.0,
+            tags: vec!["o".into()]
+        }
+    );
+    assert_eq!(rt.get("shade").await.expect("shade"), Value::from("GREEN"));
+    let types = rt.describe().types;
+    assert!(types.starts_with("Point:\n  doc: A point.\n  fields:\n    - x: float\n    - y: float = 0.0\n    - tags: list[str] = []"), "{types}");
+    assert!(
+        types.contains("Color (Enum):\n  - RED = 'r'\n  - GREEN = 2"),
+        "{types}"
+    );
+}
+
+/// A host object the model operates (its state lives in the host).
+#[derive(Default)]
+struct Light {
+    level: Mutex<i64>,
+    log: Mutex<Vec<String>>,
+}
+
+#[async_trait::async_trait]
+impl HostObject for Light {
+    fn type_name(&self) -> &str {
+        "Light"
+    }
+    fn doc(&self) -> Option<String> {
+        Some("A smart light.".into())
+    }
+    fn methods(&self) -> Vec<Method> {
+        vec![
+            Method::new(
+                "dim",
+                Signature::new([Param::new("level")
+                    .annotated("int")
+                    .default_value(Value::Int(10))])
+                .returns("int"),
+            )
+            .with_doc("Set the brightness."),
+            Method::new("level", Signature::default().returns("int")),
+        ]
+    }
+    async fn call(&self, method: &str, args: Args) -> Result<Value, HostError> {
+        self.log
+            .lock()
+            .map_err(HostError::runtime)?
+            .push(method.to_owned());
+        match method {
+            "dim" => {
+                let level: i64 = args.get("level")?;
+                if !(0..=100).contains(&level) {
+                    return Err(HostError::new(
+                        "ValueError",
+                        format!("level {level} is outside 0..=100"),
+                    ));
+                }
+                *self.level.lock().map_err(HostError::runtime)? = level;
+                Ok(Value::Int(level.into()))
+            }
+            "level" => Ok(Value::Int(
+                (*self.level.lock().map_err(HostError::runtime)?).into(),
+            )),
+            other => Err(HostError::new(
+                "AttributeError",
+                format!("no method {other}"),
+            )),
+        }
+    }
+}
+
+/// The model calls a host object's methods; the host's own object changes.
+pub async fn host_objects_keep_their_state_in_the_host(rt: &dyn Runtime) {
+    let light = Arc::new(Light::default());
+    rt.register(
+        Resources::new()
+            .object(ObjectBinding::new("light", light.clone()).with_description("the desk light")),
+    )
+    .await
+    .expect("registers");
+    assert_eq!(run(rt, "light.dim(40)\nlight.level()").await.output, "40\n");
+    let out = run(rt, "light.dim(400)").await;
+    assert!(
+        out.output
+            .ends_with("ValueError: level 400 is outside 0..=100\n"),
+        "{}",
+        out.output
+    );
+    assert_eq!(
+        run(rt, "isinstance(light, Light), light").await.output,
+        "(True, <Light object (host)>)\n"
+    );
+    assert_eq!(*light.level.lock().expect("not poisoned"), 40);
+    assert_eq!(
+        light.log.lock().expect("not poisoned").as_slice(),
+        ["dim", "level", "dim"]
+    );
+    let d = rt.describe();
+    assert!(
+        d.variables
+            .contains("- name: light\n  type: Light\n  description: the desk light"),
+        "{}",
+        d.variables
+    );
+    assert!(d.types.contains("Light:\n  doc: A smart light.\n  methods:\n    - dim(level: int = 10) -> int\n        Set the brightness.\n    - level() -> int"), "{}", d.types);
+    rt.reset().await.expect("resets");
+    assert_eq!(run(rt, "light.level()").await.output, "40\n");
+}
+
+/// `reset` clears the model's names and restores registered resources with their latest
+/// host-side values, and `bind_unique` bindings.
+pub async fn reset_restores_what_was_registered(rt: &dyn Runtime) {
+    rt.register(
+        Resources::new()
+            .variable(Variable::new("count", Value::Int(1)))
+            .function(reverse()),
+    )
+    .await
+    .expect("registers");
+    run(rt, "count = 5\nmine = 1").await;
+    rt.update("count", Value::Int(7)).await.expect("updates");
+    let persisted = rt
+        .bind_unique("_output", Value::Str("big".into()), 1)
+        .await
+        .expect("binds");
+    rt.reset().await.expect("resets");
+    assert_eq!(
+        run(rt, "'mine' in globals(), count, reverse('ab'), _output_1")
+            .await
+            .output,
+        "(False, 7, 'ba', 'big')\n"
+    );
+    assert_eq!(persisted, "_output_1");
+    let err = rt
+        .update("count", Value::Str("x".into()))
+        .await
+        .expect_err("typed");
+    assert_eq!(
+        err.to_string(),
+        "cannot update variable 'count': expected int, got str"
+    );
+}
+
+/// `bind_unique` never hands out a taken name, even to concurrent callers.
+pub async fn bind_unique_hands_out_distinct_names(rt: &dyn Runtime) {
+    run(rt, "_output_2 = 'made by the model'").await;
+    rt.register(Resources::new().variable(Variable::new("_output_4", Value::None)))
+        .await
+        .expect("registers");
+    let names = futures_util::future::join_all(
+        (0..25).map(|i| rt.bind_unique("_output", Value::Int(i), 1)),
+    )
+    .await;
+    let distinct: std::collections::BTreeSet<_> =
+        names.into_iter().map(|n| n.expect("binds")).collect();
+    assert_eq!(distinct.len(), 25);
+    assert!(!distinct.contains("_output_2") && !distinct.contains("_output_4"));
+    assert_eq!(run(rt, "_output_2").await.output, "'made by the model'\n");
+    assert_eq!(
+        rt.bind_unique("\u{212a}", Value::None, 1)
+            .await
+            .expect("binds"),
+        "K_1"
+    );
+    assert!(rt.bind_unique("bad-name", Value::None, 1).await.is_err());
+    assert!(matches!(
+        rt.bind_unique("p", Value::None, 0)
+            .await
+            .expect_err("start 0"),
+        RuntimeError::InvalidStart
+    ));
+}
+
+/// Nesting as deep as code can make it: a clear error both ways, never a crash.
+pub async fn deeply_nested_values_are_refused_both_ways(rt: &dyn Runtime) {
+    let out = run(
+        rt,
+        "deep = []\nfor _ in range(100_000):\n    deep = [deep]\ndeep",
+    )
+    .await;
+    assert!(
+        out.output.contains("RecursionError"),
+        "Python's own repr gives up cleanly: {}",
+        out.output
+    );
+    let err = rt.get("deep").await.expect_err("too deep");
+    assert!(
+        matches!(&err, RuntimeError::Unsupported { python_type, .. } if python_type.contains("nested deeper")),
+        "{err}"
+    );
+    let mut value = Value::Int(0);
+    for _ in 0..600 {
+        value = Value::List(vec![value]);
+    }
+    let err = rt
+        .register(Resources::new().variable(Variable::new("from_host", value)))
+        .await
+        .expect_err("too deep");
+    assert!(err.to_string().contains("nested deeper than"), "{err}");
+    assert_eq!(run(rt, "'from_host' in globals()").await.output, "False\n");
+}

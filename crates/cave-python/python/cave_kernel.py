@@ -1,0 +1,510 @@
+"""The worker of cave-agent's kernel runtime: one Python process serving one host.
+
+The host starts this interpreter with a socket on a descriptor of its own and sends frames: a
+4-byte big-endian length, then a `marshal` (version 2) tuple `(operation, id, ...)`. Replies and
+live output travel back the same way. `marshal` is the whole vocabulary both ways: it holds only
+data (None, bool, int, float, str, bytes, tuple, list, dict, set), the host decodes it with its
+own strict reader, and this process only loads what the host wrote.
+
+Cells run with the executor (`cave_executor`), exactly as in the in-process runtime. Host
+functions and host objects are proxies: a call sends a `call` frame and serves frames until its
+reply comes, so a host function may itself run a cell here (nested calls).
+"""
+
+import builtins
+import codecs
+import marshal
+import os
+import signal
+import sys
+import threading
+
+import cave_executor as executor
+
+_MAX_DEPTH = 512
+_EXACT = frozenset({type(None), bool, int, float, str, bytes})
+_OUTPUT_CHUNK = 1 << 20
+_KERNEL_FILE = sys._getframe().f_code.co_filename
+
+
+class Unsupported(Exception):
+    """A value has no counterpart on the host: its message is the Python type found."""
+
+
+class _State:
+    fd = -1
+    max_frame = 0
+    inbox = bytearray()
+    send_lock = threading.Lock()
+    namespace = {}
+    # Objects a Python file defined, by name: they survive a reset, as in the in-process runtime.
+    owned = {}
+    # The proxy bound for each host object, to tell whether its name still holds it.
+    proxies = {}
+    calls = 0
+    replies = {}
+    # Executions in progress, innermost last (output written to descriptors goes to the last).
+    running = []
+    # A SIGINT that arrived while a frame was half read or written: raised once that is done.
+    pending_interrupt = False
+    protocol_busy = 0
+    marker = b""
+    synced = threading.Event()
+    sync_fd = -1
+
+
+def plain(value):
+    """`value` as exact built-in types that `marshal` writes, converted as the in-process
+    runtime converts: subclasses as their base, records as dicts, enum members by name,
+    integer-likes as ints. Raises `Unsupported` with the type that does not convert."""
+    try:
+        return _plain(value, 0)
+    except RecursionError:
+        raise Unsupported(f"structure nested deeper than {_MAX_DEPTH} levels") from None
+
+
+def _plain(value, depth):
+    # One frame per level (no comprehensions), so that the depth bound, not Python's recursion
+    # limit, is what stops a deep structure.
+    kind = type(value)
+    if kind in _EXACT:
+        return value
+    if depth >= _MAX_DEPTH:
+        raise Unsupported(f"structure nested deeper than {_MAX_DEPTH} levels")
+    if kind is dict or isinstance(value, dict):
+        if kind is dict and all(map(_EXACT.__contains__, map(type, value))) and all(
+            map(_EXACT.__contains__, map(type, value.values()))
+        ):
+            return value
+        out = {}
+        for k, v in value.items():
+            out[_plain(k, depth + 1)] = _plain(v, depth + 1)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        # The common case, checked in C: a container of plain scalars is sent as it is.
+        if kind in (list, tuple, set, frozenset) and all(map(_EXACT.__contains__, map(type, value))):
+            return value
+        items = []
+        for item in value:
+            items.append(_plain(item, depth + 1))
+        if isinstance(value, list):
+            return items
+        if isinstance(value, tuple):
+            return tuple(items)
+        return set(items)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if hasattr(value, "__index__"):
+        try:
+            return int(value.__index__())
+        except Exception:
+            pass
+    converted = executor.to_plain(value)
+    if converted is not value:
+        return _plain(converted, depth + 1)
+    raise Unsupported(type(value).__qualname__)
+
+
+# --- frames ---------------------------------------------------------------------------------
+
+
+class _Busy:
+    """A section that must not be cut by `KeyboardInterrupt` (a frame half read or written)."""
+
+    def __enter__(self):
+        _State.protocol_busy += 1
+
+    def __exit__(self, *exc):
+        _State.protocol_busy -= 1
+        if _State.protocol_busy == 0 and _State.pending_interrupt and _State.running and exc[0] is None:
+            _State.pending_interrupt = False
+            raise KeyboardInterrupt
+
+
+_busy = _Busy()
+
+
+def _on_sigint(_signum, _frame):
+    # Only a running cell is interrupted; between cells the signal is a late one and is dropped.
+    if not _State.running:
+        return
+    if _State.protocol_busy:
+        _State.pending_interrupt = True
+        return
+    raise KeyboardInterrupt
+
+
+class FrameTooLarge(Exception):
+    """A frame would exceed the host's limit."""
+
+
+def _encode(message):
+    body = marshal.dumps(message, 2)
+    if len(body) > _State.max_frame:
+        raise FrameTooLarge(len(body))
+    return len(body).to_bytes(4, "big") + body
+
+
+def send(message):
+    """Sends one frame (from any thread)."""
+    frame = _encode(message)
+    with _busy, _State.send_lock:
+        view = memoryview(frame)
+        while view:
+            written = os.write(_State.fd, view)
+            view = view[written:]
+
+
+def _read_frame():
+    """The next frame from the host. Only the blocking read can be interrupted, and it loses no
+    data: bytes are kept in the inbox until a whole frame is there."""
+    inbox = _State.inbox
+    while True:
+        with _busy:
+            if len(inbox) >= 4:
+                size = int.from_bytes(inbox[:4], "big")
+                if size > _State.max_frame:
+                    os._exit(70)
+                if len(inbox) >= 4 + size:
+                    body = inbox[4 : 4 + size]
+                    del inbox[: 4 + size]
+                    return marshal.loads(body)
+        if _State.pending_interrupt and _State.running:
+            _State.pending_interrupt = False
+            raise KeyboardInterrupt
+        chunk = os.read(_State.fd, 1 << 20)
+        if not chunk:
+            # The host is gone: nothing is left to serve.
+            os._exit(0)
+        inbox += chunk
+
+
+# --- output ---------------------------------------------------------------------------------
+
+
+def _writer(execution):
+    def write(text):
+        for start in range(0, len(text), _OUTPUT_CHUNK):
+            send(("out", execution, text[start : start + _OUTPUT_CHUNK]))
+
+    return write
+
+
+def _pump(read_fd):
+    """Forwards what is written to descriptors 1 and 2 to the running execution (0: none)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    marker = _State.marker
+    held = b""
+    while True:
+        try:
+            data = os.read(read_fd, 65536)
+        except OSError:
+            return
+        if not data:
+            return
+        data = held + data
+        while True:
+            at = data.find(marker)
+            if at < 0:
+                break
+            _forward(decoder.decode(data[:at], final=True))
+            data = data[at + len(marker) :]
+            _State.synced.set()
+        # Keep a tail that may be the start of a marker.
+        keep = 0
+        for size in range(min(len(marker) - 1, len(data)), 0, -1):
+            if marker.startswith(data[-size:]):
+                keep = size
+                break
+        held = data[len(data) - keep :]
+        _forward(decoder.decode(data[: len(data) - keep]))
+
+
+def _forward(text):
+    if not text:
+        return
+    running = _State.running
+    execution = running[-1] if running else 0
+    try:
+        for start in range(0, len(text), _OUTPUT_CHUNK):
+            send(("out", execution, text[start : start + _OUTPUT_CHUNK]))
+    except Exception:
+        pass
+
+
+def _sync_descriptors():
+    """Waits until what the cell wrote to descriptors 1 and 2 has been forwarded."""
+    _State.synced.clear()
+    try:
+        os.write(_State.sync_fd, _State.marker)
+    except OSError:
+        return
+    _State.synced.wait(5)
+
+
+def _capture_descriptors():
+    read_fd, write_fd = os.pipe()
+    os.dup2(write_fd, 1)
+    os.dup2(write_fd, 2)
+    _State.sync_fd = write_fd
+    os.set_inheritable(write_fd, False)
+    os.set_inheritable(read_fd, False)
+    _State.marker = b"\x00cave-sync-" + os.urandom(8).hex().encode() + b"\x00"
+    threading.Thread(target=_pump, args=(read_fd,), name="cave-descriptors", daemon=True).start()
+
+
+# --- host calls -----------------------------------------------------------------------------
+
+
+def host_call(handle, method, bound):
+    """Calls host function or object `handle` with bound arguments `[(name, value), ...]`."""
+    args = []
+    for name, value in bound:
+        try:
+            args.append((name, plain(value)))
+        except Unsupported as error:
+            raise TypeError(
+                f"argument '{name}' is a {error}, which cannot be passed to a host function: "
+                "pass plain data (numbers, str, bytes, list, tuple, dict, set)"
+            ) from None
+    _State.calls += 1
+    call = _State.calls
+    try:
+        send(("call", call, handle, method, args))
+    except FrameTooLarge as error:
+        raise ValueError(
+            f"the arguments are {error.args[0]} bytes once encoded, over the runtime's frame limit of "
+            f"{_State.max_frame} bytes"
+        ) from None
+    ok, payload = _serve(until=call)
+    if ok:
+        return payload
+    python_type, message = payload
+    kind = getattr(builtins, python_type, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        raise kind(message)
+    raise RuntimeError(f"{python_type}: {message}")
+
+
+# --- resources ------------------------------------------------------------------------------
+
+
+def _make(spec, created):
+    """The object of one resource spec, and the names bound beside it when free."""
+    kind, name = spec[0], spec[1]
+    if kind == "value":
+        value, record = spec[2], spec[3]
+        if record is not None and isinstance(value, dict):
+            cls = created.get(record) or _State.namespace.get(record)
+            if cls is not None:
+                return cls(**value), []
+        return value, []
+    if kind == "function":
+        params, doc, is_async, handle = spec[2:6]
+        call = lambda bound, handle=handle: host_call(handle, None, bound)  # noqa: E731
+        return executor.make_function(name, params, doc, is_async, call), []
+    if kind == "source":
+        scope = {}
+        exec(compile(spec[2], f"<cave {name}>", "exec"), _State.namespace, scope)
+        if name not in scope:
+            raise RuntimeError(f"the Python source of function '{name}' does not define '{name}'")
+        function = scope.pop(name)
+        return function, list(scope.items())
+    if kind == "owned":
+        if name not in _State.owned:
+            raise RuntimeError(f"no Python object was loaded for '{name}'")
+        return _State.owned[name], []
+    if kind == "record":
+        return executor.make_record(name, spec[2], spec[3]), []
+    if kind == "enum":
+        return executor.make_enum(name, spec[2], spec[3]), []
+    if kind == "class":
+        return type(name, (), {"__doc__": spec[2]}), []
+    if kind == "object":
+        type_name, doc, methods, handle = spec[2:6]
+        call = lambda method, bound, handle=handle: host_call(handle, method, bound)  # noqa: E731
+        proxy = executor.make_object(type_name, doc, methods, call)
+        return proxy, [(type_name, type(proxy))]
+    raise ValueError(f"unknown resource kind {kind!r}")
+
+
+def _bind(specs, reserved):
+    """Binds a batch: every object is created first; the namespace changes only when all could
+    be. Returns None, or `(name, message)` of the resource that failed."""
+    created = {}
+    made = []
+    for spec in specs:
+        try:
+            obj, extra = _make(spec, created)
+        except BaseException as error:  # a host value or source may raise anything
+            return (spec[1], f"{type(error).__name__}: {error}")
+        created[spec[1]] = obj
+        made.append((spec, obj, extra))
+    ns = _State.namespace
+    for spec, obj, extra in made:
+        for extra_name, extra_obj in extra:
+            if extra_name not in reserved and extra_name not in ns:
+                ns[extra_name] = extra_obj
+        ns[spec[1]] = obj
+        if spec[0] == "object":
+            _State.proxies[spec[1]] = obj
+    return None
+
+
+def _describe_exports(path):
+    """Loads a Python file; keeps its exports and describes them as plain data."""
+    described = []
+    for kind, name, obj, description, details in executor.load_exports(path):
+        _State.owned[name] = obj
+        data = {"doc": details.get("doc")}
+        if kind == "function":
+            data["signature"] = details.get("signature")
+            data["is_async"] = bool(details.get("is_async"))
+        elif kind == "variable":
+            data["type"] = type(obj).__qualname__
+            try:
+                data["value"] = plain(obj)
+            except Unsupported:
+                pass
+        if "fields" in details:
+            fields = []
+            for field, annotation, has_default, default in details["fields"]:
+                entry = [field, annotation, has_default, None, None]
+                if has_default:
+                    try:
+                        entry[3] = plain(default)
+                    except Unsupported:
+                        entry[4] = repr(default)
+                fields.append(tuple(entry))
+            data["fields"] = fields
+        if "members" in details:
+            members = []
+            for member, value in details["members"]:
+                try:
+                    members.append((member, plain(value)))
+                except Unsupported:
+                    members.append((member, None))
+            data["members"] = members
+        if "methods" in details:
+            data["methods"] = details["methods"]
+        described.append((kind, name, description, data))
+    return described
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def _execute(request_id, code, number):
+    write = _writer(request_id)
+    _State.running.append(request_id)
+    try:
+        try:
+            raised = executor.run_cell(code, _State.namespace, f"<cell {number}>", write)
+        except BaseException as error:  # an interrupt that landed in the executor's own frames
+            message = str(error)
+            write(f"{type(error).__name__}: {message}\n")
+            raised = (type(error).__name__, message)
+        _sync_descriptors()
+    finally:
+        _State.running.pop()
+        if not _State.running:
+            _State.pending_interrupt = False
+    send(("done", request_id, raised))
+
+
+def _get(name):
+    if name not in _State.namespace:
+        return ("unbound", None)
+    try:
+        return ("ok", plain(_State.namespace[name]))
+    except Unsupported as error:
+        return ("unsupported", str(error))
+
+
+def _reply(request_id, status, payload):
+    try:
+        send(("reply", request_id, status, payload))
+    except FrameTooLarge as error:
+        send(("reply", request_id, "too_large", error.args[0]))
+
+
+def _handle(message):
+    operation, request_id = message[0], message[1]
+    if operation == "execute":
+        _execute(request_id, message[2], message[3])
+    elif operation == "bind":
+        failed = _bind(message[2], set(message[3]))
+        _reply(request_id, "ok" if failed is None else "failed", failed)
+    elif operation == "get":
+        status, payload = _get(message[2])
+        _reply(request_id, status, payload)
+    elif operation == "bind_unique":
+        prefix, start, value, taken = message[2:6]
+        index = executor.free_name(_State.namespace, prefix, start, set(taken))
+        _State.namespace[f"{prefix}_{index}"] = value
+        _reply(request_id, "ok", index)
+    elif operation == "is_proxy":
+        name = message[2]
+        proxy = _State.proxies.get(name)
+        _reply(request_id, "ok", proxy is not None and _State.namespace.get(name) is proxy)
+    elif operation == "load":
+        try:
+            described = _describe_exports(message[2])
+        except BaseException as error:  # the file's own code may raise anything
+            _reply(request_id, "failed", f"{type(error).__name__}: {error}")
+        else:
+            _reply(request_id, "ok", described)
+    elif operation == "stop":
+        _reply(request_id, "ok", None)
+        os._exit(0)
+    else:
+        _reply(request_id, "failed", f"unknown operation {operation!r}")
+
+
+def _serve(until=None):
+    """Serves requests; with `until`, returns the reply to that host call when it comes."""
+    while True:
+        if until is not None and until in _State.replies:
+            return _State.replies.pop(until)
+        message = _read_frame()
+        if message[0] == "return":
+            if message[1] == until:
+                return message[2], message[3]
+            _State.replies[message[1]] = (message[2], message[3])
+            continue
+        try:
+            _handle(message)
+        except Exception as error:  # a request that failed here must not end the process
+            _reply(message[1], "failed", f"{type(error).__name__}: {error}")
+
+
+def main(fd, max_frame):
+    """Serves the host on descriptor `fd` until it says stop or goes away."""
+    _State.fd = fd
+    _State.max_frame = max_frame
+    os.set_inheritable(fd, False)
+    # The host reads the original stderr for a dying interpreter's last words.
+    diagnostics = os.dup(2)
+    os.set_inheritable(diagnostics, False)
+    try:
+        import faulthandler
+
+        faulthandler.enable(file=os.fdopen(diagnostics, "w", closefd=False))
+    except Exception:
+        pass
+    _capture_descriptors()
+    executor.install()
+    executor.hide_frames_of(_KERNEL_FILE)
+    executor.reset_namespace(_State.namespace)
+    signal.signal(signal.SIGINT, _on_sigint)
+    version = sys.version_info
+    send(("ready", 0, (version[0], version[1], version[2]), os.getpid(), sys.executable))
+    _serve()

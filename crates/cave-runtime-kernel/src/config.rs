@@ -1,0 +1,193 @@
+//! How a kernel runtime starts its child: which Python, its limits, its environment.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// The default frame limit: one message (a value, a cell's source, a chunk of output) in
+/// either direction.
+pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
+
+/// Resource limits applied to the child (`setrlimit`) before it runs Python. `None` leaves
+/// the host's own limit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Limits {
+    /// Address space in bytes (`RLIMIT_AS`): allocation beyond it fails with `MemoryError`.
+    /// Default: none.
+    pub memory: Option<u64>,
+    /// CPU seconds over the child's life (`RLIMIT_CPU`): past it the child is killed.
+    /// Default: none (`max_exec_timeout` bounds a cell).
+    pub cpu_seconds: Option<u64>,
+    /// Open files (`RLIMIT_NOFILE`). Default: 1024.
+    pub open_files: Option<u64>,
+    /// Processes of the child's user (`RLIMIT_NPROC`; the kernel does not apply it to root).
+    /// Default: none.
+    pub processes: Option<u64>,
+    /// Largest file the child may write, in bytes (`RLIMIT_FSIZE`). Default: 4 GiB.
+    pub file_size: Option<u64>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory: None,
+            cpu_seconds: None,
+            open_files: Some(1024),
+            processes: None,
+            file_size: Some(4 << 30),
+        }
+    }
+}
+
+impl Limits {
+    /// No limits beyond the host's own.
+    pub fn none() -> Self {
+        Self {
+            memory: None,
+            cpu_seconds: None,
+            open_files: None,
+            processes: None,
+            file_size: None,
+        }
+    }
+    /// Sets the address-space limit in bytes.
+    pub fn memory(mut self, bytes: u64) -> Self {
+        self.memory = Some(bytes);
+        self
+    }
+    /// Sets the CPU-seconds limit.
+    pub fn cpu_seconds(mut self, seconds: u64) -> Self {
+        self.cpu_seconds = Some(seconds);
+        self
+    }
+    /// Sets the open-files limit.
+    pub fn open_files(mut self, files: u64) -> Self {
+        self.open_files = Some(files);
+        self
+    }
+    /// Sets the process limit.
+    pub fn processes(mut self, processes: u64) -> Self {
+        self.processes = Some(processes);
+        self
+    }
+    /// Sets the file-size limit in bytes.
+    pub fn file_size(mut self, bytes: u64) -> Self {
+        self.file_size = Some(bytes);
+        self
+    }
+}
+
+/// Code run in the child between `fork` and `exec` (after the runtime's own set-up): the seam
+/// for sandbox layers. It must only make async-signal-safe calls.
+pub type PreExec = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
+
+/// Settings of a [`KernelRuntime`](crate::KernelRuntime).
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct KernelConfig {
+    /// The interpreter to run; `None` finds one as the in-process runtime does (`CAVE_PYTHON`,
+    /// `VIRTUAL_ENV`, `python3` on `PATH`). Any Python 3.9 or later.
+    pub python: Option<PathBuf>,
+    /// Keep one started process ready, so that `reset` and crash recovery do not wait for a
+    /// cold start. Default: on.
+    pub spare: bool,
+    /// How long an interrupted cell has to stop before its process is killed. Default: 0.5 s.
+    pub interrupt_grace: Duration,
+    /// How long `stop` waits for the child to exit before killing it. Default: 1 s.
+    pub stop_grace: Duration,
+    /// The largest frame either side may send. Default: [`DEFAULT_MAX_FRAME`].
+    pub max_frame: usize,
+    /// Resource limits for the child.
+    pub limits: Limits,
+    /// Variables added to the child's environment (after the allow-list).
+    pub env: Vec<(String, String)>,
+    /// The child's working directory; `None` is the host's.
+    pub working_dir: Option<PathBuf>,
+    pub(crate) pre_exec: Option<PreExec>,
+}
+
+impl Default for KernelConfig {
+    fn default() -> Self {
+        Self {
+            python: None,
+            spare: true,
+            interrupt_grace: Duration::from_millis(500),
+            stop_grace: Duration::from_secs(1),
+            max_frame: DEFAULT_MAX_FRAME,
+            limits: Limits::default(),
+            env: Vec::new(),
+            working_dir: None,
+            pre_exec: None,
+        }
+    }
+}
+
+impl KernelConfig {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Runs this interpreter.
+    pub fn python(mut self, path: impl Into<PathBuf>) -> Self {
+        self.python = Some(path.into());
+        self
+    }
+    /// Turns the spare process on or off.
+    pub fn spare(mut self, spare: bool) -> Self {
+        self.spare = spare;
+        self
+    }
+    /// Sets the grace an interrupted cell gets before its process is killed.
+    pub fn interrupt_grace(mut self, grace: Duration) -> Self {
+        self.interrupt_grace = grace;
+        self
+    }
+    /// Sets the frame limit in bytes.
+    pub fn max_frame(mut self, bytes: usize) -> Self {
+        self.max_frame = bytes;
+        self
+    }
+    /// Sets the limits.
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+    /// Adds a variable to the child's environment.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
+        self
+    }
+    /// Sets the child's working directory.
+    pub fn working_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.working_dir = Some(dir.into());
+        self
+    }
+    /// Adds code to run in the child between `fork` and `exec`.
+    ///
+    /// # Safety
+    /// `hook` runs in a forked copy of this process where only async-signal-safe calls are
+    /// sound (no allocation, no locks): the contract of
+    /// [`CommandExt::pre_exec`](std::os::unix::process::CommandExt::pre_exec).
+    pub unsafe fn pre_exec(mut self, hook: PreExec) -> Self {
+        self.pre_exec = Some(hook);
+        self
+    }
+}
+
+impl fmt::Debug for KernelConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KernelConfig")
+            .field("python", &self.python)
+            .field("spare", &self.spare)
+            .field("interrupt_grace", &self.interrupt_grace)
+            .field("stop_grace", &self.stop_grace)
+            .field("max_frame", &self.max_frame)
+            .field("limits", &self.limits)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("working_dir", &self.working_dir)
+            .field("pre_exec", &self.pre_exec.is_some())
+            .finish()
+    }
+}

@@ -1,0 +1,64 @@
+//! cave-agent's process-isolated runtime: Python in a child process.
+//!
+//! [`KernelRuntime`] implements the core's `Runtime` on an interpreter it starts as a program
+//! (this crate never links libpython). The child runs the same executor as the in-process
+//! runtime, so a cell gives the same output, echo and traceback on either. What the model's
+//! code does to its process (a segfault, `os._exit`, exhausting memory, ignoring an interrupt)
+//! ends only that process: the execution says what happened, and the next request gets a
+//! fresh one with every registered resource restored.
+//!
+//! ```no_run
+//! use cave_core::{DiscardOutput, Runtime};
+//! use cave_runtime_kernel::KernelRuntime;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = KernelRuntime::new()?;
+//! let execution = runtime.execute("import os; os._exit(3)", &DiscardOutput).await?;
+//! assert!(execution.state_lost);
+//! let execution = runtime.execute("1 + 1", &DiscardOutput).await?;
+//! assert_eq!(execution.output, "2\n");
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+#![warn(unreachable_pub, missing_debug_implementations)]
+
+mod config;
+mod environment;
+mod marshal;
+mod process;
+mod runtime;
+mod spec;
+
+pub use config::{DEFAULT_MAX_FRAME, KernelConfig, Limits, PreExec};
+pub use runtime::{KernelRuntime, PROCESS_DIED};
+
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+/// The kernel runtime could not start or talk to its process.
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum KernelError {
+    /// No interpreter was given and none was found.
+    #[error(
+        "no Python interpreter found: set CAVE_PYTHON, activate a virtualenv, put python3 on PATH, or give KernelConfig::python"
+    )]
+    NoPython,
+    /// The child did not start.
+    #[error("could not start the Python process: {message}")]
+    Start {
+        /// What went wrong.
+        message: String,
+    },
+    /// A message exceeds the frame limit.
+    #[error("{message}")]
+    TooLarge {
+        /// Which message, how large, and the limit.
+        message: String,
+    },
+    /// The process ended before it answered.
+    #[error("the Python process ended before it answered")]
+    Died,
+}

@@ -1,0 +1,768 @@
+//! One child interpreter: starting it, the frames to and from it, and its death.
+
+use crate::KernelError;
+use crate::config::KernelConfig;
+use crate::marshal;
+use cave_core::{Args, HostError, HostFunction, HostObject, Value};
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+
+/// The descriptor the child finds its socket on.
+const CHILD_FD: i32 = 3;
+/// How much of the child's own stderr is kept for a crash report.
+const LAST_WORDS: usize = 4096;
+
+/// Reads the sources frame, loads the executor and the worker as modules, and serves.
+const BOOTSTRAP: &str = "\
+import marshal, os, sys, types
+fd = int(sys.argv[1])
+def read(n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            os._exit(0)
+        data += chunk
+    return bytes(data)
+for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))):
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(source, filename, 'exec'), module.__dict__)
+sys.modules['cave_kernel'].main(fd, int(sys.argv[2]))
+";
+
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What a host call reaches.
+#[derive(Clone)]
+pub(crate) enum Callable {
+    Function(Arc<dyn HostFunction>),
+    Object(Arc<dyn HostObject>),
+}
+
+/// Host functions and objects by the handle the child knows them by.
+pub(crate) type Callables = Arc<Mutex<HashMap<u64, Callable>>>;
+
+/// A reply to a request: its status (`ok`, `unbound`, `failed`, …) and payload.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: String,
+    pub(crate) payload: Value,
+}
+
+/// How an execution ended: the exception it raised, if any.
+pub(crate) type Raised = Option<(String, String)>;
+
+enum Pending {
+    Reply(oneshot::Sender<Reply>),
+    Execution {
+        live: mpsc::UnboundedSender<String>,
+        done: oneshot::Sender<Raised>,
+    },
+}
+
+/// How the child ended.
+#[derive(Clone, Debug)]
+pub(crate) struct Death {
+    /// What happened, for people and for the model.
+    pub(crate) description: String,
+}
+
+struct Shared {
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    /// The host killed it (stop, reset, a cell that ignored its interrupt).
+    killed: AtomicBool,
+    /// Why the host killed it, when it was not a stop.
+    kill_reason: Mutex<Option<String>>,
+    last_words: Mutex<Vec<u8>>,
+    /// The outermost execution in progress (its request id).
+    executing: Mutex<Option<u64>>,
+}
+
+/// A started child.
+pub(crate) struct Process {
+    pid: i32,
+    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    shared: Arc<Shared>,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    max_frame: usize,
+    /// The interpreter's version.
+    pub(crate) version: (u32, u32, u32),
+}
+
+impl std::fmt::Debug for Process {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Process")
+            .field("pid", &self.pid)
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Process {
+    /// Starts an interpreter and waits until it is ready to serve.
+    pub(crate) async fn start(
+        config: &KernelConfig,
+        python: &Path,
+        callables: Callables,
+    ) -> Result<Arc<Process>, KernelError> {
+        let (host, child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
+        let child: OwnedFd = child.into();
+        let mut command = Command::new(python);
+        command
+            .arg("-c")
+            .arg(BOOTSTRAP)
+            .arg(CHILD_FD.to_string())
+            .arg(config.max_frame.to_string())
+            .env_clear()
+            .envs(crate::environment::inherited())
+            .envs(config.env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(dir) = &config.working_dir {
+            command.current_dir(dir);
+        }
+        let limits = rlimits(config);
+        let hook = config.pre_exec.clone();
+        let parent = std::process::id() as libc::pid_t;
+        let fd = child.as_raw_fd();
+        // SAFETY: the closure makes only async-signal-safe calls (setpgid, prctl, getppid,
+        // dup2, fcntl, setrlimit) on values prepared before the fork; the user's hook carries
+        // the same contract (`KernelConfig::pre_exec` is unsafe).
+        unsafe {
+            command.pre_exec(move || {
+                // Its own process group, so that a kill reaches what it started.
+                if libc::setpgid(0, 0) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // It dies with the thread that started it, which lives exactly as long as it.
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::getppid() != parent {
+                    libc::_exit(1);
+                }
+                if fd == CHILD_FD {
+                    let flags = libc::fcntl(fd, libc::F_GETFD);
+                    libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+                } else if libc::dup2(fd, CHILD_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                for &(resource, value) in &limits {
+                    let limit = libc::rlimit {
+                        rlim_cur: value,
+                        rlim_max: value,
+                    };
+                    if libc::setrlimit(resource, &limit) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                match &hook {
+                    Some(hook) => hook(),
+                    None => Ok(()),
+                }
+            });
+        }
+        let (exit_tx, exit) = watch::channel(None);
+        let (started_tx, started) = std::sync::mpsc::channel();
+        // The thread that forks the child waits for it: the child's death signal is tied to
+        // this thread, which therefore ends only after the child.
+        std::thread::Builder::new()
+            .name("cave-kernel-child".to_owned())
+            .spawn(move || match command.spawn() {
+                Ok(mut spawned) => {
+                    drop(child);
+                    let stderr = spawned.stderr.take();
+                    let _ = started_tx.send(Ok((spawned.id(), stderr)));
+                    let status = spawned.wait().ok();
+                    let _ = exit_tx.send(status);
+                }
+                Err(e) => {
+                    let _ = started_tx.send(Err(e));
+                }
+            })
+            .map_err(setup)?;
+        let (pid, stderr) = tokio::task::spawn_blocking(move || started.recv())
+            .await
+            .map_err(|e| KernelError::Start {
+                message: e.to_string(),
+            })?
+            .map_err(|_| KernelError::Start {
+                message: "the thread starting the child ended".to_owned(),
+            })?
+            .map_err(|e| KernelError::Start {
+                message: format!("could not run {}: {e}", python.display()),
+            })?;
+        let pid = pid as i32;
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            killed: AtomicBool::new(false),
+            kill_reason: Mutex::new(None),
+            last_words: Mutex::new(Vec::new()),
+            executing: Mutex::new(None),
+        });
+        if let Some(stderr) = stderr {
+            spawn_last_words(stderr, shared.clone());
+        }
+        host.set_nonblocking(true).map_err(setup)?;
+        let stream = tokio::net::UnixStream::from_std(host).map_err(setup)?;
+        let (read, mut write) = stream.into_split();
+        let (outgoing, mut frames) = mpsc::unbounded_channel::<Vec<u8>>();
+        tokio::spawn(async move {
+            while let Some(frame) = frames.recv().await {
+                let length = (frame.len() as u32).to_be_bytes();
+                if write.write_all(&length).await.is_err() || write.write_all(&frame).await.is_err()
+                {
+                    break;
+                }
+            }
+        });
+        let mut process = Process {
+            pid,
+            outgoing,
+            shared,
+            exit,
+            max_frame: config.max_frame,
+            version: (0, 0, 0),
+        };
+        let sources = Value::List(vec![
+            Value::Tuple(vec![
+                cave_python::EXECUTOR_MODULE.into(),
+                cave_python::EXECUTOR_FILE.into(),
+                cave_python::EXECUTOR.into(),
+            ]),
+            Value::Tuple(vec![
+                cave_python::KERNEL_MODULE.into(),
+                cave_python::KERNEL_FILE.into(),
+                cave_python::KERNEL.into(),
+            ]),
+        ]);
+        process.send(&sources).map_err(|e| KernelError::Start {
+            message: e.to_string(),
+        })?;
+        let mut reader = FramedRead::new(
+            read,
+            LengthDelimitedCodec::builder()
+                .max_frame_length(config.max_frame)
+                .new_codec(),
+        );
+        let ready = match reader.next().await {
+            Some(Ok(frame)) => marshal::decode(&frame).ok().map(|(value, _)| value),
+            _ => None,
+        };
+        let version = ready.as_ref().and_then(|ready| match ready {
+            Value::Tuple(items) if items.first().and_then(Value::as_str) == Some("ready") => {
+                match items.get(2) {
+                    Some(Value::Tuple(v)) => {
+                        let part = |i: usize| match v.get(i) {
+                            Some(Value::Int(n)) => u32::try_from(*n).ok(),
+                            _ => None,
+                        };
+                        Some((part(0)?, part(1)?, part(2)?))
+                    }
+                    _ => None,
+                }
+            }
+            _ => None,
+        });
+        let Some(version) = version else {
+            process.kill(None);
+            let status = process.wait().await;
+            let words = process.last_words();
+            return Err(KernelError::Start {
+                message: format!(
+                    "{} did not start the worker ({}){}",
+                    python.display(),
+                    describe_status(status),
+                    if words.is_empty() {
+                        String::new()
+                    } else {
+                        format!(": {words}")
+                    }
+                ),
+            });
+        };
+        process.version = version;
+        if version < (3, 9, 0) {
+            process.kill(None);
+            return Err(KernelError::Start {
+                message: format!(
+                    "{} is Python {}.{}; the kernel runtime needs Python 3.9 or later",
+                    python.display(),
+                    version.0,
+                    version.1
+                ),
+            });
+        }
+        let process = Arc::new(process);
+        tokio::spawn(serve(
+            reader,
+            Arc::downgrade(&process),
+            process.shared.clone(),
+            process.outgoing.clone(),
+            callables,
+            config.max_frame,
+        ));
+        Ok(process)
+    }
+
+    /// The child's process id.
+    pub(crate) fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// Sends one message.
+    fn send(&self, message: &Value) -> Result<(), KernelError> {
+        let mut body = Vec::new();
+        marshal::encode(message, &mut body).map_err(|e| KernelError::TooLarge {
+            message: e.to_string(),
+        })?;
+        if body.len() > self.max_frame {
+            return Err(KernelError::TooLarge {
+                message: format!(
+                    "the message is {} bytes once encoded, over the frame limit of {} bytes (KernelConfig::max_frame)",
+                    body.len(),
+                    self.max_frame
+                ),
+            });
+        }
+        self.outgoing.send(body).map_err(|_| KernelError::Died)
+    }
+
+    fn next_id(&self) -> u64 {
+        self.shared.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends a request and waits for its reply.
+    pub(crate) async fn request(
+        &self,
+        operation: &str,
+        args: Vec<Value>,
+    ) -> Result<Reply, KernelError> {
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        lock(&self.shared.pending).insert(id, Pending::Reply(tx));
+        let mut message = vec![Value::Str(operation.to_owned()), Value::Int(id.into())];
+        message.extend(args);
+        if let Err(e) = self.send(&Value::Tuple(message)) {
+            lock(&self.shared.pending).remove(&id);
+            return Err(e);
+        }
+        rx.await.map_err(|_| KernelError::Died)
+    }
+
+    /// Runs a cell: live output goes to `live`; resolves to the exception it raised, or to
+    /// `Died` when the process ended first.
+    pub(crate) fn execute(
+        &self,
+        code: &str,
+        number: u64,
+        live: mpsc::UnboundedSender<String>,
+    ) -> Result<oneshot::Receiver<Raised>, KernelError> {
+        let id = self.next_id();
+        let (done, rx) = oneshot::channel();
+        lock(&self.shared.pending).insert(id, Pending::Execution { live, done });
+        lock(&self.shared.executing).get_or_insert(id);
+        let message = Value::Tuple(vec![
+            "execute".into(),
+            Value::Int(id.into()),
+            code.into(),
+            Value::Int(number.into()),
+        ]);
+        if let Err(e) = self.send(&message) {
+            lock(&self.shared.pending).remove(&id);
+            let mut executing = lock(&self.shared.executing);
+            if *executing == Some(id) {
+                *executing = None;
+            }
+            return Err(e);
+        }
+        Ok(rx)
+    }
+
+    /// The outermost execution in progress, if any.
+    pub(crate) fn executing(&self) -> Option<u64> {
+        *lock(&self.shared.executing)
+    }
+
+    /// Returns true if and only if the child has not exited.
+    pub(crate) fn alive(&self) -> bool {
+        self.exit.borrow().is_none() && !self.outgoing.is_closed()
+    }
+
+    /// Sends `SIGINT` to the child.
+    pub(crate) fn interrupt(&self) {
+        // SAFETY: kill with a pid this runtime started; a stale pid is reaped only by our
+        // waiter thread, after which `alive` is false and this is not called.
+        unsafe {
+            libc::kill(self.pid, libc::SIGINT);
+        }
+    }
+
+    /// Kills the child and everything in its process group. `reason` is what a running
+    /// execution is told; `None` for a deliberate stop.
+    pub(crate) fn kill(&self, reason: Option<String>) {
+        if let Some(reason) = reason {
+            lock(&self.shared.kill_reason).get_or_insert(reason);
+        }
+        self.shared.killed.store(true, Ordering::SeqCst);
+        if self.exit.borrow().is_none() {
+            // SAFETY: signals to our child's process group and to the child itself.
+            unsafe {
+                libc::kill(-self.pid, libc::SIGKILL);
+                libc::kill(self.pid, libc::SIGKILL);
+            }
+        }
+    }
+
+    /// Asks the child to exit, then kills it after `grace`.
+    pub(crate) async fn stop(&self, grace: std::time::Duration) {
+        if self.alive() {
+            let stop = self.request("stop", Vec::new());
+            let _ = tokio::time::timeout(grace, stop).await;
+            let mut exit = self.exit.clone();
+            let exited = tokio::time::timeout(grace, exit.wait_for(Option::is_some)).await;
+            if exited.is_err() {
+                self.kill(None);
+            }
+        }
+        self.shared.killed.store(true, Ordering::SeqCst);
+        // The group may still hold what a cell started.
+        // SAFETY: signals to our child's process group.
+        unsafe {
+            libc::kill(-self.pid, libc::SIGKILL);
+        }
+        self.wait().await;
+    }
+
+    /// Waits for the child to exit.
+    pub(crate) async fn wait(&self) -> Option<ExitStatus> {
+        let mut exit = self.exit.clone();
+        let status = exit.wait_for(Option::is_some).await.ok()?;
+        *status
+    }
+
+    /// What the child wrote to its own stderr last (a fatal error, a faulthandler dump).
+    fn last_words(&self) -> String {
+        let words = lock(&self.shared.last_words);
+        String::from_utf8_lossy(&words).trim().to_owned()
+    }
+
+    /// How the process ended, once it has: a description for the execution that was running.
+    pub(crate) async fn death(&self) -> Death {
+        let status = self.wait().await;
+        let killed = self.shared.killed.load(Ordering::SeqCst);
+        let reason = lock(&self.shared.kill_reason).clone();
+        let description = match (reason, killed) {
+            (Some(reason), _) => reason,
+            (None, true) => "the Python process was stopped".to_owned(),
+            (None, false) => {
+                let mut text = format!("the Python process {}", describe_status(status));
+                let words = self.last_words();
+                if !words.is_empty() {
+                    let tail: String = words
+                        .lines()
+                        .rev()
+                        .take(6)
+                        .collect::<Vec<_>>()
+                        .into_iter()
+                        .rev()
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    text.push_str(&format!("; its last output:\n{tail}"));
+                }
+                text
+            }
+        };
+        Death { description }
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        self.kill(None);
+    }
+}
+
+/// How an exit status reads: "was killed by SIGSEGV (signal 11)", "exited with status 3".
+pub(crate) fn describe_status(status: Option<ExitStatus>) -> String {
+    match status {
+        Some(status) => match (status.code(), status.signal()) {
+            (Some(code), _) => format!("exited with status {code}"),
+            (None, Some(signal)) => {
+                format!("was killed by {} (signal {signal})", signal_name(signal))
+            }
+            _ => "ended".to_owned(),
+        },
+        None => "ended".to_owned(),
+    }
+}
+
+fn signal_name(signal: i32) -> &'static str {
+    match signal {
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGKILL => "SIGKILL",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGBUS => "SIGBUS",
+        libc::SIGFPE => "SIGFPE",
+        libc::SIGILL => "SIGILL",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGINT => "SIGINT",
+        libc::SIGXCPU => "SIGXCPU (its CPU time limit)",
+        libc::SIGXFSZ => "SIGXFSZ (its file size limit)",
+        libc::SIGPIPE => "SIGPIPE",
+        _ => "a signal",
+    }
+}
+
+fn setup(e: std::io::Error) -> KernelError {
+    KernelError::Start {
+        message: e.to_string(),
+    }
+}
+
+fn rlimits(config: &KernelConfig) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
+    let limits = &config.limits;
+    [
+        (libc::RLIMIT_AS, limits.memory),
+        (libc::RLIMIT_CPU, limits.cpu_seconds),
+        (libc::RLIMIT_NOFILE, limits.open_files),
+        (libc::RLIMIT_NPROC, limits.processes),
+        (libc::RLIMIT_FSIZE, limits.file_size),
+    ]
+    .into_iter()
+    .filter_map(|(resource, value)| value.map(|v| (resource, v as libc::rlim_t)))
+    .collect()
+}
+
+/// Keeps the tail of what the child writes to its own stderr.
+fn spawn_last_words(stderr: std::process::ChildStderr, shared: Arc<Shared>) {
+    let fd: OwnedFd = stderr.into();
+    let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
+        return;
+    };
+    tokio::spawn(async move {
+        let mut buffer = vec![0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buffer).await {
+            if n == 0 {
+                break;
+            }
+            let mut words = lock(&shared.last_words);
+            words.extend_from_slice(&buffer[..n]);
+            if words.len() > LAST_WORDS {
+                let cut = words.len() - LAST_WORDS;
+                words.drain(..cut);
+            }
+        }
+    });
+}
+
+/// Reads the child's frames until it ends: replies, output, and host calls.
+async fn serve(
+    mut reader: FramedRead<tokio::net::unix::OwnedReadHalf, LengthDelimitedCodec>,
+    process: std::sync::Weak<Process>,
+    shared: Arc<Shared>,
+    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    callables: Callables,
+    max_frame: usize,
+) {
+    while let Some(frame) = reader.next().await {
+        let decoded = frame
+            .map_err(|e| e.to_string())
+            .and_then(|f| marshal::decode(&f).map_err(|e| e.to_string()));
+        let (message, unsupported) = match decoded {
+            Ok((Value::Tuple(items), unsupported)) => (items, unsupported),
+            Ok(_) => {
+                protocol_violation(&process, "a frame that is not a message".to_owned());
+                break;
+            }
+            Err(e) => {
+                protocol_violation(&process, e);
+                break;
+            }
+        };
+        let mut items = message.into_iter();
+        let kind = items.next();
+        let id = match items.next() {
+            Some(Value::Int(id)) => u64::try_from(id).unwrap_or(0),
+            _ => 0,
+        };
+        match kind.as_ref().and_then(Value::as_str) {
+            Some("out") => {
+                let text = match items.next() {
+                    Some(Value::Str(text)) => text,
+                    _ => continue,
+                };
+                let pending = lock(&shared.pending);
+                match pending.get(&id) {
+                    Some(Pending::Execution { live, .. }) => {
+                        let _ = live.send(text);
+                    }
+                    _ => {
+                        drop(pending);
+                        // Written outside any execution (a thread or subprocess a cell left
+                        // behind): the host's stderr, never its stdout.
+                        use std::io::Write;
+                        let _ = std::io::stderr().write_all(text.as_bytes());
+                    }
+                }
+            }
+            Some("done") => {
+                let raised = match items.next() {
+                    Some(Value::Tuple(pair)) => match <[Value; 2]>::try_from(pair) {
+                        Ok([Value::Str(t), Value::Str(m)]) => Some((t, m)),
+                        _ => Some(("BaseException".to_owned(), String::new())),
+                    },
+                    _ => None,
+                };
+                {
+                    let mut executing = lock(&shared.executing);
+                    if *executing == Some(id) {
+                        *executing = None;
+                    }
+                }
+                if let Some(Pending::Execution { done, .. }) = lock(&shared.pending).remove(&id) {
+                    let _ = done.send(raised);
+                }
+            }
+            Some("reply") => {
+                let status = match items.next() {
+                    Some(Value::Str(status)) => status,
+                    _ => continue,
+                };
+                let payload = items.next().unwrap_or_default();
+                // A value the host cannot hold (an int beyond 128 bits) is a refusal of the
+                // value, not of the process.
+                let reply = match unsupported.clone() {
+                    Some(what) if status == "ok" => Reply {
+                        status: "unsupported".to_owned(),
+                        payload: Value::Str(what),
+                    },
+                    _ => Reply { status, payload },
+                };
+                if let Some(Pending::Reply(tx)) = lock(&shared.pending).remove(&id) {
+                    let _ = tx.send(reply);
+                }
+            }
+            Some("call") => {
+                let handle = match items.next() {
+                    Some(Value::Int(h)) => u64::try_from(h).unwrap_or(u64::MAX),
+                    _ => u64::MAX,
+                };
+                let method = match items.next() {
+                    Some(Value::Str(m)) => Some(m),
+                    _ => None,
+                };
+                let args = match items.next() {
+                    Some(Value::List(args)) => args,
+                    _ => Vec::new(),
+                };
+                let callable = lock(&callables).get(&handle).cloned();
+                let outgoing = outgoing.clone();
+                let unsupported = unsupported.clone();
+                tokio::spawn(async move {
+                    let result = match unsupported {
+                        Some(what) => Err(HostError::new(
+                            "TypeError",
+                            format!(
+                                "an argument holds a {what}, which cannot be passed to a host function"
+                            ),
+                        )),
+                        None => host_call(callable, method, args).await,
+                    };
+                    let (ok, payload) = match result {
+                        Ok(value) => (true, value),
+                        Err(e) => (
+                            false,
+                            Value::Tuple(vec![e.python_type.into(), e.message.into()]),
+                        ),
+                    };
+                    let reply = |ok: bool, payload: Value| {
+                        Value::Tuple(vec![
+                            "return".into(),
+                            Value::Int(id.into()),
+                            Value::Bool(ok),
+                            payload,
+                        ])
+                    };
+                    let mut body = Vec::new();
+                    let encoded = marshal::encode(&reply(ok, payload), &mut body);
+                    if encoded.is_err() || body.len() > max_frame {
+                        let message = match encoded {
+                            Err(e) => e.to_string(),
+                            Ok(()) => format!(
+                                "the host's result is {} bytes once encoded, over the runtime's frame limit of {max_frame} bytes",
+                                body.len()
+                            ),
+                        };
+                        body.clear();
+                        let _ = marshal::encode(
+                            &reply(
+                                false,
+                                Value::Tuple(vec!["ValueError".into(), message.into()]),
+                            ),
+                            &mut body,
+                        );
+                    }
+                    let _ = outgoing.send(body);
+                });
+            }
+            _ => {
+                protocol_violation(&process, format!("an unknown message {kind:?}"));
+                break;
+            }
+        }
+    }
+    // The child is gone (or broke the protocol): nobody will answer what is pending.
+    lock(&shared.pending).clear();
+}
+
+fn protocol_violation(process: &std::sync::Weak<Process>, what: String) {
+    tracing::error!(%what, "the kernel child broke the protocol; killing it");
+    if let Some(process) = process.upgrade() {
+        process.kill(Some(format!(
+            "the Python process broke the runtime's protocol ({what}) and was killed"
+        )));
+    }
+}
+
+async fn host_call(
+    callable: Option<Callable>,
+    method: Option<String>,
+    args: Vec<Value>,
+) -> Result<Value, HostError> {
+    let mut values = Vec::with_capacity(args.len());
+    for arg in args {
+        match arg {
+            Value::Tuple(pair) => match <[Value; 2]>::try_from(pair) {
+                Ok([Value::Str(name), value]) => values.push((name, value)),
+                _ => return Err(HostError::new("TypeError", "malformed arguments")),
+            },
+            _ => return Err(HostError::new("TypeError", "malformed arguments")),
+        }
+    }
+    let args = Args::new(values);
+    match (callable, method) {
+        (Some(Callable::Function(f)), None) => f.call(args).await,
+        (Some(Callable::Object(o)), Some(method)) => o.call(&method, args).await,
+        _ => Err(HostError::new(
+            "RuntimeError",
+            "this host function or object is no longer registered",
+        )),
+    }
+}

@@ -1,0 +1,757 @@
+//! `KernelRuntime`: the `Runtime` seam on a child interpreter.
+
+use crate::KernelError;
+use crate::config::KernelConfig;
+use crate::process::{Callables, Process, lock};
+use crate::spec;
+use async_trait::async_trait;
+use cave_core::{
+    Description, Entry, Execution, ExecutionError, FunctionBody, HostObject, Interrupt,
+    Interruption, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Value,
+    normalize_name,
+};
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+/// The exception type an execution reports when its process died under it.
+pub const PROCESS_DIED: &str = "ProcessDied";
+
+/// A [`Runtime`] on a Python interpreter in a child process.
+///
+/// The model's code cannot take the host down: a segfault, `os._exit`, an out-of-memory kill
+/// or a cell that ignores its interrupt ends the child, the execution reports what happened
+/// (with `state_lost`), and the next request gets a fresh process with every registered
+/// resource restored. Host functions and host objects stay in the host: the child holds
+/// proxies whose calls travel back over the runtime's socket, so an object keeps its identity
+/// and the host sees its new state. Values cross as data (Python's `marshal` format, read by a
+/// strict decoder; nothing that could run code is ever loaded).
+///
+/// The process starts on the first request that needs it ([`start`](Self::start) pays up
+/// front); a spare one is kept ready so that [`reset`](Runtime::reset) and crash recovery do
+/// not wait for a cold start.
+#[derive(Clone)]
+pub struct KernelRuntime {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: KernelConfig,
+    python: PathBuf,
+    registry: Mutex<Registry>,
+    callables: Callables,
+    /// The handle of each host function and host object, by name.
+    handles: Mutex<HashMap<String, u64>>,
+    next_handle: AtomicU64,
+    /// Names whose objects the child loaded from a Python file.
+    owned: Mutex<HashSet<String>>,
+    /// Python files registered, in order: loaded again in a fresh process.
+    files: Mutex<Vec<String>>,
+    current: tokio::sync::Mutex<Option<Arc<Process>>>,
+    spare: Mutex<Spare>,
+    executions: AtomicU64,
+    last_index: Mutex<HashMap<String, u64>>,
+    /// A process died outside an execution: the next execution says state was lost.
+    unreported_loss: AtomicBool,
+    interrupt: Arc<CellInterrupt>,
+}
+
+#[derive(Default)]
+enum Spare {
+    #[default]
+    None,
+    Starting,
+    Ready(Arc<Process>),
+}
+
+impl KernelRuntime {
+    /// A runtime with the default settings. Nothing starts until the first request.
+    pub fn new() -> Result<Self, KernelError> {
+        Self::with_config(KernelConfig::default())
+    }
+
+    /// A runtime with these settings.
+    pub fn with_config(config: KernelConfig) -> Result<Self, KernelError> {
+        let python = match &config.python {
+            Some(path) => path.clone(),
+            None => cave_python::find_interpreter()
+                .map(|i| i.executable)
+                .ok_or(KernelError::NoPython)?,
+        };
+        let interrupt = Arc::new(CellInterrupt {
+            process: Mutex::new(Weak::new()),
+            grace: config.interrupt_grace,
+        });
+        Ok(Self {
+            inner: Arc::new(Inner {
+                config,
+                python,
+                registry: Mutex::new(Registry::new()),
+                callables: Arc::new(Mutex::new(HashMap::new())),
+                handles: Mutex::new(HashMap::new()),
+                next_handle: AtomicU64::new(1),
+                owned: Mutex::new(HashSet::new()),
+                files: Mutex::new(Vec::new()),
+                current: tokio::sync::Mutex::new(None),
+                spare: Mutex::new(Spare::None),
+                executions: AtomicU64::new(0),
+                last_index: Mutex::new(HashMap::new()),
+                unreported_loss: AtomicBool::new(false),
+                interrupt,
+            }),
+        })
+    }
+
+    /// A runtime with these resources registered.
+    pub async fn with_resources(resources: Resources) -> Result<Self, KernelError> {
+        let runtime = Self::new()?;
+        runtime
+            .register(resources)
+            .await
+            .map_err(|e| KernelError::Start {
+                message: e.to_string(),
+            })?;
+        Ok(runtime)
+    }
+
+    /// Starts the process now (and binds what is registered) instead of on the first request.
+    pub async fn start(&self) -> Result<(), RuntimeError> {
+        self.inner.process().await.map(drop)
+    }
+
+    /// Ends the process (and the spare): asked to exit, killed after the stop grace. Calling it
+    /// again does nothing; a later request starts a fresh process with the registered
+    /// resources restored.
+    pub async fn stop(&self) {
+        let current = self.inner.current.lock().await.take();
+        let spare = std::mem::take(&mut *lock(&self.inner.spare));
+        if let Spare::Ready(spare) = spare {
+            spare.kill(None);
+        }
+        if let Some(process) = current {
+            process.stop(self.inner.config.stop_grace).await;
+        }
+    }
+
+    /// The process id of the running child, if one is running.
+    pub async fn pid(&self) -> Option<u32> {
+        let current = self.inner.current.lock().await;
+        current
+            .as_ref()
+            .filter(|p| p.alive())
+            .map(|p| p.pid() as u32)
+    }
+
+    /// The process id of the spare child, if one is ready.
+    pub fn spare_pid(&self) -> Option<u32> {
+        match &*lock(&self.inner.spare) {
+            Spare::Ready(p) if p.alive() => Some(p.pid() as u32),
+            _ => None,
+        }
+    }
+
+    /// The version of the running interpreter (`(3, 11, 7)`), once started.
+    pub async fn python_version(&self) -> Option<(u32, u32, u32)> {
+        self.inner.current.lock().await.as_ref().map(|p| p.version)
+    }
+
+    /// The interpreter this runtime runs.
+    pub fn python(&self) -> &std::path::Path {
+        &self.inner.python
+    }
+
+    /// Registers what a Python file exports, loaded in the child: its `__exports__` list
+    /// (with `Function`, `Variable` and `Type` from `cave_agent.runtime`), or else its public
+    /// top-level functions and classes. As in the in-process runtime, classes an export needs
+    /// are bound hidden. The file is loaded again in every fresh process. Returns the names.
+    pub async fn register_python_file(
+        &self,
+        path: impl AsRef<std::path::Path>,
+    ) -> Result<Vec<String>, RuntimeError> {
+        let path = path.as_ref().to_string_lossy().into_owned();
+        let process = self.inner.process().await?;
+        let reply = process
+            .request("load", vec![Value::Str(path.clone())])
+            .await
+            .map_err(|e| died("register_python_file", e))?;
+        if reply.status != "ok" {
+            return Err(RuntimeError::InvalidResource {
+                name: path,
+                problem: reply.payload.as_str().unwrap_or("it failed").to_owned(),
+            });
+        }
+        let resources = spec::exports_to_resources(&reply.payload, &lock(&self.inner.registry));
+        let entries = lock(&self.inner.registry).claim(resources)?;
+        lock(&self.inner.owned).extend(entries.iter().map(|e| e.name.clone()));
+        self.inner.bind_claimed(&process, &entries).await?;
+        lock(&self.inner.files).push(path);
+        Ok(entries.into_iter().map(|e| e.name).collect())
+    }
+
+    /// The host object registered as `name`, as its concrete type: the same `Arc` that was
+    /// registered, with whatever state the model's calls left it in.
+    pub async fn retrieve_object<T: HostObject>(&self, name: &str) -> Result<Arc<T>, RuntimeError> {
+        let object = lock(&self.inner.registry)
+            .object(name)
+            .map(|o| o.object.clone())
+            .ok_or_else(|| RuntimeError::NotAnObject {
+                name: name.to_owned(),
+                expected: std::any::type_name::<T>(),
+            })?;
+        let running = self.inner.running().await;
+        if let Some(process) = running {
+            let reply = process
+                .request("is_proxy", vec![Value::Str(normalize_name(name))])
+                .await
+                .map_err(|e| died("retrieve_object", e))?;
+            if reply.payload != Value::Bool(true) {
+                return Err(RuntimeError::Unbound {
+                    name: name.to_owned(),
+                });
+            }
+        }
+        cave_core::downcast_object::<T>(name, object)
+    }
+}
+
+impl std::fmt::Debug for KernelRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelRuntime")
+            .field("python", &self.inner.python)
+            .field("executions", &self.inner.executions.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+fn died(operation: &'static str, error: KernelError) -> RuntimeError {
+    RuntimeError::Backend {
+        operation,
+        message: error.to_string(),
+    }
+}
+
+fn reserved(registry: &Registry) -> Value {
+    Value::List(
+        registry
+            .entries()
+            .iter()
+            .map(|e| Value::Str(e.name.clone()))
+            .collect(),
+    )
+}
+
+/// Whether binding `resources` can fail in Python (so a batch is bound at once, in a started
+/// process, rather than when the process starts).
+fn needs_python(resources: &Resources) -> bool {
+    resources.items().iter().any(|r| match r {
+        Resource::Function(f) => matches!(f.body, FunctionBody::Python(_)),
+        Resource::Type(_) => true,
+        Resource::Variable(v) => v.type_name.is_some(),
+        _ => false,
+    })
+}
+
+impl Inner {
+    /// The running process, if there is one (never starts one).
+    async fn running(&self) -> Option<Arc<Process>> {
+        self.current.lock().await.clone().filter(|p| p.alive())
+    }
+
+    /// The running process, started (or replaced, after a death) when needed, with every
+    /// registered resource bound.
+    async fn process(self: &Arc<Self>) -> Result<Arc<Process>, RuntimeError> {
+        let mut current = self.current.lock().await;
+        if let Some(process) = current.as_ref().filter(|p| p.alive()) {
+            return Ok(process.clone());
+        }
+        if current.take().is_some() {
+            self.unreported_loss.store(true, Ordering::SeqCst);
+        }
+        let process = self.fresh().await?;
+        let failure = self.restore(&process).await;
+        *current = Some(process.clone());
+        drop(current);
+        self.ensure_spare();
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(process),
+        }
+    }
+
+    /// A started process with nothing bound: the spare when it is ready.
+    async fn fresh(self: &Arc<Self>) -> Result<Arc<Process>, RuntimeError> {
+        let spare = std::mem::take(&mut *lock(&self.spare));
+        match spare {
+            Spare::Ready(process) if process.alive() => return Ok(process),
+            Spare::Starting => *lock(&self.spare) = Spare::Starting,
+            _ => {}
+        }
+        Process::start(&self.config, &self.python, self.callables.clone())
+            .await
+            .map_err(|e| RuntimeError::Backend {
+                operation: "start",
+                message: e.to_string(),
+            })
+    }
+
+    /// Starts a spare process in the background, if wanted and none is there.
+    fn ensure_spare(self: &Arc<Self>) {
+        if !self.config.spare {
+            return;
+        }
+        {
+            let mut spare = lock(&self.spare);
+            match &*spare {
+                Spare::Starting => return,
+                Spare::Ready(p) if p.alive() => return,
+                _ => *spare = Spare::Starting,
+            }
+        }
+        let inner = Arc::downgrade(self);
+        let config = self.config.clone();
+        let python = self.python.clone();
+        let callables = self.callables.clone();
+        tokio::spawn(async move {
+            let started = Process::start(&config, &python, callables).await;
+            let Some(inner) = Weak::upgrade(&inner) else {
+                return;
+            };
+            let mut spare = lock(&inner.spare);
+            match started {
+                Ok(process) if matches!(*spare, Spare::Starting) => {
+                    *spare = Spare::Ready(process);
+                }
+                Ok(process) => process.kill(None),
+                Err(error) => {
+                    tracing::warn!(%error, "the spare Python process did not start");
+                    *spare = Spare::None;
+                }
+            }
+        });
+    }
+
+    /// Loads the registered files and binds every registered entry in a fresh process. An
+    /// entry that cannot be bound is unregistered (the others stay bound) and reported.
+    async fn restore(&self, process: &Arc<Process>) -> Option<RuntimeError> {
+        let files = lock(&self.files).clone();
+        for file in files {
+            match process
+                .request("load", vec![Value::Str(file.clone())])
+                .await
+            {
+                Ok(reply) if reply.status == "ok" => {}
+                Ok(reply) => {
+                    tracing::error!(%file, problem = ?reply.payload, "a Python file could not be loaded again");
+                }
+                Err(e) => return Some(died("restore", e)),
+            }
+        }
+        let entries = lock(&self.registry).entries().to_vec();
+        let mut failure = None;
+        for entry in entries {
+            if let Err(error) = self.bind(process, std::slice::from_ref(&entry)).await {
+                tracing::error!(name = %entry.name, %error, "a registered resource could not be restored");
+                lock(&self.registry).remove(&entry.name);
+                self.forget(&entry.name);
+                failure.get_or_insert(RuntimeError::InvalidResource {
+                    name: entry.name.clone(),
+                    problem: format!(
+                        "could not be restored in a fresh process ({error}), so it was unregistered"
+                    ),
+                });
+            }
+        }
+        failure
+    }
+
+    /// Binds entries in the process as one step; `Err` names the one that failed.
+    async fn bind(&self, process: &Process, entries: &[Entry]) -> Result<(), RuntimeError> {
+        let (specs, reserved) = {
+            let registry = lock(&self.registry);
+            let owned = lock(&self.owned);
+            let mut specs = Vec::with_capacity(entries.len());
+            for entry in entries {
+                let handle = self.handle(&entry.name);
+                let (spec, callable) =
+                    spec::spec(entry, &registry, handle, owned.contains(&entry.name))?;
+                if let Some(callable) = callable {
+                    lock(&self.callables).insert(handle, callable);
+                }
+                specs.push(spec);
+            }
+            (specs, reserved(&registry))
+        };
+        let reply = process
+            .request("bind", vec![Value::List(specs), reserved])
+            .await
+            .map_err(|e| match e {
+                KernelError::TooLarge { message } => RuntimeError::InvalidResource {
+                    name: entries.first().map(|e| e.name.clone()).unwrap_or_default(),
+                    problem: message,
+                },
+                e => died("register", e),
+            })?;
+        match (reply.status.as_str(), reply.payload) {
+            ("ok", _) => Ok(()),
+            (_, Value::Tuple(pair)) if pair.len() == 2 => Err(RuntimeError::InvalidResource {
+                name: pair[0].as_str().unwrap_or_default().to_owned(),
+                problem: format!(
+                    "could not be created in Python ({})",
+                    pair[1].as_str().unwrap_or_default()
+                ),
+            }),
+            (status, payload) => Err(RuntimeError::Backend {
+                operation: "register",
+                message: format!("the worker answered {status}: {payload}"),
+            }),
+        }
+    }
+
+    /// Binds a claimed batch; on failure, unclaims all of it.
+    async fn bind_claimed(&self, process: &Process, entries: &[Entry]) -> Result<(), RuntimeError> {
+        match self.bind(process, entries).await {
+            Ok(()) => Ok(()),
+            Err(error) => {
+                {
+                    let mut registry = lock(&self.registry);
+                    for entry in entries {
+                        registry.remove(&entry.name);
+                    }
+                }
+                for entry in entries {
+                    self.forget(&entry.name);
+                }
+                Err(match error {
+                    RuntimeError::InvalidResource { name, problem } => {
+                        RuntimeError::InvalidResource {
+                            name,
+                            problem: format!("{problem}; nothing of its batch was registered"),
+                        }
+                    }
+                    other => other,
+                })
+            }
+        }
+    }
+
+    fn handle(&self, name: &str) -> u64 {
+        *lock(&self.handles)
+            .entry(name.to_owned())
+            .or_insert_with(|| self.next_handle.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn forget(&self, name: &str) {
+        if let Some(handle) = lock(&self.handles).remove(name) {
+            lock(&self.callables).remove(&handle);
+        }
+        lock(&self.owned).remove(name);
+    }
+
+    async fn request(
+        self: &Arc<Self>,
+        operation: &'static str,
+        args: Vec<Value>,
+    ) -> Result<crate::process::Reply, RuntimeError> {
+        let process = self.process().await?;
+        process
+            .request(operation, args)
+            .await
+            .map_err(|e| died(operation, e))
+    }
+}
+
+#[async_trait]
+impl Runtime for KernelRuntime {
+    async fn execute(
+        &self,
+        code: &str,
+        output: &dyn OutputSink,
+    ) -> Result<Execution, RuntimeError> {
+        let process = self.inner.process().await?;
+        let number = self.inner.executions.fetch_add(1, Ordering::SeqCst) + 1;
+        let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let done = process
+            .execute(code, number, live)
+            .map_err(|e| died("execute", e))?;
+        self.inner.interrupt.begin(&process);
+        let mut text = String::new();
+        tokio::pin!(done);
+        let raised = loop {
+            tokio::select! {
+                raised = &mut done => break raised,
+                Some(chunk) = chunks.recv() => {
+                    output.write(&chunk);
+                    text.push_str(&chunk);
+                }
+            }
+        };
+        while let Ok(chunk) = chunks.try_recv() {
+            output.write(&chunk);
+            text.push_str(&chunk);
+        }
+        let mut execution = match raised {
+            Ok(None) => Execution::ok(text),
+            Ok(Some((python_type, message))) => {
+                Execution::failed(text, ExecutionError::new(python_type, message))
+            }
+            Err(_) => {
+                let death = process.death().await;
+                let line = format!("{PROCESS_DIED}: {}\n", death.description);
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                output.write(&line);
+                text.push_str(&line);
+                // Reported here: the next request starts a fresh process without saying so again.
+                self.inner.current.lock().await.take();
+                self.inner.ensure_spare();
+                Execution::failed(text, ExecutionError::new(PROCESS_DIED, death.description))
+                    .with_state_lost(true)
+            }
+        };
+        if self.inner.unreported_loss.swap(false, Ordering::SeqCst) {
+            execution.state_lost = true;
+        }
+        Ok(execution)
+    }
+
+    async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
+        let process = if needs_python(&batch) {
+            Some(self.inner.process().await?)
+        } else {
+            self.inner.running().await
+        };
+        let entries = lock(&self.inner.registry).claim(batch)?;
+        match process {
+            Some(process) => self.inner.bind_claimed(&process, &entries).await,
+            None => {
+                // Bound when the process starts; what can fail there is checked now.
+                let registry = lock(&self.inner.registry);
+                let checked = entries.iter().try_for_each(|entry| {
+                    let (spec, _) = spec::spec(entry, &registry, 0, false)?;
+                    crate::marshal::encode(&spec, &mut Vec::new()).map_err(|e| {
+                        RuntimeError::InvalidResource {
+                            name: entry.name.clone(),
+                            problem: e.to_string(),
+                        }
+                    })
+                });
+                drop(registry);
+                if let Err(error) = checked {
+                    let mut registry = lock(&self.inner.registry);
+                    for entry in &entries {
+                        registry.remove(&entry.name);
+                    }
+                    return Err(error);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn describe(&self) -> Description {
+        lock(&self.inner.registry).describe()
+    }
+
+    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
+        {
+            let registry = lock(&self.inner.registry);
+            if registry.variable(name).is_none() {
+                return Err(registry.unknown_variable(name));
+            }
+        }
+        self.get(name).await
+    }
+
+    async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {
+        let key = lock(&self.inner.registry).update_variable(name, value)?;
+        let Some(process) = self.inner.running().await else {
+            return Ok(());
+        };
+        let entry = lock(&self.inner.registry)
+            .entries()
+            .iter()
+            .find(|e| e.name == key)
+            .cloned();
+        match entry {
+            Some(entry) => self.inner.bind(&process, &[entry]).await,
+            None => Ok(()),
+        }
+    }
+
+    async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
+        let reply = self
+            .inner
+            .request("get", vec![Value::Str(normalize_name(name))])
+            .await?;
+        match reply.status.as_str() {
+            "ok" => Ok(reply.payload),
+            "unbound" => Err(RuntimeError::Unbound {
+                name: name.to_owned(),
+            }),
+            "unsupported" => Err(RuntimeError::Unsupported {
+                name: name.to_owned(),
+                python_type: reply.payload.as_str().unwrap_or("object").to_owned(),
+            }),
+            "too_large" => Err(RuntimeError::Backend {
+                operation: "get",
+                message: format!(
+                    "'{name}' is {} bytes once encoded, over the frame limit of {} bytes (KernelConfig::max_frame)",
+                    reply.payload, self.inner.config.max_frame
+                ),
+            }),
+            other => Err(RuntimeError::Backend {
+                operation: "get",
+                message: format!("the worker answered {other}: {}", reply.payload),
+            }),
+        }
+    }
+
+    async fn bind_unique(
+        &self,
+        prefix: &str,
+        value: Value,
+        start: u64,
+    ) -> Result<String, RuntimeError> {
+        let prefix = cave_core::unique_prefix(prefix, start)?;
+        let from = start.max(
+            lock(&self.inner.last_index)
+                .get(&prefix)
+                .map_or(0, |last| last + 1),
+        );
+        let taken: Vec<Value> = {
+            let registry = lock(&self.inner.registry);
+            let head = format!("{prefix}_");
+            registry
+                .entries()
+                .iter()
+                .filter(|e| e.name.starts_with(&head))
+                .map(|e| Value::Str(e.name.clone()))
+                .collect()
+        };
+        let reply = self
+            .inner
+            .request(
+                "bind_unique",
+                vec![
+                    Value::Str(prefix.clone()),
+                    Value::Int(from.into()),
+                    value.clone(),
+                    Value::List(taken),
+                ],
+            )
+            .await?;
+        let index = match reply.payload {
+            Value::Int(index) if reply.status == "ok" => u64::try_from(index).unwrap_or(from),
+            other => {
+                return Err(RuntimeError::Backend {
+                    operation: "bind_unique",
+                    message: format!("the worker answered {}: {other}", reply.status),
+                });
+            }
+        };
+        let name = format!("{prefix}_{index}");
+        lock(&self.inner.registry).record_binding(&name, value);
+        lock(&self.inner.last_index).insert(prefix, index);
+        Ok(name)
+    }
+
+    async fn reset(&self) -> Result<(), RuntimeError> {
+        let mut current = self.inner.current.lock().await;
+        let Some(old) = current.take() else {
+            // Nothing started: the namespace holds exactly what is registered.
+            self.inner.unreported_loss.store(false, Ordering::SeqCst);
+            return Ok(());
+        };
+        old.kill(None);
+        let process = self.inner.fresh().await?;
+        let failure = self.inner.restore(&process).await;
+        *current = Some(process);
+        drop(current);
+        self.inner.unreported_loss.store(false, Ordering::SeqCst);
+        self.inner.ensure_spare();
+        failure.map_or(Ok(()), Err)
+    }
+
+    fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
+        Some(self.inner.interrupt.clone())
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        if let Ok(mut current) = self.current.try_lock()
+            && let Some(process) = current.take()
+        {
+            process.kill(None);
+        }
+        if let Spare::Ready(process) = std::mem::take(&mut *lock(&self.spare)) {
+            process.kill(None);
+        }
+    }
+}
+
+/// Interrupts the running cell with `SIGINT` (Python raises `KeyboardInterrupt`, in
+/// `time.sleep` as in a busy loop); a cell still running after the grace has its process
+/// killed, whether or not anyone still waits for its result.
+struct CellInterrupt {
+    /// The process of the last execution.
+    process: Mutex<Weak<Process>>,
+    grace: Duration,
+}
+
+impl CellInterrupt {
+    fn begin(&self, process: &Arc<Process>) {
+        *lock(&self.process) = Arc::downgrade(process);
+    }
+}
+
+impl Interrupt for CellInterrupt {
+    fn interrupt(&self) -> Interruption {
+        let process = lock(&self.process).clone();
+        let Some(live) = process.upgrade().filter(|p| p.alive()) else {
+            return Interruption::Idle;
+        };
+        let Some(execution) = live.executing() else {
+            return Interruption::Idle;
+        };
+        live.interrupt();
+        drop(live);
+        let grace = self.grace;
+        let reason = format!(
+            "the cell did not stop within {:.1} s of its interrupt, so its Python process was killed",
+            grace.as_secs_f64()
+        );
+        // Watched from a thread of its own: the interrupt may come from `Drop`, outside any
+        // async runtime, and the execution's future may be gone.
+        let watch = process.clone();
+        let spawned = std::thread::Builder::new()
+            .name("cave-kernel-grace".to_owned())
+            .spawn(move || {
+                std::thread::sleep(grace);
+                if let Some(process) = watch.upgrade()
+                    && process.alive()
+                    && process.executing() == Some(execution)
+                {
+                    process.kill(Some(reason));
+                }
+            });
+        if spawned.is_err() {
+            if let Some(process) = process.upgrade() {
+                process.kill(Some(
+                    "the cell was interrupted and its Python process was killed".to_owned(),
+                ));
+            }
+            return Interruption::StateLost;
+        }
+        Interruption::Delivered
+    }
+}
+
+impl std::fmt::Debug for CellInterrupt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CellInterrupt").finish_non_exhaustive()
+    }
+}

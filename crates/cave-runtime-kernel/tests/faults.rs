@@ -1,0 +1,159 @@
+//! What model code can do to its process, and how the runtime comes back from it.
+
+use cave_core::{DiscardOutput, Execution, Interruption, Resources, Runtime, Value, Variable};
+use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, PROCESS_DIED};
+use std::time::{Duration, Instant};
+
+async fn run(rt: &KernelRuntime, code: &str) -> Execution {
+    rt.execute(code, &DiscardOutput)
+        .await
+        .expect("the runtime works")
+}
+
+/// A runtime with a registered variable, a model-made name, and a started process.
+async fn prepared(config: KernelConfig) -> KernelRuntime {
+    let rt = KernelRuntime::with_config(config).expect("python is available");
+    rt.register(Resources::new().variable(Variable::new("kept", Value::Int(7))))
+        .await
+        .expect("registers");
+    assert_eq!(run(&rt, "mine = 1\nkept * 6").await.output, "42\n");
+    rt
+}
+
+/// After a death: a fresh process, registered resources back, the model's names gone.
+async fn recovered(rt: &KernelRuntime, before: Option<u32>) {
+    let after = run(rt, "kept, 'mine' in globals()").await;
+    assert_eq!(after.output, "(7, False)\n");
+    assert!(after.success());
+    assert!(
+        !after.state_lost,
+        "the loss was reported once, by the execution that died"
+    );
+    assert_ne!(rt.pid().await, before, "a fresh process");
+}
+
+fn died(out: &Execution, what: &str) {
+    let error = out.error.as_ref().expect("the execution failed");
+    assert_eq!(error.python_type, PROCESS_DIED, "{out:?}");
+    assert!(
+        error.message.contains(what),
+        "{what:?} in {:?}",
+        error.message
+    );
+    assert!(out.output.contains(what), "{:?}", out.output);
+    assert!(out.state_lost);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_segfault_ends_only_the_child() {
+    let rt = prepared(KernelConfig::new()).await;
+    let pid = rt.pid().await;
+    let out = run(&rt, "print('before')\nimport ctypes\nctypes.string_at(0)").await;
+    died(&out, "SIGSEGV");
+    assert!(out.output.starts_with("before\n"), "{:?}", out.output);
+    recovered(&rt, pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn os_exit_is_reported_with_its_status() {
+    let rt = prepared(KernelConfig::new().spare(false)).await;
+    let pid = rt.pid().await;
+    let out = run(&rt, "import os\nos._exit(3)").await;
+    died(&out, "exited with status 3");
+    recovered(&rt, pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_errors_under_the_memory_limit_keep_the_process() {
+    let limits = Limits::default().memory(1 << 30);
+    let rt = prepared(KernelConfig::new().limits(limits)).await;
+    let pid = rt.pid().await;
+    let out = run(&rt, "x = bytearray(3 * 1024**3)").await;
+    assert_eq!(
+        out.error.as_ref().map(|e| e.python_type.as_str()),
+        Some("MemoryError"),
+        "{out:?}"
+    );
+    assert!(!out.state_lost);
+    assert_eq!(run(&rt, "mine").await.output, "1\n", "state kept");
+    assert_eq!(rt.pid().await, pid);
+}
+
+/// Interrupts raise `KeyboardInterrupt` in blocking calls as in loops, keeping state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sleeps_and_loops_stop_at_their_interrupt() {
+    let rt = prepared(KernelConfig::new()).await;
+    let pid = rt.pid().await;
+    for cell in ["import time\ntime.sleep(100)", "while True:\n    pass"] {
+        let interrupter = rt.interrupter().expect("interruptible");
+        let stopper = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            (interrupter.interrupt(), Instant::now())
+        });
+        let out = run(&rt, cell).await;
+        let (interruption, at) = stopper.await.expect("the stopper ran");
+        assert_eq!(interruption, Interruption::Delivered);
+        assert_eq!(
+            out.error.as_ref().map(|e| e.python_type.as_str()),
+            Some("KeyboardInterrupt"),
+            "{out:?}"
+        );
+        assert!(!out.state_lost);
+        // Generous: the behaviour is "stops at once", not a speed figure.
+        assert!(at.elapsed() < Duration::from_secs(2), "{:?}", at.elapsed());
+    }
+    assert_eq!(run(&rt, "mine").await.output, "1\n");
+    assert_eq!(rt.pid().await, pid, "the same process");
+}
+
+/// A cell that swallows its interrupt is killed after the grace, with a fresh process after.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_that_ignores_its_interrupt_is_killed() {
+    let rt = prepared(KernelConfig::new().interrupt_grace(Duration::from_millis(300))).await;
+    let pid = rt.pid().await;
+    let interrupter = rt.interrupter().expect("interruptible");
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        interrupter.interrupt()
+    });
+    let cell = "import time\nwhile True:\n    try:\n        time.sleep(10)\n    except KeyboardInterrupt:\n        print('ignored', flush=True)";
+    let out = run(&rt, cell).await;
+    assert_eq!(stopper.await.expect("ran"), Interruption::Delivered);
+    died(&out, "did not stop within 0.3 s of its interrupt");
+    assert!(out.output.starts_with("ignored\n"), "{:?}", out.output);
+    recovered(&rt, pid).await;
+}
+
+/// The agent's own time limit, end to end: a hung cell and an unkillable one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_exec_timeout_stops_hung_cells() {
+    use cave_core::testing::{Reply, ScriptedModel};
+    use cave_core::{Agent, Event};
+    use futures_util::StreamExt;
+    let rt = prepared(KernelConfig::new()).await;
+    let model = ScriptedModel::new([
+        Reply::text("```python\nimport time\ntime.sleep(100)\n```"),
+        Reply::text(
+            "```python\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass\n```",
+        ),
+        Reply::text("```python\nprint(kept, 'mine' in globals())\n```"),
+        Reply::text("done"),
+    ]);
+    let mut builder = Agent::builder(model, rt.clone());
+    builder.max_exec_timeout(Duration::from_millis(500));
+    let mut agent = builder.build().expect("builds");
+    let events: Vec<Event> = agent.stream("go").collect().await;
+    let timeouts: Vec<bool> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ExecutionTimeout { state_lost, .. } => Some(*state_lost),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(timeouts, [false, true], "{events:#?}");
+    let last_result = events.iter().rev().find_map(|e| match e {
+        Event::ExecutionResult { output, .. } => Some(output.clone()),
+        _ => None,
+    });
+    assert_eq!(last_result.as_deref(), Some("7 False\n"));
+}

@@ -1,0 +1,223 @@
+//! When the child starts, and that it never outlives what owns it.
+
+use cave_core::{DiscardOutput, Resources, Runtime, Value, Variable};
+use cave_runtime_kernel::{KernelConfig, KernelRuntime};
+use std::io::{BufRead, BufReader};
+use std::time::{Duration, Instant};
+
+/// Returns true if and only if `pid` is a live process (a zombie is not).
+fn alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// Waits (generously) for `pid` to end.
+fn ends(pid: u32) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if !alive(pid) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+async fn spare_of(rt: &KernelRuntime) -> u32 {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(pid) = rt.spare_pid() {
+            return pid;
+        }
+        assert!(Instant::now() < deadline, "the spare never started");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_starts_until_code_needs_it() {
+    let rt = KernelRuntime::new().expect("python");
+    rt.register(Resources::new().variable(Variable::new("n", Value::Int(1))))
+        .await
+        .expect("registers");
+    assert_eq!(
+        rt.pid().await,
+        None,
+        "registering plain values starts nothing"
+    );
+    assert!(rt.describe().variables.contains("- name: n"));
+    rt.reset().await.expect("resets");
+    assert_eq!(rt.pid().await, None);
+    let out = rt.execute("n + 1", &DiscardOutput).await.expect("runs");
+    assert_eq!(out.output, "2\n");
+    assert!(rt.pid().await.is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spare_takes_over_after_a_crash_and_a_reset() {
+    let rt = KernelRuntime::new().expect("python");
+    rt.start().await.expect("starts");
+    let first = rt.pid().await.expect("running");
+    let spare = spare_of(&rt).await;
+    rt.execute("import os\nos._exit(1)", &DiscardOutput)
+        .await
+        .expect("reports the death");
+    rt.execute("1", &DiscardOutput).await.expect("runs");
+    assert_eq!(rt.pid().await, Some(spare), "recovery used the spare");
+    assert!(ends(first));
+    let next_spare = spare_of(&rt).await;
+    rt.reset().await.expect("resets");
+    assert_eq!(rt.pid().await, Some(next_spare), "reset used the spare");
+    assert!(ends(spare), "the replaced process is gone");
+    let off = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
+    off.start().await.expect("starts");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(off.spare_pid(), None, "no spare when turned off");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stop_and_drop_leave_no_process() {
+    let rt = KernelRuntime::new().expect("python");
+    rt.execute(
+        "import subprocess\nchild = subprocess.Popen(['sleep', '60'])",
+        &DiscardOutput,
+    )
+    .await
+    .expect("runs");
+    let main = rt.pid().await.expect("running");
+    let grandchild: u32 = match rt.get("child").await {
+        Err(_) => {
+            let out = rt.execute("child.pid", &DiscardOutput).await.expect("runs");
+            out.output.trim().parse().expect("a pid")
+        }
+        Ok(_) => unreachable!("a Popen is not a value"),
+    };
+    let spare = spare_of(&rt).await;
+    rt.stop().await;
+    rt.stop().await;
+    assert!(
+        ends(main) && ends(spare) && ends(grandchild),
+        "stop ends the process group"
+    );
+    // A later request starts afresh.
+    assert_eq!(
+        rt.execute("2", &DiscardOutput).await.expect("runs").output,
+        "2\n"
+    );
+    let again = rt.pid().await.expect("running");
+    let spare = spare_of(&rt).await;
+    drop(rt);
+    assert!(ends(again) && ends(spare), "drop ends both processes");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_leaves_no_process() {
+    use cave_core::Agent;
+    use cave_core::testing::{Reply, ScriptedModel};
+    use futures_util::StreamExt;
+    let rt = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
+    rt.start().await.expect("starts");
+    let pid = rt.pid().await.expect("running");
+    let model = ScriptedModel::new([Reply::text(
+        "```python\nwhile True:\n    try:\n        import time; time.sleep(10)\n    except BaseException:\n        pass\n```",
+    )]);
+    let mut agent = Agent::builder(model, rt.clone()).build().expect("builds");
+    {
+        let mut stream = agent.stream("go");
+        while let Some(event) = stream.next().await {
+            if matches!(event, cave_core::Event::Code { .. }) {
+                // Let the cell start, then drop the run.
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                break;
+            }
+        }
+    }
+    drop(agent);
+    drop(rt);
+    assert!(
+        ends(pid),
+        "the cell ignored its interrupt, so its process was killed"
+    );
+}
+
+/// Run in a separate host process (by `a_killed_host_leaves_no_process`): starts a runtime,
+/// prints its processes' ids, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_held_for_the_kill_test() {
+    if std::env::var_os("CAVE_KERNEL_TEST_HOST").is_none() {
+        return;
+    }
+    let rt = KernelRuntime::new().expect("python");
+    rt.start().await.expect("starts");
+    let spare = spare_of(&rt).await;
+    println!("pids {} {spare}", rt.pid().await.expect("running"));
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+#[test]
+fn a_killed_host_leaves_no_process() {
+    let mut host = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "host_held_for_the_kill_test",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CAVE_KERNEL_TEST_HOST", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the host starts");
+    let stdout = host.stdout.take().expect("piped");
+    // The harness prints the test's name on the same line.
+    let line = BufReader::new(stdout)
+        .lines()
+        .map_while(Result::ok)
+        .find_map(|l| l.split_once("pids ").map(|(_, pids)| pids.to_owned()))
+        .expect("the host reports its children");
+    let pids: Vec<u32> = line.split(' ').map(|p| p.parse().expect("a pid")).collect();
+    assert!(pids.iter().all(|&p| alive(p)));
+    host.kill().expect("SIGKILL");
+    host.wait().expect("reaped");
+    for pid in pids {
+        assert!(ends(pid), "process {pid} outlived its host");
+    }
+}
+
+#[test]
+fn the_child_environment_holds_no_secrets() {
+    if std::env::var_os("CAVE_KERNEL_TEST_ENV").is_some() {
+        let rt = tokio::runtime::Runtime::new().expect("tokio");
+        rt.block_on(async {
+            let rt = KernelRuntime::new().expect("python");
+            let out = rt
+                .execute("import os\nprint(sorted(k for k in os.environ if k in ('LLM_API_KEY', 'SECRET_TOKEN', 'LANG', 'PATH')))", &DiscardOutput)
+                .await
+                .expect("runs");
+            println!("child sees {}", out.output.trim());
+        });
+        return;
+    }
+    let output = std::process::Command::new(std::env::current_exe().expect("this test binary"))
+        .args([
+            "--exact",
+            "the_child_environment_holds_no_secrets",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("CAVE_KERNEL_TEST_ENV", "1")
+        .env("LLM_API_KEY", "sk-test-not-for-the-child")
+        .env("SECRET_TOKEN", "also-not")
+        .env("LANG", "C.UTF-8")
+        .output()
+        .expect("runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("child sees ['LANG', 'PATH']"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
