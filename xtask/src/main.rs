@@ -259,7 +259,7 @@ mod tidy {
         const ALLOWED: &[&str] = &[
             "crates/cave-cli/src/config.rs",
             "crates/cave-models/src/config.rs",
-            "crates/cave-runtime-inproc/src/env_cache.rs",
+            "crates/cave-python/src/report.rs",
             "crates/cave-python/src/interpreter.rs",
             "crates/cave-runtime-kernel/src/environment.rs",
         ];

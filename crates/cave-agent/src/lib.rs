@@ -13,6 +13,15 @@ pub mod inproc {
 #[cfg(feature = "inproc")]
 pub use cave_runtime_inproc::InProcRuntime;
 
+/// The kernel runtime: Python in a child process (feature `kernel`, on by default).
+#[cfg(feature = "kernel")]
+pub mod kernel {
+    pub use cave_runtime_kernel::*;
+}
+
+#[cfg(feature = "kernel")]
+pub use cave_runtime_kernel::KernelRuntime;
+
 /// Model adapters: OpenAI-compatible servers and LiteLLM proxies (feature `models`, on by default).
 #[cfg(feature = "models")]
 pub mod models {

@@ -1,7 +1,7 @@
 //! Wiring: a model, a runtime and an agent from the configuration, and the run and chat loops.
 
 use crate::args::{Cli, Command, Provider};
-use crate::config::{self, Config, ModelSource, OutputMode};
+use crate::config::{self, Config, ModelSource, OutputMode, RuntimeChoice};
 use crate::exit::Exit;
 use crate::output::{Human, JsonLines, Output, Retrieved};
 use anyhow::Context;
@@ -9,8 +9,8 @@ use cave_agent::ContextCompactor;
 use cave_agent::inproc::{CapturedStreams, StdioCapture};
 use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};
 use cave_agent::{
-    Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, Model, Resources, Runtime,
-    RuntimeError, StopReason,
+    Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, KernelRuntime, Model, Resources,
+    Runtime, RuntimeError, StopReason,
 };
 use futures_util::StreamExt;
 use std::io::{self, Write};
@@ -96,9 +96,44 @@ impl Write for RedactingStdout {
     }
 }
 
+/// The session's runtime, by kind: both are `Runtime`s; the in-process one also shares this
+/// process's descriptors.
+#[derive(Clone)]
+enum Backend {
+    InProc(InProcRuntime),
+    Kernel(KernelRuntime),
+}
+
+impl Backend {
+    fn runtime(&self) -> &dyn Runtime {
+        match self {
+            Backend::InProc(rt) => rt,
+            Backend::Kernel(rt) => rt,
+        }
+    }
+
+    async fn register_python_file(
+        &self,
+        path: &std::path::Path,
+    ) -> Result<Vec<String>, RuntimeError> {
+        match self {
+            Backend::InProc(rt) => rt.register_python_file(path).await,
+            Backend::Kernel(rt) => rt.register_python_file(path).await,
+        }
+    }
+
+    /// Makes the in-process runtime's cells own the captured descriptors (the kernel's
+    /// children have descriptors of their own).
+    fn attach_stdio(&self, capture: &StdioCapture) {
+        if let Backend::InProc(rt) = self {
+            rt.attach_stdio(capture);
+        }
+    }
+}
+
 struct Session {
     agent: Agent,
-    runtime: InProcRuntime,
+    runtime: Backend,
     /// `--json`: descriptors 1 and 2 belong to the runtime's cells for the whole session.
     session_capture: Option<StdioCapture>,
     output: Box<dyn Output>,
@@ -112,6 +147,7 @@ impl Session {
             record,
             variables,
             python_files,
+            runtime,
             policy,
             context_window,
             compact_model,
@@ -135,12 +171,19 @@ impl Session {
         if let Some(tokens) = info.max_output_tokens {
             compactor = compactor.with_output_reserve(u64::from(tokens));
         }
-        let runtime =
-            InProcRuntime::new().context("the in-process Python runtime could not start")?;
+        let runtime = match runtime {
+            RuntimeChoice::InProc => Backend::InProc(
+                InProcRuntime::new().context("the in-process Python runtime could not start")?,
+            ),
+            RuntimeChoice::Kernel(config) => Backend::Kernel(
+                KernelRuntime::with_config(*config)
+                    .context("the kernel runtime could not be set up")?,
+            ),
+        };
         let resources = variables
             .into_iter()
             .fold(Resources::new(), Resources::variable);
-        runtime.register(resources).await?;
+        runtime.runtime().register(resources).await?;
         for path in &python_files {
             runtime
                 .register_python_file(path)
@@ -148,7 +191,10 @@ impl Session {
                 .with_context(|| format!("--py {}", path.display()))?;
         }
 
-        let mut builder = Agent::builder(model, runtime.clone());
+        let mut builder = match &runtime {
+            Backend::InProc(rt) => Agent::builder(model, rt.clone()),
+            Backend::Kernel(rt) => Agent::builder(model, rt.clone()),
+        };
         builder.compactor(compactor);
         // Exact counts for OpenAI models, the script-aware estimate otherwise.
         builder.estimator(cave_agent::compact::estimator_for(&info.id));
@@ -187,7 +233,8 @@ impl Session {
             .as_fd()
             .try_clone_to_owned()
             .context("could not duplicate stdout")?;
-        let session_capture = if output == OutputMode::Json {
+        let session_capture = if output == OutputMode::Json && matches!(runtime, Backend::InProc(_))
+        {
             // Only events may reach stdout: what cells write to descriptors 1 and 2 is theirs,
             // and output outside any cell goes to stderr.
             cave_agent::inproc::send_stray_output_to_stderr()?;
@@ -222,12 +269,13 @@ impl Session {
         // editor between turns keeps the terminal.
         let _turn_capture = match &self.session_capture {
             Some(_) => None,
-            None => {
+            None if matches!(self.runtime, Backend::InProc(_)) => {
                 let capture =
                     StdioCapture::start(CapturedStreams::Stdout).map_err(io::Error::other)?;
                 self.runtime.attach_stdio(&capture);
                 Some(capture)
             }
+            None => None,
         };
         let cancel = CancellationToken::new();
         let on_interrupt = cancel.clone();
@@ -294,7 +342,7 @@ impl Session {
     /// Prints each `--retrieve` variable.
     async fn retrieve_all(&mut self) -> io::Result<()> {
         for name in std::mem::take(&mut self.retrieve) {
-            let retrieved = match self.runtime.get(&name).await {
+            let retrieved = match self.runtime.runtime().get(&name).await {
                 Ok(value) => match serde_json::to_value(&value) {
                     Ok(value) => Retrieved::Json { name, value },
                     Err(_) => self.repr(name, value.python_type().to_owned()).await,
@@ -315,6 +363,7 @@ impl Session {
     async fn repr(&self, name: String, python_type: String) -> Retrieved {
         match self
             .runtime
+            .runtime()
             .execute(&format!("print(repr({name}), end='')"), &DiscardOutput)
             .await
         {

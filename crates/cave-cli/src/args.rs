@@ -1,6 +1,7 @@
 //! Command-line arguments: parsing and validation only (no I/O). Adding an option is one line
 //! here and one in `config.rs`.
 
+use crate::units;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
@@ -62,6 +63,8 @@ pub enum PolicyPreset {
 pub enum RuntimeKind {
     /// CPython embedded in this process.
     Inproc,
+    /// Python in a child process: a crash or a hang ends only the child.
+    Kernel,
 }
 
 /// Options of both subcommands.
@@ -114,6 +117,28 @@ pub struct CommonArgs {
     /// A variable's description for the model: NAME=TEXT (repeatable).
     #[arg(long = "var-desc", value_name = "NAME=TEXT", help_heading = "Runtime")]
     pub var_descs: Vec<String>,
+    /// The interpreter the kernel runtime starts (default: CAVE_PYTHON, the active
+    /// virtualenv, or python3 on PATH).
+    #[arg(long, value_name = "PATH", help_heading = "Runtime")]
+    pub python: Option<PathBuf>,
+    /// Kernel runtime: the child's address-space limit (e.g. 2G).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Runtime")]
+    pub memory_limit: Option<u64>,
+    /// Kernel runtime: the child's CPU time over its life (e.g. 10m).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Runtime")]
+    pub cpu_limit: Option<f64>,
+    /// Kernel runtime: the child's open files [default: 1024].
+    #[arg(long, value_name = "N", help_heading = "Runtime")]
+    pub max_open_files: Option<u64>,
+    /// Kernel runtime: processes of the child's user (not enforced for root).
+    #[arg(long, value_name = "N", help_heading = "Runtime")]
+    pub max_processes: Option<u64>,
+    /// Kernel runtime: the largest file the child may write [default: 4G].
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Runtime")]
+    pub max_file_size: Option<u64>,
+    /// Kernel runtime: no spare process (reset and crash recovery then wait for a cold start).
+    #[arg(long, help_heading = "Runtime")]
+    pub no_spare: bool,
 
     /// Refuse code importing these modules and their submodules (comma-separated, repeatable).
     #[arg(
@@ -150,8 +175,8 @@ pub struct CommonArgs {
     /// Model calls per run.
     #[arg(long, help_heading = "Limits")]
     pub max_steps: Option<u32>,
-    /// Seconds per run (checked between steps).
-    #[arg(long, value_name = "SECS", help_heading = "Limits")]
+    /// Time per run, checked between steps (seconds, or with a unit: 30s, 2m).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
     pub max_run_time: Option<f64>,
     /// Tokens per run.
     #[arg(long, help_heading = "Limits")]
@@ -162,14 +187,14 @@ pub struct CommonArgs {
     /// Completion tokens per run.
     #[arg(long, help_heading = "Limits")]
     pub max_output_tokens: Option<u64>,
-    /// Seconds per execution (the running code is interrupted).
-    #[arg(long, value_name = "SECS", help_heading = "Limits")]
+    /// Time per execution; the running code is interrupted (seconds, or 30s, 2m).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
     pub max_exec_timeout: Option<f64>,
     /// Characters of output shown to the model inline.
     #[arg(long, value_name = "CHARS", help_heading = "Limits")]
     pub max_exec_output: Option<usize>,
-    /// Seconds without data from the model before it counts as stalled (0 disables).
-    #[arg(long, value_name = "SECS", help_heading = "Limits")]
+    /// Time without data from the model before it counts as stalled (0 disables).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
     pub stream_idle_timeout: Option<f64>,
     /// Who the agent is (replaces the default first paragraph of the system prompt).
     #[arg(long, help_heading = "Limits")]

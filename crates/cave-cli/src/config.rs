@@ -1,9 +1,10 @@
 //! Arguments and environment, resolved into a clap-free configuration. The only place that
 //! reads environment variables and input files.
 
-use crate::args::{CommonArgs, PolicyPreset, Provider};
+use crate::args::{CommonArgs, PolicyPreset, Provider, RuntimeKind};
 use anyhow::{Context, bail};
 use cave_agent::SecurityPolicy;
+use cave_agent::kernel::{KernelConfig, Limits};
 use cave_agent::models::{ApiKey, ModelConfig};
 use cave_agent::{Value, Variable};
 use std::path::PathBuf;
@@ -58,6 +59,15 @@ pub enum OutputMode {
     },
 }
 
+/// Where the model's code runs.
+#[derive(Debug)]
+pub enum RuntimeChoice {
+    /// In this process.
+    InProc,
+    /// In a child process, with these settings.
+    Kernel(Box<KernelConfig>),
+}
+
 /// Everything a session needs.
 #[derive(Debug)]
 pub struct Config {
@@ -69,6 +79,8 @@ pub struct Config {
     pub variables: Vec<Variable>,
     /// `--py`.
     pub python_files: Vec<PathBuf>,
+    /// `--runtime` and the kernel's settings.
+    pub runtime: RuntimeChoice,
     /// `--context-window`.
     pub context_window: u64,
     /// `--compact-model`, as a second model source on the same server.
@@ -190,6 +202,7 @@ pub fn resolve(args: &CommonArgs, api_key: Option<ApiKey>) -> anyhow::Result<Con
         record: args.record.clone(),
         variables,
         python_files: args.py.clone(),
+        runtime: runtime(args)?,
         policy: policy(args)?,
         context_window: args.context_window,
         compact_model,
@@ -198,6 +211,56 @@ pub fn resolve(args: &CommonArgs, api_key: Option<ApiKey>) -> anyhow::Result<Con
         retrieve: args.retrieve.clone(),
         api_key,
     })
+}
+
+/// `--runtime` and the options of the kernel runtime (refused with the in-process one, where
+/// they would silently do nothing).
+fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
+    let kernel_only = [
+        ("--python", args.python.is_some()),
+        ("--memory-limit", args.memory_limit.is_some()),
+        ("--cpu-limit", args.cpu_limit.is_some()),
+        ("--max-open-files", args.max_open_files.is_some()),
+        ("--max-processes", args.max_processes.is_some()),
+        ("--max-file-size", args.max_file_size.is_some()),
+        ("--no-spare", args.no_spare),
+    ];
+    match args.runtime {
+        RuntimeKind::Inproc => {
+            if let Some((flag, _)) = kernel_only.iter().find(|(_, given)| *given) {
+                bail!(
+                    "{flag} applies to the kernel runtime: add --runtime kernel (the in-process runtime uses this process's limits; choose its Python with CAVE_PYTHON)"
+                );
+            }
+            Ok(RuntimeChoice::InProc)
+        }
+        RuntimeKind::Kernel => {
+            let mut limits = Limits::default();
+            if let Some(bytes) = args.memory_limit {
+                limits = limits.memory(bytes);
+            }
+            if let Some(seconds) = args.cpu_limit {
+                if seconds < 1.0 {
+                    bail!("--cpu-limit must be at least 1 second, not {seconds}");
+                }
+                limits = limits.cpu_seconds(seconds.ceil() as u64);
+            }
+            if let Some(files) = args.max_open_files {
+                limits = limits.open_files(files);
+            }
+            if let Some(processes) = args.max_processes {
+                limits = limits.processes(processes);
+            }
+            if let Some(bytes) = args.max_file_size {
+                limits = limits.file_size(bytes);
+            }
+            let mut config = KernelConfig::new().limits(limits).spare(!args.no_spare);
+            if let Some(python) = &args.python {
+                config = config.python(python);
+            }
+            Ok(RuntimeChoice::Kernel(Box::new(config)))
+        }
+    }
 }
 
 /// `NAME=JSON` or `NAME=@FILE`.

@@ -13,6 +13,7 @@ pub mod exit;
 mod highlight;
 mod markdown;
 pub mod output;
+pub mod units;
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

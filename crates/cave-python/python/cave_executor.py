@@ -7,10 +7,7 @@ code never sees this module: cells run in their runtime's own namespace dict.
 import ast
 import builtins
 import contextvars
-import copy
-import dataclasses
-import enum
-import inspect
+import importlib
 import io
 import keyword
 import linecache
@@ -18,6 +15,24 @@ import sys
 import threading
 import traceback
 import types
+
+class _Lazy:
+    """A module imported on first use: these cost milliseconds at every start (a kernel
+    process starts often), and most sessions never need them."""
+
+    def __init__(self, name):
+        self._name = name
+
+    def __getattr__(self, attr):
+        module = importlib.import_module(self._name)
+        globals()[self._name] = module
+        return getattr(module, attr)
+
+
+copy = _Lazy("copy")
+dataclasses = _Lazy("dataclasses")
+enum = _Lazy("enum")
+inspect = _Lazy("inspect")
 
 # Where the current execution's output goes: set per execution, so concurrent executions on
 # other threads (and host code printing meanwhile) each keep their own output.
@@ -167,7 +182,7 @@ def _loop():
 def _evaluate(code, namespace):
     """Runs a code object; awaits it when the cell used top-level `await`."""
     result = eval(code, namespace)
-    if code.co_flags & inspect.CO_COROUTINE:
+    if code.co_flags & 0x80:  # CO_COROUTINE: the cell awaited at top level
         loop = _loop()
         try:
             return loop.run_until_complete(result)
@@ -260,13 +275,22 @@ def run_cell(source, namespace, filename, write):
 
 _HIDDEN_FILES.add(run_cell.__code__.co_filename)
 
-_KINDS = {
-    "positional_only": inspect.Parameter.POSITIONAL_ONLY,
-    "positional_or_keyword": inspect.Parameter.POSITIONAL_OR_KEYWORD,
-    "var_positional": inspect.Parameter.VAR_POSITIONAL,
-    "keyword_only": inspect.Parameter.KEYWORD_ONLY,
-    "var_keyword": inspect.Parameter.VAR_KEYWORD,
-}
+_KIND_NAMES = {}
+
+
+def _kind_name(kind):
+    if not _KIND_NAMES:
+        P = inspect.Parameter
+        _KIND_NAMES.update(
+            {
+                P.POSITIONAL_ONLY: "positional_only",
+                P.POSITIONAL_OR_KEYWORD: "positional_or_keyword",
+                P.VAR_POSITIONAL: "var_positional",
+                P.KEYWORD_ONLY: "keyword_only",
+                P.VAR_KEYWORD: "var_keyword",
+            }
+        )
+    return _KIND_NAMES[kind]
 
 
 def _parameter_source(params, defaults):
@@ -354,9 +378,11 @@ def make_object(type_name, doc, methods, call):
 def to_plain(value):
     """What a value converts as when it crosses to the host: records as dicts, enum members
     by name; anything else unchanged."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+    # Neither a record nor an enum member exists before its module was imported.
+    loaded = sys.modules
+    if "dataclasses" in loaded and dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
-    if isinstance(value, enum.Enum):
+    if "enum" in loaded and isinstance(value, enum.Enum):
         return value.name
     return value
 
@@ -402,7 +428,6 @@ def _annotation(a):
     return getattr(a, "__name__", None) or str(a).replace("typing.", "")
 
 
-_KIND_NAMES = {kind: name for name, kind in _KINDS.items()}
 
 
 def _describe_signature(sig):
@@ -411,7 +436,7 @@ def _describe_signature(sig):
     params = []
     for p in sig.parameters.values():
         default = None if p.default is p.empty else repr(p.default)
-        params.append((p.name, _KIND_NAMES[p.kind], _annotation(p.annotation), default))
+        params.append((p.name, _kind_name(p.kind), _annotation(p.annotation), default))
     return params, _annotation(sig.return_annotation)
 
 

@@ -15,6 +15,7 @@ import builtins
 import codecs
 import marshal
 import os
+import select
 import signal
 import sys
 import threading
@@ -48,9 +49,10 @@ class _State:
     # A SIGINT that arrived while a frame was half read or written: raised once that is done.
     pending_interrupt = False
     protocol_busy = 0
-    marker = b""
-    synced = threading.Event()
-    sync_fd = -1
+    # The read end of the pipe behind descriptors 1 and 2, and who may read it.
+    pump_fd = -1
+    pump_lock = threading.Lock()
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
 
 def plain(value):
@@ -200,32 +202,32 @@ def _writer(execution):
 
 def _pump(read_fd):
     """Forwards what is written to descriptors 1 and 2 to the running execution (0: none)."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    marker = _State.marker
-    held = b""
+    poller = select.poll()
+    poller.register(read_fd, select.POLLIN)
     while True:
         try:
-            data = os.read(read_fd, 65536)
-        except OSError:
+            poller.poll()
+        except InterruptedError:
+            continue
+        if not _drain():
             return
-        if not data:
-            return
-        data = held + data
+
+
+def _drain():
+    """Reads and forwards what the capture pipe holds now; False once it is closed. The lock
+    makes a drain at the end of a cell wait for one the pump has begun, so nothing written
+    during the cell arrives after it."""
+    with _State.pump_lock:
         while True:
-            at = data.find(marker)
-            if at < 0:
-                break
-            _forward(decoder.decode(data[:at], final=True))
-            data = data[at + len(marker) :]
-            _State.synced.set()
-        # Keep a tail that may be the start of a marker.
-        keep = 0
-        for size in range(min(len(marker) - 1, len(data)), 0, -1):
-            if marker.startswith(data[-size:]):
-                keep = size
-                break
-        held = data[len(data) - keep :]
-        _forward(decoder.decode(data[: len(data) - keep]))
+            try:
+                data = os.read(_State.pump_fd, 65536)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            _forward(_State.decoder.decode(data))
 
 
 def _forward(text):
@@ -240,24 +242,14 @@ def _forward(text):
         pass
 
 
-def _sync_descriptors():
-    """Waits until what the cell wrote to descriptors 1 and 2 has been forwarded."""
-    _State.synced.clear()
-    try:
-        os.write(_State.sync_fd, _State.marker)
-    except OSError:
-        return
-    _State.synced.wait(5)
-
-
 def _capture_descriptors():
     read_fd, write_fd = os.pipe()
     os.dup2(write_fd, 1)
     os.dup2(write_fd, 2)
-    _State.sync_fd = write_fd
-    os.set_inheritable(write_fd, False)
+    os.close(write_fd)
     os.set_inheritable(read_fd, False)
-    _State.marker = b"\x00cave-sync-" + os.urandom(8).hex().encode() + b"\x00"
+    os.set_blocking(read_fd, False)
+    _State.pump_fd = read_fd
     threading.Thread(target=_pump, args=(read_fd,), name="cave-descriptors", daemon=True).start()
 
 
@@ -412,7 +404,8 @@ def _execute(request_id, code, number):
             message = str(error)
             write(f"{type(error).__name__}: {message}\n")
             raised = (type(error).__name__, message)
-        _sync_descriptors()
+        # What the cell wrote to descriptors 1 and 2 is its output, all of it before "done".
+        _drain()
     finally:
         _State.running.pop()
         if not _State.running:

@@ -15,6 +15,7 @@
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 mod interpreter;
+pub mod report;
 
 pub use interpreter::{EnvironmentSource, Interpreter, find_interpreter};
 

@@ -1,12 +1,11 @@
 //! Which Python environment the embedded interpreter sees, and starting the interpreter.
 
 use crate::InProcError;
-use crate::env_cache::{self, Reported};
+use cave_python::report::{self, Reported};
 use pyo3::prelude::*;
 use pyo3::types::{PyList, PyModule};
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
 
 pub use cave_python::EnvironmentSource;
@@ -56,55 +55,18 @@ pub(crate) fn executor(py: Python<'_>) -> Result<&Bound<'_, PyModule>, InProcErr
         })
 }
 
-const REPORT: &str = "import sys; print(sys.version_info[0]); print(sys.version_info[1]); print(sys.executable); print(sys.prefix)\n\
-for p in sys.path: print(p)";
-
 fn ask(executable: &Path) -> Result<Reported, InProcError> {
-    let failed = |message: String| InProcError::Environment {
+    cave_python::report::ask(executable).map_err(|message| InProcError::Environment {
         interpreter: executable.to_owned(),
         message,
-    };
-    let output = Command::new(executable)
-        .args(["-c", REPORT])
-        .output()
-        .map_err(|e| failed(format!("could not run it: {e}")))?;
-    if !output.status.success() {
-        return Err(failed(format!(
-            "it exited with {}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        )));
-    }
-    let text = String::from_utf8_lossy(&output.stdout);
-    let mut lines = text.lines();
-    let mut next = || {
-        lines
-            .next()
-            .map(str::to_owned)
-            .ok_or_else(|| failed("its report was cut short".to_owned()))
-    };
-    let major = next()?
-        .parse()
-        .map_err(|_| failed("it reported no version".to_owned()))?;
-    let minor = next()?
-        .parse()
-        .map_err(|_| failed("it reported no version".to_owned()))?;
-    let executable = PathBuf::from(next()?);
-    let prefix = next()?;
-    let sys_path = lines.filter(|p| !p.is_empty()).map(str::to_owned).collect();
-    Ok(Reported {
-        version: (major, minor),
-        executable,
-        prefix,
-        sys_path,
     })
 }
 
 fn initialize() -> Result<PythonEnvironment, InProcError> {
     let probe = cave_python::find_interpreter();
     let reported = match &probe {
-        Some(p) => Some(env_cache::report(
-            env_cache::default_dir().as_deref(),
+        Some(p) => Some(report::report(
+            report::default_dir().as_deref(),
             &p.executable,
             ask,
         )?),

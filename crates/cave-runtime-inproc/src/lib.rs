@@ -38,7 +38,6 @@
 
 mod convert;
 mod env;
-mod env_cache;
 mod interrupt;
 mod runtime;
 mod stdio;

@@ -12,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
@@ -95,7 +95,7 @@ struct Shared {
 /// A started child.
 pub(crate) struct Process {
     pid: i32,
-    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    outgoing: Arc<Outgoing>,
     shared: Arc<Shared>,
     exit: watch::Receiver<Option<ExitStatus>>,
     max_frame: usize,
@@ -221,17 +221,8 @@ impl Process {
         }
         host.set_nonblocking(true).map_err(setup)?;
         let stream = tokio::net::UnixStream::from_std(host).map_err(setup)?;
-        let (read, mut write) = stream.into_split();
-        let (outgoing, mut frames) = mpsc::unbounded_channel::<Vec<u8>>();
-        tokio::spawn(async move {
-            while let Some(frame) = frames.recv().await {
-                let length = (frame.len() as u32).to_be_bytes();
-                if write.write_all(&length).await.is_err() || write.write_all(&frame).await.is_err()
-                {
-                    break;
-                }
-            }
-        });
+        let (read, write) = stream.into_split();
+        let outgoing = Outgoing::start(write);
         let mut process = Process {
             pid,
             outgoing,
@@ -328,20 +319,8 @@ impl Process {
 
     /// Sends one message.
     fn send(&self, message: &Value) -> Result<(), KernelError> {
-        let mut body = Vec::new();
-        marshal::encode(message, &mut body).map_err(|e| KernelError::TooLarge {
-            message: e.to_string(),
-        })?;
-        if body.len() > self.max_frame {
-            return Err(KernelError::TooLarge {
-                message: format!(
-                    "the message is {} bytes once encoded, over the frame limit of {} bytes (KernelConfig::max_frame)",
-                    body.len(),
-                    self.max_frame
-                ),
-            });
-        }
-        self.outgoing.send(body).map_err(|_| KernelError::Died)
+        let frame = framed(message, self.max_frame)?;
+        self.outgoing.send(frame)
     }
 
     fn next_id(&self) -> u64 {
@@ -495,8 +474,146 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
+        self.outgoing.close();
         self.kill(None);
     }
+}
+
+/// The host's end of the socket, for writing. A frame is written at once when the socket takes
+/// it (the common case: a reply to a child that waits for it), and otherwise queued for a
+/// writer task; either way frames never interleave and are written whole, even when the
+/// request that sent one is dropped.
+pub(crate) struct Outgoing {
+    half: tokio::net::unix::OwnedWriteHalf,
+    queue: Mutex<Queue>,
+    wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    frames: std::collections::VecDeque<Vec<u8>>,
+    /// Bytes of the front frame already written.
+    written: usize,
+    closed: bool,
+}
+
+impl Outgoing {
+    fn start(half: tokio::net::unix::OwnedWriteHalf) -> Arc<Self> {
+        let outgoing = Arc::new(Self {
+            half,
+            queue: Mutex::new(Queue::default()),
+            wake: tokio::sync::Notify::new(),
+        });
+        let writer = outgoing.clone();
+        // Ends when the socket is closed: by the child's death (the reader sees it) or by the
+        // process being dropped.
+        tokio::spawn(async move {
+            while writer.flush_queue().await {
+                let woken = writer.wake.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let idle = {
+                    let queue = lock(&writer.queue);
+                    queue.frames.is_empty() && !queue.closed
+                };
+                if idle {
+                    woken.await;
+                }
+            }
+        });
+        outgoing
+    }
+
+    /// Sends a frame: written now if nothing is queued and the socket takes it.
+    fn send(&self, frame: Vec<u8>) -> Result<(), KernelError> {
+        let mut queue = lock(&self.queue);
+        if queue.closed {
+            return Err(KernelError::Died);
+        }
+        let mut written = 0;
+        if queue.frames.is_empty() {
+            while written < frame.len() {
+                match self.half.try_write(&frame[written..]) {
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        queue.closed = true;
+                        return Err(KernelError::Died);
+                    }
+                }
+            }
+            if written == frame.len() {
+                return Ok(());
+            }
+            queue.written = written;
+        }
+        queue.frames.push_back(frame);
+        drop(queue);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Writes what is queued; false once the socket is closed.
+    async fn flush_queue(&self) -> bool {
+        loop {
+            {
+                let mut queue = lock(&self.queue);
+                if queue.closed {
+                    return false;
+                }
+                loop {
+                    let Some(front) = queue.frames.front() else {
+                        return true;
+                    };
+                    let at = queue.written;
+                    match self.half.try_write(&front[at..]) {
+                        Ok(n) if at + n == front.len() => {
+                            queue.frames.pop_front();
+                            queue.written = 0;
+                        }
+                        Ok(n) => queue.written = at + n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            queue.closed = true;
+                            return false;
+                        }
+                    }
+                }
+            }
+            if self.half.writable().await.is_err() {
+                lock(&self.queue).closed = true;
+                return false;
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        lock(&self.queue).closed
+    }
+
+    /// Stops writing (what is queued is dropped) and ends the writer task.
+    fn close(&self) {
+        lock(&self.queue).closed = true;
+        self.wake.notify_one();
+    }
+}
+
+/// A message as one frame: its length (4 bytes, big-endian), then its marshal encoding.
+fn framed(message: &Value, max_frame: usize) -> Result<Vec<u8>, KernelError> {
+    let mut frame = vec![0; 4];
+    marshal::encode(message, &mut frame).map_err(|e| KernelError::TooLarge {
+        message: e.to_string(),
+    })?;
+    let length = frame.len() - 4;
+    if length > max_frame {
+        return Err(KernelError::TooLarge {
+            message: format!(
+                "the message is {length} bytes once encoded, over the frame limit of {max_frame} bytes (KernelConfig::max_frame)"
+            ),
+        });
+    }
+    frame[..4].copy_from_slice(&(length as u32).to_be_bytes());
+    Ok(frame)
 }
 
 /// How an exit status reads: "was killed by SIGSEGV (signal 11)", "exited with status 3".
@@ -577,7 +694,7 @@ async fn serve(
     mut reader: FramedRead<tokio::net::unix::OwnedReadHalf, LengthDelimitedCodec>,
     process: std::sync::Weak<Process>,
     shared: Arc<Shared>,
-    outgoing: mpsc::UnboundedSender<Vec<u8>>,
+    outgoing: Arc<Outgoing>,
     callables: Callables,
     max_frame: usize,
 ) {
@@ -700,26 +817,20 @@ async fn serve(
                             payload,
                         ])
                     };
-                    let mut body = Vec::new();
-                    let encoded = marshal::encode(&reply(ok, payload), &mut body);
-                    if encoded.is_err() || body.len() > max_frame {
-                        let message = match encoded {
-                            Err(e) => e.to_string(),
-                            Ok(()) => format!(
-                                "the host's result is {} bytes once encoded, over the runtime's frame limit of {max_frame} bytes",
-                                body.len()
-                            ),
-                        };
-                        body.clear();
-                        let _ = marshal::encode(
+                    let sent = match framed(&reply(ok, payload), max_frame) {
+                        Ok(frame) => Ok(frame),
+                        // Too large or too deep for the child: it raises instead.
+                        Err(e) => framed(
                             &reply(
                                 false,
-                                Value::Tuple(vec!["ValueError".into(), message.into()]),
+                                Value::Tuple(vec!["ValueError".into(), e.to_string().into()]),
                             ),
-                            &mut body,
-                        );
+                            max_frame,
+                        ),
+                    };
+                    if let Ok(frame) = sent {
+                        let _ = outgoing.send(frame);
                     }
-                    let _ = outgoing.send(body);
                 });
             }
             _ => {
@@ -730,6 +841,7 @@ async fn serve(
     }
     // The child is gone (or broke the protocol): nobody will answer what is pending.
     lock(&shared.pending).clear();
+    outgoing.close();
 }
 
 fn protocol_violation(process: &std::sync::Weak<Process>, what: String) {

@@ -40,6 +40,8 @@ pub struct KernelRuntime {
 struct Inner {
     config: KernelConfig,
     python: PathBuf,
+    /// The interpreter behind `python` (a pyenv shim alone doubles the start), found once.
+    resolved: tokio::sync::OnceCell<PathBuf>,
     registry: Mutex<Registry>,
     callables: Callables,
     /// The handle of each host function and host object, by name.
@@ -88,6 +90,7 @@ impl KernelRuntime {
             inner: Arc::new(Inner {
                 config,
                 python,
+                resolved: tokio::sync::OnceCell::new(),
                 registry: Mutex::new(Registry::new()),
                 callables: Arc::new(Mutex::new(HashMap::new())),
                 handles: Mutex::new(HashMap::new()),
@@ -288,12 +291,32 @@ impl Inner {
             Spare::Starting => *lock(&self.spare) = Spare::Starting,
             _ => {}
         }
-        Process::start(&self.config, &self.python, self.callables.clone())
+        let python = self.interpreter().await;
+        Process::start(&self.config, &python, self.callables.clone())
             .await
             .map_err(|e| RuntimeError::Backend {
                 operation: "start",
                 message: e.to_string(),
             })
+    }
+
+    /// The program to start: what the interpreter says `sys.executable` is (cached on disk,
+    /// see `cave_python::report`), or the path as given when it cannot say.
+    async fn interpreter(&self) -> PathBuf {
+        let given = self.python.clone();
+        self.resolved
+            .get_or_init(|| async move {
+                let asked = given.clone();
+                tokio::task::spawn_blocking(move || cave_python::report::describe(&asked))
+                    .await
+                    .ok()
+                    .and_then(Result::ok)
+                    .map(|reported| reported.executable)
+                    .filter(|path| path.is_file())
+                    .unwrap_or(given)
+            })
+            .await
+            .clone()
     }
 
     /// Starts a spare process in the background, if wanted and none is there.
@@ -309,13 +332,15 @@ impl Inner {
                 _ => *spare = Spare::Starting,
             }
         }
-        let inner = Arc::downgrade(self);
+        let weak = Arc::downgrade(self);
         let config = self.config.clone();
-        let python = self.python.clone();
         let callables = self.callables.clone();
+        let inner = self.clone();
         tokio::spawn(async move {
+            let python = inner.interpreter().await;
+            drop(inner);
             let started = Process::start(&config, &python, callables).await;
-            let Some(inner) = Weak::upgrade(&inner) else {
+            let Some(inner) = Weak::upgrade(&weak) else {
                 return;
             };
             let mut spare = lock(&inner.spare);

@@ -30,11 +30,16 @@ const KEY_VARIABLES: &[&str] = &[
 
 /// What an interpreter reports about itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Reported {
-    pub(crate) version: (u32, u32),
-    pub(crate) executable: PathBuf,
-    pub(crate) prefix: String,
-    pub(crate) sys_path: Vec<String>,
+#[non_exhaustive]
+pub struct Reported {
+    /// `major.minor`.
+    pub version: (u32, u32),
+    /// `sys.executable`: the real interpreter behind a shim.
+    pub executable: PathBuf,
+    /// `sys.prefix`.
+    pub prefix: String,
+    /// `sys.path`, without the entry `-c` adds.
+    pub sys_path: Vec<String>,
 }
 
 /// A file's identity for the cache: size and modification time in nanoseconds.
@@ -93,7 +98,7 @@ struct File {
 }
 
 /// Where the cache lives: `$XDG_CACHE_HOME/cave-agent`, else `~/.cache/cave-agent`.
-pub(crate) fn default_dir() -> Option<PathBuf> {
+pub fn default_dir() -> Option<PathBuf> {
     let base = std::env::var_os("XDG_CACHE_HOME")
         .filter(|d| !d.is_empty())
         .map(PathBuf::from)
@@ -122,13 +127,14 @@ fn write(dir: &Path, file: &File) {
         std::fs::rename(&tmp, dir.join("python-env.json"))
     })();
     if let Err(e) = written {
-        tracing::debug!(error = %e, "could not write the Python environment cache");
+        // A cache that cannot be written costs a later start the question, nothing more.
+        let _ = e;
     }
 }
 
 /// The report for `interpreter`: from the cache in `dir` if still valid, else from `ask`
 /// (whose answer is then cached). `dir = None` disables the cache.
-pub(crate) fn report<E>(
+pub fn report<E>(
     dir: Option<&Path>,
     interpreter: &Path,
     ask: impl FnOnce(&Path) -> Result<Reported, E>,
@@ -140,7 +146,6 @@ pub(crate) fn report<E>(
     if let Some(entry) = file.entries.iter().find(|e| e.key == key)
         && entry.still_valid()
     {
-        tracing::debug!(interpreter = %interpreter.display(), "Python environment from the cache");
         return Ok(entry.reported.clone());
     }
     let reported = ask(interpreter)?;
@@ -164,6 +169,52 @@ pub(crate) fn report<E>(
     file.entries.truncate(MAX_ENTRIES);
     write(dir, &file);
     Ok(reported)
+}
+
+const REPORT: &str = "import sys; print(sys.version_info[0]); print(sys.version_info[1]); print(sys.executable); print(sys.prefix)\n\
+for p in sys.path: print(p)";
+
+/// Runs `executable` and reads its report (no cache).
+pub fn ask(executable: &Path) -> Result<Reported, String> {
+    let output = std::process::Command::new(executable)
+        .args(["-c", REPORT])
+        .output()
+        .map_err(|e| format!("could not run it: {e}"))?;
+    if !output.status.success() {
+        return Err(format!(
+            "it exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
+    }
+    let text = String::from_utf8_lossy(&output.stdout);
+    let mut lines = text.lines();
+    let mut next = || {
+        lines
+            .next()
+            .map(str::to_owned)
+            .ok_or_else(|| "its report was cut short".to_owned())
+    };
+    let major = next()?
+        .parse()
+        .map_err(|_| "it reported no version".to_owned())?;
+    let minor = next()?
+        .parse()
+        .map_err(|_| "it reported no version".to_owned())?;
+    let executable = PathBuf::from(next()?);
+    let prefix = next()?;
+    let sys_path = lines.filter(|p| !p.is_empty()).map(str::to_owned).collect();
+    Ok(Reported {
+        version: (major, minor),
+        executable,
+        prefix,
+        sys_path,
+    })
+}
+
+/// What `executable` reports about itself, from the cache in [`default_dir`] when still valid.
+pub fn describe(executable: &Path) -> Result<Reported, String> {
+    report(default_dir().as_deref(), executable, ask)
 }
 
 #[cfg(test)]
@@ -192,7 +243,7 @@ mod tests {
             .unwrap_or(0)
     }
 
-    fn ask(path: &Path) -> Result<Reported, String> {
+    fn fake_ask(path: &Path) -> Result<Reported, String> {
         let out = std::process::Command::new(path)
             .output()
             .map_err(|e| e.to_string())?;
@@ -216,10 +267,10 @@ mod tests {
         }
         let python = fake_interpreter(&bin, &site);
 
-        let first = report(Some(&cache), &python, ask).unwrap();
+        let first = report(Some(&cache), &python, fake_ask).unwrap();
         assert_eq!(first.sys_path, [site.display().to_string()]);
         assert_eq!(calls(&bin), 1);
-        assert_eq!(report(Some(&cache), &python, ask).unwrap(), first);
+        assert_eq!(report(Some(&cache), &python, fake_ask).unwrap(), first);
         assert_eq!(calls(&bin), 1, "the second start asks nobody");
 
         // The interpreter changes (a new version installed in its place): asked again.
@@ -227,19 +278,19 @@ mod tests {
         let mut text = std::fs::read_to_string(&python).unwrap();
         text.push_str("# upgraded\n");
         std::fs::write(&python, text).unwrap();
-        report(Some(&cache), &python, ask).unwrap();
+        report(Some(&cache), &python, fake_ask).unwrap();
         assert_eq!(
             calls(&bin),
             2,
             "a changed interpreter invalidates the entry"
         );
-        report(Some(&cache), &python, ask).unwrap();
+        report(Some(&cache), &python, fake_ask).unwrap();
         assert_eq!(calls(&bin), 2);
 
         // A package adds a `.pth` file to site-packages: asked again.
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(site.join("editable.pth"), "/somewhere\n").unwrap();
-        report(Some(&cache), &python, ask).unwrap();
+        report(Some(&cache), &python, fake_ask).unwrap();
         assert_eq!(
             calls(&bin),
             3,
@@ -247,10 +298,10 @@ mod tests {
         );
 
         // No cache directory, or an unreadable cache file: asked, never an error.
-        report(None, &python, ask).unwrap();
+        report(None, &python, fake_ask).unwrap();
         assert_eq!(calls(&bin), 4);
         std::fs::write(cache.join("python-env.json"), "not json").unwrap();
-        report(Some(&cache), &python, ask).unwrap();
+        report(Some(&cache), &python, fake_ask).unwrap();
         assert_eq!(calls(&bin), 5);
         std::fs::remove_dir_all(&root).unwrap();
     }

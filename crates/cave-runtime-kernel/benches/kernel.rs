@@ -1,0 +1,141 @@
+//! Benchmarks of the kernel runtime: cold start, the round trip of a cell, a host call from
+//! Python, a million ints in and out (start included), and recovery after a crash.
+//!
+//! Run with `cargo xtask bench` (or `cargo bench -p cave-runtime-kernel`).
+
+use cave_core::{Args, DiscardOutput, Function, Resources, Runtime, Signature, Value, Variable};
+use cave_runtime_kernel::{KernelConfig, KernelRuntime};
+use criterion::{Criterion, criterion_group, criterion_main};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+fn tokio() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio")
+}
+
+fn cold_start(c: &mut Criterion) {
+    let rt = tokio();
+    let mut group = c.benchmark_group("kernel");
+    group.sample_size(20);
+    group.bench_function("cold_start_to_first_result", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let runtime =
+                    KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
+                let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
+                assert_eq!(out.output, "1\n");
+                runtime.stop().await;
+            })
+        })
+    });
+    group.finish();
+}
+
+fn round_trips(c: &mut Criterion) {
+    let rt = tokio();
+    let runtime = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
+    let noop = Function::host("noop", Signature::default(), |_args: Args| async move {
+        Ok(Value::None)
+    });
+    rt.block_on(runtime.register(Resources::new().function(noop)))
+        .expect("registers");
+    rt.block_on(runtime.start()).expect("starts");
+    let mut group = c.benchmark_group("kernel");
+    group.bench_function("execute_x_equals_1", |b| {
+        b.iter(|| {
+            black_box(
+                rt.block_on(runtime.execute("x = 1", &DiscardOutput))
+                    .expect("runs"),
+            )
+        })
+    });
+    // A cell of 1000 calls, timed per call.
+    group.bench_function("host_call_from_python", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            let mut left = iters;
+            while left > 0 {
+                let n = left.min(1000);
+                let code = format!("for _ in range({n}):\n    noop()");
+                let start = Instant::now();
+                rt.block_on(runtime.execute(&code, &DiscardOutput))
+                    .expect("runs");
+                total += start.elapsed();
+                left -= n;
+            }
+            total
+        })
+    });
+    group.finish();
+    rt.block_on(runtime.stop());
+}
+
+fn million_ints(c: &mut Criterion) {
+    let rt = tokio();
+    let ints = Value::List((0..1_000_000).map(Value::Int).collect());
+    let mut group = c.benchmark_group("kernel");
+    group.sample_size(10);
+    group.bench_function("inject_and_retrieve_million_ints_with_start", |b| {
+        b.iter_batched(
+            || ints.clone(),
+            |value| {
+                rt.block_on(async {
+                    let runtime = KernelRuntime::with_config(KernelConfig::new().spare(false))
+                        .expect("python");
+                    runtime
+                        .register(Resources::new().variable(Variable::new("ints", value)))
+                        .await
+                        .expect("registers");
+                    runtime.start().await.expect("starts");
+                    let back = runtime.retrieve("ints").await.expect("retrieves");
+                    assert!(matches!(&back, Value::List(items) if items.len() == 1_000_000));
+                    runtime.stop().await;
+                    black_box(back)
+                })
+            },
+            criterion::BatchSize::LargeInput,
+        )
+    });
+    group.finish();
+}
+
+fn recovery(c: &mut Criterion) {
+    let rt = tokio();
+    let runtime = KernelRuntime::new().expect("python");
+    rt.block_on(runtime.register(Resources::new().variable(Variable::new("kept", Value::Int(1)))))
+        .expect("registers");
+    let mut group = c.benchmark_group("kernel");
+    group.sample_size(20);
+    group.bench_function("recovery_after_crash_with_spare", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                rt.block_on(async {
+                    runtime.start().await.expect("starts");
+                    while runtime.spare_pid().is_none() {
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                    let crash = runtime
+                        .execute("import os\nos._exit(1)", &DiscardOutput)
+                        .await
+                        .expect("reports");
+                    assert!(crash.state_lost);
+                    let start = Instant::now();
+                    let out = runtime.execute("kept", &DiscardOutput).await.expect("runs");
+                    total += start.elapsed();
+                    assert_eq!(out.output, "1\n");
+                });
+            }
+            total
+        })
+    });
+    group.finish();
+    rt.block_on(runtime.stop());
+}
+
+criterion_group!(benches, cold_start, round_trips, million_ints, recovery);
+criterion_main!(benches);

@@ -1,0 +1,46 @@
+//! Output written to the child's descriptors 1 and 2 belongs to the cell that wrote it.
+
+use cave_core::{DiscardOutput, Runtime};
+use cave_runtime_kernel::KernelRuntime;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn descriptor_output_belongs_to_the_cell_that_wrote_it() {
+    let rt = KernelRuntime::new().expect("python");
+    let out = rt
+        .execute(
+            "import os, subprocess, sys\nprint('py')\nos.write(1, b'fd1\\n')\nos.write(2, b'fd2\\n')\nsubprocess.run(['echo', 'sub'])\nos.system('echo shell >&2')",
+            &DiscardOutput,
+        )
+        .await
+        .expect("runs");
+    for expected in ["py\n", "fd1\n", "fd2\n", "sub\n", "shell\n"] {
+        assert!(
+            out.output.contains(expected),
+            "{expected:?} in {:?}",
+            out.output
+        );
+    }
+    // More than a pipe holds: every line, in order, once.
+    let out = rt
+        .execute(
+            "import os\nfor i in range(4000):\n    os.write(1, (f'{i:05d}' + 'x' * 50 + '\\n').encode())",
+            &DiscardOutput,
+        )
+        .await
+        .expect("runs");
+    let rows: Vec<String> = (0..4000)
+        .map(|i| format!("{i:05}{}", "x".repeat(50)))
+        .collect();
+    let seen: Vec<&str> = out.output.lines().collect();
+    assert_eq!(seen, rows);
+    // A thread that writes after its cell ended does not leak into the next cell.
+    rt.execute(
+        "import threading, time, os\nthreading.Thread(target=lambda: (time.sleep(0.2), os.write(1, b'late\\n'))).start()",
+        &DiscardOutput,
+    )
+    .await
+    .expect("runs");
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    let next = rt.execute("1 + 1", &DiscardOutput).await.expect("runs");
+    assert_eq!(next.output, "2\n");
+}
