@@ -121,9 +121,13 @@ pub struct CommonArgs {
     /// virtualenv, or python3 on PATH).
     #[arg(long, value_name = "PATH", help_heading = "Runtime")]
     pub python: Option<PathBuf>,
-    /// Kernel runtime: the child's address-space limit (e.g. 2G).
+    /// Kernel runtime: the child's memory; past it the child is killed, "out of memory" (a
+    /// control group where the host can make one, else an address-space limit) (e.g. 2G).
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Runtime")]
     pub memory_limit: Option<u64>,
+    /// Kernel runtime: the child's address space; past it allocations raise MemoryError (e.g. 4G).
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Runtime")]
+    pub max_address_space: Option<u64>,
     /// Kernel runtime: the child's CPU time over its life (e.g. 10m).
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Runtime")]
     pub cpu_limit: Option<f64>,

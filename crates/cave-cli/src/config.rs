@@ -219,6 +219,7 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
     let kernel_only = [
         ("--python", args.python.is_some()),
         ("--memory-limit", args.memory_limit.is_some()),
+        ("--max-address-space", args.max_address_space.is_some()),
         ("--cpu-limit", args.cpu_limit.is_some()),
         ("--max-open-files", args.max_open_files.is_some()),
         ("--max-processes", args.max_processes.is_some()),
@@ -238,6 +239,9 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
             let mut limits = Limits::default();
             if let Some(bytes) = args.memory_limit {
                 limits = limits.memory(bytes);
+            }
+            if let Some(bytes) = args.max_address_space {
+                limits = limits.address_space(bytes);
             }
             if let Some(seconds) = args.cpu_limit {
                 if seconds < 1.0 {

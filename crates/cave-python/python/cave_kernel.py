@@ -52,6 +52,8 @@ class _State:
     # The read end of the pipe behind descriptors 1 and 2, and who may read it.
     pump_fd = -1
     pump_lock = threading.Lock()
+    # This process is a copy a cell made with `os.fork`.
+    forked = False
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
 
@@ -156,7 +158,16 @@ def _encode(message):
 
 
 def send(message):
-    """Sends one frame (from any thread)."""
+    """Sends one frame (from any thread). In a process a cell forked, output goes to the
+    captured descriptors instead (where its parent forwards it) and nothing else is sent: the
+    socket is the parent's."""
+    if _State.forked:
+        if message[0] == "out":
+            try:
+                os.write(1, message[2].encode("utf-8", "replace"))
+            except OSError:
+                pass
+        return
     frame = _encode(message)
     with _busy, _State.send_lock:
         view = memoryview(frame)
@@ -465,6 +476,9 @@ def _handle(message):
 def _serve(until=None):
     """Serves requests; with `until`, returns the reply to that host call when it comes."""
     while True:
+        if _State.forked:
+            # A copy made by `os.fork` in a cell, back from the cell: it has nothing to serve.
+            os._exit(0)
         if until is not None and until in _State.replies:
             return _State.replies.pop(until)
         message = _read_frame()
@@ -477,6 +491,11 @@ def _serve(until=None):
             _handle(message)
         except Exception as error:  # a request that failed here must not end the process
             _reply(message[1], "failed", f"{type(error).__name__}: {error}")
+
+
+def _forked():
+    _State.forked = True
+    _State.running = []
 
 
 def main(fd, max_frame):
@@ -498,6 +517,7 @@ def main(fd, max_frame):
     executor.hide_frames_of(_KERNEL_FILE)
     executor.reset_namespace(_State.namespace)
     signal.signal(signal.SIGINT, _on_sigint)
+    os.register_at_fork(after_in_child=_forked)
     version = sys.version_info
     send(("ready", 0, (version[0], version[1], version[2]), os.getpid(), sys.executable))
     _serve()

@@ -42,3 +42,21 @@ pub const KERNEL_FILE: &str = "<cave-kernel>";
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(test)]
+mod tests {
+    /// The sources use no syntax newer than Python 3.9, the oldest the kernel runtime runs:
+    /// checked by a real `python3` parsing them with `feature_version=(3, 9)`.
+    #[test]
+    fn the_sources_parse_as_python_3_9() {
+        let check = "import ast, sys\nfor path in sys.argv[1:]:\n    ast.parse(open(path).read(), path, feature_version=(3, 9))\n";
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
+        let status = std::process::Command::new("python3")
+            .args(["-c", check])
+            .arg(format!("{dir}/cave_executor.py"))
+            .arg(format!("{dir}/cave_kernel.py"))
+            .status()
+            .expect("python3 runs");
+        assert!(status.success());
+    }
+}

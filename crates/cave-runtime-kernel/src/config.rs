@@ -14,16 +14,23 @@ pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Limits {
-    /// Address space in bytes (`RLIMIT_AS`): allocation beyond it fails with `MemoryError`.
+    /// Memory in bytes. Enforced by a control group of the child's own where the host can
+    /// make one (cgroup v2 delegation, or writable v1 hierarchies, as for root): the kernel
+    /// kills the child when it is exceeded, and the execution says "out of memory". Otherwise
+    /// it is an address-space limit (`RLIMIT_AS`): allocations beyond it raise `MemoryError`.
     /// Default: none.
     pub memory: Option<u64>,
+    /// Address space in bytes (`RLIMIT_AS`): allocation beyond it raises `MemoryError` and
+    /// the process lives on. Default: none.
+    pub address_space: Option<u64>,
     /// CPU seconds over the child's life (`RLIMIT_CPU`): past it the child is killed.
     /// Default: none (`max_exec_timeout` bounds a cell).
     pub cpu_seconds: Option<u64>,
     /// Open files (`RLIMIT_NOFILE`). Default: 1024.
     pub open_files: Option<u64>,
-    /// Processes of the child's user (`RLIMIT_NPROC`; the kernel does not apply it to root).
-    /// Default: none.
+    /// Processes (and threads) the child may have. Enforced by its control group where the
+    /// host can make one; otherwise `RLIMIT_NPROC`, which counts all of the user's processes
+    /// and which the kernel does not apply to root. Default: none.
     pub processes: Option<u64>,
     /// Largest file the child may write, in bytes (`RLIMIT_FSIZE`). Default: 4 GiB.
     pub file_size: Option<u64>,
@@ -33,6 +40,7 @@ impl Default for Limits {
     fn default() -> Self {
         Self {
             memory: None,
+            address_space: None,
             cpu_seconds: None,
             open_files: Some(1024),
             processes: None,
@@ -46,15 +54,21 @@ impl Limits {
     pub fn none() -> Self {
         Self {
             memory: None,
+            address_space: None,
             cpu_seconds: None,
             open_files: None,
             processes: None,
             file_size: None,
         }
     }
-    /// Sets the address-space limit in bytes.
+    /// Sets the memory limit in bytes.
     pub fn memory(mut self, bytes: u64) -> Self {
         self.memory = Some(bytes);
+        self
+    }
+    /// Sets the address-space limit in bytes.
+    pub fn address_space(mut self, bytes: u64) -> Self {
+        self.address_space = Some(bytes);
         self
     }
     /// Sets the CPU-seconds limit.

@@ -22,6 +22,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
+mod cgroup;
 mod config;
 mod environment;
 mod marshal;

@@ -1,6 +1,7 @@
 //! One child interpreter: starting it, the frames to and from it, and its death.
 
 use crate::KernelError;
+use crate::cgroup::ChildGroup;
 use crate::config::KernelConfig;
 use crate::marshal;
 use cave_core::{Args, HostError, HostFunction, HostObject, Value};
@@ -101,6 +102,10 @@ pub(crate) struct Process {
     max_frame: usize,
     /// The interpreter's version.
     pub(crate) version: (u32, u32, u32),
+    /// The child's control group, when limits needed one and the host could make it.
+    group: Option<ChildGroup>,
+    /// How each limit is enforced.
+    pub(crate) enforcement: Vec<String>,
 }
 
 impl std::fmt::Debug for Process {
@@ -136,7 +141,24 @@ impl Process {
         if let Some(dir) = &config.working_dir {
             command.current_dir(dir);
         }
-        let limits = rlimits(config);
+        let wanted = crate::cgroup::Wanted {
+            memory: config.limits.memory,
+            processes: config.limits.processes,
+        };
+        let group = if wanted == crate::cgroup::Wanted::default() {
+            None
+        } else {
+            match ChildGroup::create(wanted) {
+                Ok(group) => Some(group),
+                Err(why) => {
+                    tracing::info!(%why, "no control group for the kernel child; rlimits only");
+                    None
+                }
+            }
+        };
+        let mut enforcement = Vec::new();
+        let limits = rlimits(config, group.as_ref(), &mut enforcement);
+        let joins = group.as_ref().map(ChildGroup::procs).unwrap_or_default();
         let hook = config.pre_exec.clone();
         let parent = std::process::id() as libc::pid_t;
         let fd = child.as_raw_fd();
@@ -155,6 +177,18 @@ impl Process {
                 }
                 if libc::getppid() != parent {
                     libc::_exit(1);
+                }
+                // Join the control group before anything else runs in it.
+                for procs in &joins {
+                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if fd < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    let written = libc::write(fd, b"0".as_ptr().cast(), 1);
+                    libc::close(fd);
+                    if written != 1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
                 }
                 if fd == CHILD_FD {
                     let flags = libc::fcntl(fd, libc::F_GETFD);
@@ -230,6 +264,8 @@ impl Process {
             exit,
             max_frame: config.max_frame,
             version: (0, 0, 0),
+            group,
+            enforcement,
         };
         let sources = Value::List(vec![
             Value::Tuple(vec![
@@ -289,6 +325,7 @@ impl Process {
             });
         };
         process.version = version;
+        tracing::info!(pid, ?version, enforcement = ?process.enforcement, "kernel child started");
         if version < (3, 9, 0) {
             process.kill(None);
             return Err(KernelError::Start {
@@ -407,6 +444,9 @@ impl Process {
                 libc::kill(self.pid, libc::SIGKILL);
             }
         }
+        if let Some(group) = &self.group {
+            group.kill_all();
+        }
     }
 
     /// Asks the child to exit, then kills it after `grace`.
@@ -450,6 +490,10 @@ impl Process {
         let description = match (reason, killed) {
             (Some(reason), _) => reason,
             (None, true) => "the Python process was stopped".to_owned(),
+            (None, false) if self.group.as_ref().is_some_and(|g| g.oom_kills() > 0) => {
+                "the Python process was killed: out of memory (it reached its memory limit)"
+                    .to_owned()
+            }
             (None, false) => {
                 let mut text = format!("the Python process {}", describe_status(status));
                 let words = self.last_words();
@@ -653,18 +697,54 @@ fn setup(e: std::io::Error) -> KernelError {
     }
 }
 
-fn rlimits(config: &KernelConfig) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
+/// The rlimits to set, and how each limit is enforced (for the start-up report). Memory and
+/// processes go to `group` when there is one.
+fn rlimits(
+    config: &KernelConfig,
+    group: Option<&ChildGroup>,
+    enforcement: &mut Vec<String>,
+) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
     let limits = &config.limits;
-    [
-        (libc::RLIMIT_AS, limits.memory),
-        (libc::RLIMIT_CPU, limits.cpu_seconds),
-        (libc::RLIMIT_NOFILE, limits.open_files),
-        (libc::RLIMIT_NPROC, limits.processes),
-        (libc::RLIMIT_FSIZE, limits.file_size),
-    ]
-    .into_iter()
-    .filter_map(|(resource, value)| value.map(|v| (resource, v as libc::rlim_t)))
-    .collect()
+    let mut address_space = limits.address_space;
+    let mut processes = limits.processes;
+    if let Some(bytes) = limits.memory {
+        if group.is_some() {
+            enforcement.push(format!(
+                "memory: {bytes} bytes (control group; a kill when exceeded)"
+            ));
+        } else {
+            enforcement.push(format!(
+                "memory: {bytes} bytes (address space; MemoryError when exceeded)"
+            ));
+            address_space = Some(address_space.map_or(bytes, |a| a.min(bytes)));
+        }
+    }
+    if let Some(n) = limits.processes {
+        if group.is_some() {
+            enforcement.push(format!("processes: {n} (control group)"));
+            processes = None;
+        } else {
+            enforcement.push(format!(
+                "processes: {n} (RLIMIT_NPROC; not applied to root)"
+            ));
+        }
+    }
+    let set = [
+        ("address space", libc::RLIMIT_AS, address_space),
+        ("cpu seconds", libc::RLIMIT_CPU, limits.cpu_seconds),
+        ("open files", libc::RLIMIT_NOFILE, limits.open_files),
+        ("processes", libc::RLIMIT_NPROC, processes),
+        ("file size", libc::RLIMIT_FSIZE, limits.file_size),
+    ];
+    set.into_iter()
+        .filter_map(|(name, resource, value)| {
+            let value = value?;
+            if resource != libc::RLIMIT_NPROC {
+                enforcement.push(format!("{name}: {value} (rlimit)"));
+            }
+            Some((resource, value as libc::rlim_t))
+        })
+        .collect()
 }
 
 /// Keeps the tail of what the child writes to its own stderr.

@@ -160,6 +160,18 @@ impl KernelRuntime {
         self.inner.current.lock().await.as_ref().map(|p| p.version)
     }
 
+    /// How each limit is enforced in the running child (a control group, an rlimit), once
+    /// started: e.g. `memory: 2147483648 bytes (control group; a kill when exceeded)`.
+    pub async fn enforcement(&self) -> Vec<String> {
+        self.inner
+            .current
+            .lock()
+            .await
+            .as_ref()
+            .map(|p| p.enforcement.clone())
+            .unwrap_or_default()
+    }
+
     /// The interpreter this runtime runs.
     pub fn python(&self) -> &std::path::Path {
         &self.inner.python

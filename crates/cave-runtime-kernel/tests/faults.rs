@@ -64,8 +64,8 @@ async fn os_exit_is_reported_with_its_status() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn memory_errors_under_the_memory_limit_keep_the_process() {
-    let limits = Limits::default().memory(1 << 30);
+async fn memory_errors_under_the_address_space_limit_keep_the_process() {
+    let limits = Limits::default().address_space(1 << 30);
     let rt = prepared(KernelConfig::new().limits(limits)).await;
     let pid = rt.pid().await;
     let out = run(&rt, "x = bytearray(3 * 1024**3)").await;
@@ -156,4 +156,65 @@ async fn max_exec_timeout_stops_hung_cells() {
         _ => None,
     });
     assert_eq!(last_result.as_deref(), Some("7 False\n"));
+}
+
+/// Control groups are how memory kills and process limits are enforced for root; a machine
+/// without them must say so (`CAVE_TEST_NO_CGROUPS=1`) rather than skip silently.
+fn cgroups_expected() -> bool {
+    std::env::var_os("CAVE_TEST_NO_CGROUPS").is_none()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exceeding_the_memory_limit_is_an_out_of_memory_kill() {
+    let limits = Limits::default().memory(256 << 20);
+    let rt = prepared(KernelConfig::new().limits(limits)).await;
+    let enforcement = rt.enforcement().await;
+    if !cgroups_expected() {
+        eprintln!("skipped: CAVE_TEST_NO_CGROUPS is set ({enforcement:?})");
+        return;
+    }
+    assert!(
+        enforcement
+            .iter()
+            .any(|e| e.contains("memory") && e.contains("control group")),
+        "{enforcement:?}"
+    );
+    let pid = rt.pid().await;
+    let out = run(
+        &rt,
+        "blocks = []\nwhile True:\n    blocks.append(bytearray(16 * 1024**2))",
+    )
+    .await;
+    died(&out, "out of memory");
+    recovered(&rt, pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_bomb_stops_at_the_process_limit() {
+    let limits = Limits::default().processes(32);
+    let rt = prepared(KernelConfig::new().limits(limits)).await;
+    let enforcement = rt.enforcement().await;
+    if !cgroups_expected() {
+        eprintln!("skipped: CAVE_TEST_NO_CGROUPS is set ({enforcement:?})");
+        return;
+    }
+    assert!(
+        enforcement
+            .iter()
+            .any(|e| e.contains("processes: 32 (control group)")),
+        "{enforcement:?}"
+    );
+    let out = run(&rt, "import os\nwhile True:\n    os.fork()").await;
+    assert!(!out.success(), "{out:?}");
+    assert!(
+        out.output.contains("BlockingIOError") || out.state_lost,
+        "the bomb hit the limit: {:?}",
+        &out.output[..out.output.len().min(500)]
+    );
+    // Whatever the bomb left, the runtime answers with its registered resources. (Copies that
+    // were still writing to the descriptors when the cell ended may add their tracebacks to
+    // this cell's output: descriptor output belongs to the cell running when it arrives.)
+    let after = run(&rt, "kept").await;
+    assert!(after.success(), "{after:?}");
+    assert!(after.output.lines().any(|l| l == "7"), "{:?}", after.output);
 }

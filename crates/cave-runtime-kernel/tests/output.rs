@@ -33,6 +33,27 @@ async fn descriptor_output_belongs_to_the_cell_that_wrote_it() {
         .collect();
     let seen: Vec<&str> = out.output.lines().collect();
     assert_eq!(seen, rows);
+    // A process the cell forks prints through the descriptors and leaves the socket alone.
+    let out = rt
+        .execute(
+            "import os\npid = os.fork()\nif pid == 0:\n    print('from the fork')\nelse:\n    os.waitpid(pid, 0)\n    print('parent')",
+            &DiscardOutput,
+        )
+        .await
+        .expect("runs");
+    assert!(out.success(), "{out:?}");
+    assert!(
+        out.output.contains("from the fork\n") && out.output.ends_with("parent\n"),
+        "{:?}",
+        out.output
+    );
+    assert_eq!(
+        rt.execute("'still' + ' here'", &DiscardOutput)
+            .await
+            .expect("runs")
+            .output,
+        "'still here'\n"
+    );
     // A thread that writes after its cell ended does not leak into the next cell.
     rt.execute(
         "import threading, time, os\nthreading.Thread(target=lambda: (time.sleep(0.2), os.write(1, b'late\\n'))).start()",

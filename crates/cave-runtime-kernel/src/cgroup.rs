@@ -1,0 +1,215 @@
+//! A control group per child, where the host may make one: a memory limit whose breach is a
+//! kill the runtime can name ("out of memory"), and a process limit that holds for root too
+//! (the kernel does not apply `RLIMIT_NPROC` to root).
+//!
+//! cgroup v2 is used when the host's own group delegates the controllers to its children;
+//! otherwise the v1 hierarchies of `memory` and `pids` when they are mounted and writable.
+//! Anything else means "unavailable", and the caller falls back to rlimits.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+static GROUPS: AtomicU64 = AtomicU64::new(0);
+
+/// What a child's group limits.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Wanted {
+    pub(crate) memory: Option<u64>,
+    pub(crate) processes: Option<u64>,
+}
+
+/// A child's control group(s): one directory under v2, one per controller under v1.
+#[derive(Debug)]
+pub(crate) struct ChildGroup {
+    version: u8,
+    /// `(controller, directory)`.
+    dirs: Vec<(&'static str, PathBuf)>,
+    /// The `cgroup.procs` files the child joins (written in the child before `exec`).
+    procs: Vec<CString>,
+}
+
+impl ChildGroup {
+    /// Makes a group with these limits, or says why it cannot.
+    pub(crate) fn create(wanted: Wanted) -> Result<Self, String> {
+        let controllers: Vec<&'static str> = [
+            ("memory", wanted.memory.is_some()),
+            ("pids", wanted.processes.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(c, on)| on.then_some(c))
+        .collect();
+        if controllers.is_empty() {
+            return Err("no limit needs a control group".to_owned());
+        }
+        let mounts = std::fs::read_to_string("/proc/self/mounts")
+            .map_err(|e| format!("cannot read /proc/self/mounts: {e}"))?;
+        let own = std::fs::read_to_string("/proc/self/cgroup")
+            .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        let name = format!(
+            "cave-kernel-{}-{}",
+            std::process::id(),
+            GROUPS.fetch_add(1, Ordering::Relaxed)
+        );
+        let group = match v2_parent(&mounts, &own, &controllers) {
+            Some(parent) => Self::make(2, &[("unified", parent)], &name)?,
+            None => {
+                let mut parents = Vec::new();
+                for controller in &controllers {
+                    let parent = v1_parent(&mounts, &own, controller).ok_or_else(|| {
+                        format!("no writable cgroup for the {controller} controller")
+                    })?;
+                    parents.push((*controller, parent));
+                }
+                Self::make(1, &parents, &name)?
+            }
+        };
+        group.limit(wanted)?;
+        Ok(group)
+    }
+
+    fn make(version: u8, parents: &[(&'static str, PathBuf)], name: &str) -> Result<Self, String> {
+        let mut group = Self {
+            version,
+            dirs: Vec::new(),
+            procs: Vec::new(),
+        };
+        for (controller, parent) in parents {
+            let dir = parent.join(name);
+            // Dropping `group` removes what was made if a later one fails.
+            std::fs::create_dir(&dir)
+                .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+            let procs = CString::new(dir.join("cgroup.procs").as_os_str().as_encoded_bytes())
+                .map_err(|e| e.to_string())?;
+            group.dirs.push((controller, dir));
+            group.procs.push(procs);
+        }
+        Ok(group)
+    }
+
+    fn dir(&self, controller: &str) -> Option<&Path> {
+        self.dirs
+            .iter()
+            .find(|(c, _)| self.version == 2 || *c == controller)
+            .map(|(_, d)| d.as_path())
+    }
+
+    fn limit(&self, wanted: Wanted) -> Result<(), String> {
+        let write = |dir: &Path, file: &str, value: String| {
+            std::fs::write(dir.join(file), value)
+                .map_err(|e| format!("cannot write {}: {e}", dir.join(file).display()))
+        };
+        if let (Some(bytes), Some(dir)) = (wanted.memory, self.dir("memory")) {
+            if self.version == 2 {
+                write(dir, "memory.max", bytes.to_string())?;
+                // Swap would turn the limit into slowness instead of a kill.
+                let _ = write(dir, "memory.swap.max", "0".to_owned());
+            } else {
+                write(dir, "memory.limit_in_bytes", bytes.to_string())?;
+                let _ = write(dir, "memory.memsw.limit_in_bytes", bytes.to_string());
+            }
+        }
+        if let (Some(processes), Some(dir)) = (wanted.processes, self.dir("pids")) {
+            write(dir, "pids.max", processes.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// The `cgroup.procs` files the child writes `0` to, joining the group.
+    pub(crate) fn procs(&self) -> Vec<CString> {
+        self.procs.clone()
+    }
+
+    /// How many times the kernel killed a process of the group for memory.
+    pub(crate) fn oom_kills(&self) -> u64 {
+        let Some(dir) = self.dir("memory") else {
+            return 0;
+        };
+        let file = if self.version == 2 {
+            "memory.events"
+        } else {
+            "memory.oom_control"
+        };
+        std::fs::read_to_string(dir.join(file))
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill ")?.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    /// Kills every process left in the group (what a cell started and left behind).
+    pub(crate) fn kill_all(&self) {
+        if self.version == 2
+            && let Some(dir) = self.dir("pids").or_else(|| self.dir("memory"))
+            && std::fs::write(dir.join("cgroup.kill"), "1").is_ok()
+        {
+            return;
+        }
+        for (_, dir) in &self.dirs {
+            if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                    // SAFETY: signalling a process of our child's group.
+                    unsafe {
+                        libc::kill(pid, libc::SIGKILL);
+                    }
+                }
+            }
+        }
+    }
+}
+
+impl Drop for ChildGroup {
+    fn drop(&mut self) {
+        self.kill_all();
+        for (_, dir) in &self.dirs {
+            // Empty once its processes are reaped; a few tries cover the reaping.
+            for _ in 0..50 {
+                if std::fs::remove_dir(dir).is_ok() || !dir.exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// This process's group under v2, when it delegates `controllers` to children.
+fn v2_parent(mounts: &str, own: &str, controllers: &[&str]) -> Option<PathBuf> {
+    let mount = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(2) == Some("cgroup2"))?
+        .split(' ')
+        .nth(1)?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let dir = Path::new(mount).join(path.trim_start_matches('/'));
+    let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control")).ok()?;
+    let enabled: Vec<&str> = enabled.split_whitespace().collect();
+    controllers
+        .iter()
+        .all(|c| enabled.contains(c))
+        .then_some(dir)
+}
+
+/// This process's group in the v1 hierarchy of `controller`, when it is mounted and writable.
+fn v1_parent(mounts: &str, own: &str, controller: &str) -> Option<PathBuf> {
+    let mount = mounts.lines().find_map(|l| {
+        let fields: Vec<&str> = l.split(' ').collect();
+        (fields.get(2) == Some(&"cgroup")
+            && fields
+                .get(3)
+                .is_some_and(|o| o.split(',').any(|o| o == controller)))
+        .then(|| fields[1])
+    })?;
+    let path = own.lines().find_map(|l| {
+        let mut parts = l.splitn(3, ':');
+        let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
+        list.split(',').any(|c| c == controller).then_some(path)
+    })?;
+    let dir = Path::new(mount).join(path.trim_start_matches('/'));
+    // SAFETY: access(2) on a valid C string.
+    let writable = CString::new(dir.as_os_str().as_encoded_bytes())
+        .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0);
+    writable.then_some(dir)
+}
