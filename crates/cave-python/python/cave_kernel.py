@@ -19,12 +19,15 @@ import select
 import signal
 import sys
 import threading
+import time
 
 import cave_executor as executor
 
 _MAX_DEPTH = 512
 _EXACT = frozenset({type(None), bool, int, float, str, bytes})
 _OUTPUT_CHUNK = 1 << 20
+# How long a host call polls for its reply before sleeping.
+_SPIN_SECONDS = 0.0002
 _KERNEL_FILE = sys._getframe().f_code.co_filename
 
 
@@ -34,6 +37,8 @@ class Unsupported(Exception):
 
 class _State:
     fd = -1
+    readable = None
+    writable = None
     max_frame = 0
     inbox = bytearray()
     send_lock = threading.Lock()
@@ -172,14 +177,21 @@ def send(message):
     with _busy, _State.send_lock:
         view = memoryview(frame)
         while view:
-            written = os.write(_State.fd, view)
+            try:
+                written = os.write(_State.fd, view)
+            except BlockingIOError:
+                _State.writable.poll()
+                continue
             view = view[written:]
 
 
-def _read_frame():
-    """The next frame from the host. Only the blocking read can be interrupted, and it loses no
-    data: bytes are kept in the inbox until a whole frame is there."""
+def _read_frame(spin=False):
+    """The next frame from the host. Only the wait can be interrupted, and it loses no data:
+    bytes are kept in the inbox until a whole frame is there. With `spin`, it polls for a
+    moment before sleeping: a host call's reply usually comes within microseconds, and waking
+    a sleeping process costs more than that."""
     inbox = _State.inbox
+    deadline = None
     while True:
         with _busy:
             if len(inbox) >= 4:
@@ -193,7 +205,19 @@ def _read_frame():
         if _State.pending_interrupt and _State.running:
             _State.pending_interrupt = False
             raise KeyboardInterrupt
-        chunk = os.read(_State.fd, 1 << 20)
+        if not spin:
+            _State.readable.poll()
+        try:
+            chunk = os.read(_State.fd, 1 << 20)
+        except BlockingIOError:
+            if spin:
+                now = time.perf_counter()
+                if deadline is None:
+                    deadline = now + _SPIN_SECONDS
+                if now < deadline:
+                    continue
+            _State.readable.poll()
+            continue
         if not chunk:
             # The host is gone: nothing is left to serve.
             os._exit(0)
@@ -481,7 +505,7 @@ def _serve(until=None):
             os._exit(0)
         if until is not None and until in _State.replies:
             return _State.replies.pop(until)
-        message = _read_frame()
+        message = _read_frame(spin=until is not None)
         if message[0] == "return":
             if message[1] == until:
                 return message[2], message[3]
@@ -503,6 +527,11 @@ def main(fd, max_frame):
     _State.fd = fd
     _State.max_frame = max_frame
     os.set_inheritable(fd, False)
+    os.set_blocking(fd, False)
+    _State.readable = select.poll()
+    _State.readable.register(fd, select.POLLIN)
+    _State.writable = select.poll()
+    _State.writable.register(fd, select.POLLOUT)
     # The host reads the original stderr for a dying interpreter's last words.
     diagnostics = os.dup(2)
     os.set_inheritable(diagnostics, False)

@@ -59,6 +59,12 @@ pub enum KernelError {
         /// Which message, how large, and the limit.
         message: String,
     },
+    /// A value the child could not load (nested too deep, an unhashable dict key).
+    #[error("{message}")]
+    Invalid {
+        /// What is wrong.
+        message: String,
+    },
     /// The process ended before it answered.
     #[error("the Python process ended before it answered")]
     Died,

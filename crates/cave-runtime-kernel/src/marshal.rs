@@ -34,16 +34,91 @@ pub(crate) enum DecodeError {
     BadLength(i64),
 }
 
-/// A value nested deeper than the runtime converts (host side).
+/// A value the child could not load.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "the value is nested deeper than {MAX_VALUE_DEPTH} levels, which the runtime does not convert"
-)]
-pub(crate) struct TooDeep;
+pub(crate) enum EncodeError {
+    /// Deeper than the runtime converts.
+    #[error(
+        "the value is nested deeper than {MAX_VALUE_DEPTH} levels, which the runtime does not convert"
+    )]
+    TooDeep,
+    /// A dict key or set element Python cannot hash.
+    #[error(
+        "a dict key or set element is a {0}, which Python cannot hash: use None, bool, int, float, str, bytes or a tuple of them"
+    )]
+    Unhashable(&'static str),
+}
 
-/// Appends `value` in marshal format.
-pub(crate) fn encode(value: &Value, out: &mut Vec<u8>) -> Result<(), TooDeep> {
-    encode_at(value, out, 0)
+/// A message to encode: owned parts beside values borrowed from where they live (a
+/// registered variable is encoded without being copied first).
+#[derive(Debug)]
+pub(crate) enum Data<'a> {
+    /// A value owned by the message.
+    Owned(Value),
+    /// A value borrowed from elsewhere.
+    Borrowed(&'a Value),
+    /// A tuple of parts.
+    Tuple(Vec<Data<'a>>),
+    /// A list of parts.
+    List(Vec<Data<'a>>),
+}
+
+impl From<Value> for Data<'_> {
+    fn from(value: Value) -> Self {
+        Data::Owned(value)
+    }
+}
+
+impl From<&str> for Data<'_> {
+    fn from(text: &str) -> Self {
+        Data::Owned(Value::Str(text.to_owned()))
+    }
+}
+
+/// Appends `data` in marshal format.
+pub(crate) fn encode(data: &Data<'_>, out: &mut Vec<u8>) -> Result<(), EncodeError> {
+    match data {
+        Data::Owned(value) => encode_at(value, out, 0, false),
+        Data::Borrowed(value) => encode_at(value, out, 0, false),
+        Data::Tuple(parts) | Data::List(parts) => {
+            encode_len(
+                out,
+                if matches!(data, Data::Tuple(_)) {
+                    b'('
+                } else {
+                    b'['
+                },
+                parts.len(),
+            );
+            parts.iter().try_for_each(|part| encode(part, out))
+        }
+    }
+}
+
+/// Checks that the child can load `value` (depth, hashable keys) without encoding it.
+pub(crate) fn check(value: &Value) -> Result<(), EncodeError> {
+    check_at(value, 0, false)
+}
+
+fn check_at(value: &Value, depth: usize, hashed: bool) -> Result<(), EncodeError> {
+    if depth > MAX_VALUE_DEPTH + ENVELOPE_DEPTH {
+        return Err(EncodeError::TooDeep);
+    }
+    match value {
+        Value::List(_) | Value::Dict(_) | Value::Set(_) if hashed => {
+            Err(EncodeError::Unhashable(value.python_type()))
+        }
+        Value::List(items) => items.iter().try_for_each(|v| check_at(v, depth + 1, false)),
+        Value::Tuple(items) => items
+            .iter()
+            .try_for_each(|v| check_at(v, depth + 1, hashed)),
+        Value::Set(items) => items.iter().try_for_each(|v| check_at(v, depth + 1, true)),
+        Value::Dict(entries) => entries.iter().try_for_each(|(k, v)| {
+            check_at(k, depth + 1, true)?;
+            check_at(v, depth + 1, false)
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn encode_len(out: &mut Vec<u8>, code: u8, len: usize) {
@@ -53,9 +128,15 @@ fn encode_len(out: &mut Vec<u8>, code: u8, len: usize) {
     out.extend_from_slice(&u32::try_from(len).unwrap_or(u32::MAX).to_le_bytes());
 }
 
-fn encode_at(value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), TooDeep> {
+/// `hashed`: the value is (inside) a dict key or set element, so it must be hashable.
+fn encode_at(
+    value: &Value,
+    out: &mut Vec<u8>,
+    depth: usize,
+    hashed: bool,
+) -> Result<(), EncodeError> {
     if depth > MAX_VALUE_DEPTH + ENVELOPE_DEPTH {
-        return Err(TooDeep);
+        return Err(EncodeError::TooDeep);
     }
     match value {
         Value::None => out.push(b'N'),
@@ -74,22 +155,25 @@ fn encode_at(value: &Value, out: &mut Vec<u8>, depth: usize) -> Result<(), TooDe
             encode_len(out, b's', b.len());
             out.extend_from_slice(b);
         }
+        Value::List(_) | Value::Dict(_) | Value::Set(_) if hashed => {
+            return Err(EncodeError::Unhashable(value.python_type()));
+        }
         Value::List(items) | Value::Tuple(items) | Value::Set(items) => {
-            let code = match value {
-                Value::List(_) => b'[',
-                Value::Tuple(_) => b'(',
-                _ => b'<',
+            let (code, inner) = match value {
+                Value::List(_) => (b'[', false),
+                Value::Tuple(_) => (b'(', hashed),
+                _ => (b'<', true),
             };
             encode_len(out, code, items.len());
             for item in items {
-                encode_at(item, out, depth + 1)?;
+                encode_at(item, out, depth + 1, inner)?;
             }
         }
         Value::Dict(entries) => {
             out.push(b'{');
             for (k, v) in entries {
-                encode_at(k, out, depth + 1)?;
-                encode_at(v, out, depth + 1)?;
+                encode_at(k, out, depth + 1, true)?;
+                encode_at(v, out, depth + 1, false)?;
             }
             out.push(b'0');
         }
@@ -293,7 +377,7 @@ mod tests {
 
     fn round_trip(value: Value) {
         let mut bytes = Vec::new();
-        encode(&value, &mut bytes).unwrap();
+        encode(&Data::Borrowed(&value), &mut bytes).unwrap();
         let (back, unsupported) = decode(&bytes).unwrap();
         assert_eq!(unsupported, None);
         match (&value, &back) {
@@ -355,7 +439,21 @@ mod tests {
         for _ in 0..600 {
             deep_value = Value::List(vec![deep_value]);
         }
-        assert_eq!(encode(&deep_value, &mut Vec::new()), Err(TooDeep));
+        assert_eq!(
+            encode(&Data::Borrowed(&deep_value), &mut Vec::new()),
+            Err(EncodeError::TooDeep)
+        );
+        assert_eq!(check(&deep_value), Err(EncodeError::TooDeep));
+        let unhashable = Value::Dict(vec![(Value::Tuple(vec![Value::List(vec![])]), Value::None)]);
+        assert_eq!(check(&unhashable), Err(EncodeError::Unhashable("list")));
+        assert_eq!(
+            encode(&Data::Borrowed(&unhashable), &mut Vec::new()),
+            Err(EncodeError::Unhashable("list"))
+        );
+        assert_eq!(
+            check(&Value::Set(vec![Value::Tuple(vec![Value::Int(1)])])),
+            Ok(())
+        );
     }
 
     #[test]

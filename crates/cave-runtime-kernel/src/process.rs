@@ -3,7 +3,7 @@
 use crate::KernelError;
 use crate::cgroup::ChildGroup;
 use crate::config::KernelConfig;
-use crate::marshal;
+use crate::marshal::{self, Data};
 use cave_core::{Args, HostError, HostFunction, HostObject, Value};
 use futures_util::StreamExt;
 use std::collections::HashMap;
@@ -279,9 +279,11 @@ impl Process {
                 cave_python::KERNEL.into(),
             ]),
         ]);
-        process.send(&sources).map_err(|e| KernelError::Start {
-            message: e.to_string(),
-        })?;
+        process
+            .send(&Data::Owned(sources))
+            .map_err(|e| KernelError::Start {
+                message: e.to_string(),
+            })?;
         let mut reader = FramedRead::new(
             read,
             LengthDelimitedCodec::builder()
@@ -355,7 +357,7 @@ impl Process {
     }
 
     /// Sends one message.
-    fn send(&self, message: &Value) -> Result<(), KernelError> {
+    fn send(&self, message: &Data<'_>) -> Result<(), KernelError> {
         let frame = framed(message, self.max_frame)?;
         self.outgoing.send(frame)
     }
@@ -368,18 +370,29 @@ impl Process {
     pub(crate) async fn request(
         &self,
         operation: &str,
-        args: Vec<Value>,
+        args: Vec<Data<'_>>,
     ) -> Result<Reply, KernelError> {
+        let reply = self.begin(operation, args)?;
+        reply.await.map_err(|_| KernelError::Died)
+    }
+
+    /// Sends a request now (its arguments may borrow from under a lock); the receiver gets
+    /// the reply.
+    pub(crate) fn begin(
+        &self,
+        operation: &str,
+        args: Vec<Data<'_>>,
+    ) -> Result<oneshot::Receiver<Reply>, KernelError> {
         let id = self.next_id();
         let (tx, rx) = oneshot::channel();
         lock(&self.shared.pending).insert(id, Pending::Reply(tx));
-        let mut message = vec![Value::Str(operation.to_owned()), Value::Int(id.into())];
+        let mut message = vec![Data::from(operation), Data::Owned(Value::Int(id.into()))];
         message.extend(args);
-        if let Err(e) = self.send(&Value::Tuple(message)) {
+        if let Err(e) = self.send(&Data::Tuple(message)) {
             lock(&self.shared.pending).remove(&id);
             return Err(e);
         }
-        rx.await.map_err(|_| KernelError::Died)
+        Ok(rx)
     }
 
     /// Runs a cell: live output goes to `live`; resolves to the exception it raised, or to
@@ -394,12 +407,12 @@ impl Process {
         let (done, rx) = oneshot::channel();
         lock(&self.shared.pending).insert(id, Pending::Execution { live, done });
         lock(&self.shared.executing).get_or_insert(id);
-        let message = Value::Tuple(vec![
+        let message = Data::Owned(Value::Tuple(vec![
             "execute".into(),
             Value::Int(id.into()),
             code.into(),
             Value::Int(number.into()),
-        ]);
+        ]));
         if let Err(e) = self.send(&message) {
             lock(&self.shared.pending).remove(&id);
             let mut executing = lock(&self.shared.executing);
@@ -643,9 +656,9 @@ impl Outgoing {
 }
 
 /// A message as one frame: its length (4 bytes, big-endian), then its marshal encoding.
-fn framed(message: &Value, max_frame: usize) -> Result<Vec<u8>, KernelError> {
+fn framed(message: &Data<'_>, max_frame: usize) -> Result<Vec<u8>, KernelError> {
     let mut frame = vec![0; 4];
-    marshal::encode(message, &mut frame).map_err(|e| KernelError::TooLarge {
+    marshal::encode(message, &mut frame).map_err(|e| KernelError::Invalid {
         message: e.to_string(),
     })?;
     let length = frame.len() - 4;
@@ -897,14 +910,14 @@ async fn serve(
                             payload,
                         ])
                     };
-                    let sent = match framed(&reply(ok, payload), max_frame) {
+                    let sent = match framed(&Data::Owned(reply(ok, payload)), max_frame) {
                         Ok(frame) => Ok(frame),
                         // Too large or too deep for the child: it raises instead.
                         Err(e) => framed(
-                            &reply(
+                            &Data::Owned(reply(
                                 false,
                                 Value::Tuple(vec!["ValueError".into(), e.to_string().into()]),
-                            ),
+                            )),
                             max_frame,
                         ),
                     };

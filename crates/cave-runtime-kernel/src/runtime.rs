@@ -2,6 +2,7 @@
 
 use crate::KernelError;
 use crate::config::KernelConfig;
+use crate::marshal::Data;
 use crate::process::{Callables, Process, lock};
 use crate::spec;
 use async_trait::async_trait;
@@ -188,7 +189,7 @@ impl KernelRuntime {
         let path = path.as_ref().to_string_lossy().into_owned();
         let process = self.inner.process().await?;
         let reply = process
-            .request("load", vec![Value::Str(path.clone())])
+            .request("load", vec![Data::from(path.as_str())])
             .await
             .map_err(|e| died("register_python_file", e))?;
         if reply.status != "ok" {
@@ -218,7 +219,10 @@ impl KernelRuntime {
         let running = self.inner.running().await;
         if let Some(process) = running {
             let reply = process
-                .request("is_proxy", vec![Value::Str(normalize_name(name))])
+                .request(
+                    "is_proxy",
+                    vec![Data::Owned(Value::Str(normalize_name(name)))],
+                )
                 .await
                 .map_err(|e| died("retrieve_object", e))?;
             if reply.payload != Value::Bool(true) {
@@ -375,7 +379,7 @@ impl Inner {
         let files = lock(&self.files).clone();
         for file in files {
             match process
-                .request("load", vec![Value::Str(file.clone())])
+                .request("load", vec![Data::from(file.as_str())])
                 .await
             {
                 Ok(reply) if reply.status == "ok" => {}
@@ -385,15 +389,19 @@ impl Inner {
                 Err(e) => return Some(died("restore", e)),
             }
         }
-        let entries = lock(&self.registry).entries().to_vec();
+        let names: Vec<String> = lock(&self.registry)
+            .entries()
+            .iter()
+            .map(|e| e.name.clone())
+            .collect();
         let mut failure = None;
-        for entry in entries {
-            if let Err(error) = self.bind(process, std::slice::from_ref(&entry)).await {
-                tracing::error!(name = %entry.name, %error, "a registered resource could not be restored");
-                lock(&self.registry).remove(&entry.name);
-                self.forget(&entry.name);
+        for name in names {
+            if let Err(error) = self.bind(process, std::slice::from_ref(&name)).await {
+                tracing::error!(%name, %error, "a registered resource could not be restored");
+                lock(&self.registry).remove(&name);
+                self.forget(&name);
                 failure.get_or_insert(RuntimeError::InvalidResource {
-                    name: entry.name.clone(),
+                    name: name.clone(),
                     problem: format!(
                         "could not be restored in a fresh process ({error}), so it was unregistered"
                     ),
@@ -403,13 +411,18 @@ impl Inner {
         failure
     }
 
-    /// Binds entries in the process as one step; `Err` names the one that failed.
-    async fn bind(&self, process: &Process, entries: &[Entry]) -> Result<(), RuntimeError> {
-        let (specs, reserved) = {
+    /// Binds registered entries in the process as one step; `Err` names the one that failed.
+    /// Values are encoded from the registry itself, under its lock, without a copy.
+    async fn bind(&self, process: &Process, names: &[String]) -> Result<(), RuntimeError> {
+        let sent = {
             let registry = lock(&self.registry);
             let owned = lock(&self.owned);
-            let mut specs = Vec::with_capacity(entries.len());
-            for entry in entries {
+            let mut specs = Vec::with_capacity(names.len());
+            for entry in registry
+                .entries()
+                .iter()
+                .filter(|e| names.contains(&e.name))
+            {
                 let handle = self.handle(&entry.name);
                 let (spec, callable) =
                     spec::spec(entry, &registry, handle, owned.contains(&entry.name))?;
@@ -418,18 +431,24 @@ impl Inner {
                 }
                 specs.push(spec);
             }
-            (specs, reserved(&registry))
+            process.begin(
+                "bind",
+                vec![Data::List(specs), Data::Owned(reserved(&registry))],
+            )
         };
-        let reply = process
-            .request("bind", vec![Value::List(specs), reserved])
-            .await
-            .map_err(|e| match e {
-                KernelError::TooLarge { message } => RuntimeError::InvalidResource {
-                    name: entries.first().map(|e| e.name.clone()).unwrap_or_default(),
+        let failed = |e: KernelError| match e {
+            KernelError::TooLarge { message } | KernelError::Invalid { message } => {
+                RuntimeError::InvalidResource {
+                    name: names.first().cloned().unwrap_or_default(),
                     problem: message,
-                },
-                e => died("register", e),
-            })?;
+                }
+            }
+            e => died("register", e),
+        };
+        let reply = sent
+            .map_err(failed)?
+            .await
+            .map_err(|_| died("register", KernelError::Died))?;
         match (reply.status.as_str(), reply.payload) {
             ("ok", _) => Ok(()),
             (_, Value::Tuple(pair)) if pair.len() == 2 => Err(RuntimeError::InvalidResource {
@@ -448,7 +467,8 @@ impl Inner {
 
     /// Binds a claimed batch; on failure, unclaims all of it.
     async fn bind_claimed(&self, process: &Process, entries: &[Entry]) -> Result<(), RuntimeError> {
-        match self.bind(process, entries).await {
+        let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+        match self.bind(process, &names).await {
             Ok(()) => Ok(()),
             Err(error) => {
                 {
@@ -489,7 +509,7 @@ impl Inner {
     async fn request(
         self: &Arc<Self>,
         operation: &'static str,
-        args: Vec<Value>,
+        args: Vec<Data<'_>>,
     ) -> Result<crate::process::Reply, RuntimeError> {
         let process = self.process().await?;
         process
@@ -567,12 +587,15 @@ impl Runtime for KernelRuntime {
                 // Bound when the process starts; what can fail there is checked now.
                 let registry = lock(&self.inner.registry);
                 let checked = entries.iter().try_for_each(|entry| {
-                    let (spec, _) = spec::spec(entry, &registry, 0, false)?;
-                    crate::marshal::encode(&spec, &mut Vec::new()).map_err(|e| {
-                        RuntimeError::InvalidResource {
-                            name: entry.name.clone(),
-                            problem: e.to_string(),
-                        }
+                    spec::spec(entry, &registry, 0, false)?;
+                    let value = match &entry.resource {
+                        Resource::Variable(v) => &v.value,
+                        Resource::Binding { value, .. } => value,
+                        _ => return Ok(()),
+                    };
+                    crate::marshal::check(value).map_err(|e| RuntimeError::InvalidResource {
+                        name: entry.name.clone(),
+                        problem: e.to_string(),
                     })
                 });
                 drop(registry);
@@ -607,21 +630,13 @@ impl Runtime for KernelRuntime {
         let Some(process) = self.inner.running().await else {
             return Ok(());
         };
-        let entry = lock(&self.inner.registry)
-            .entries()
-            .iter()
-            .find(|e| e.name == key)
-            .cloned();
-        match entry {
-            Some(entry) => self.inner.bind(&process, &[entry]).await,
-            None => Ok(()),
-        }
+        self.inner.bind(&process, &[key]).await
     }
 
     async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
         let reply = self
             .inner
-            .request("get", vec![Value::Str(normalize_name(name))])
+            .request("get", vec![Data::Owned(Value::Str(normalize_name(name)))])
             .await?;
         match reply.status.as_str() {
             "ok" => Ok(reply.payload),
@@ -673,10 +688,10 @@ impl Runtime for KernelRuntime {
             .request(
                 "bind_unique",
                 vec![
-                    Value::Str(prefix.clone()),
-                    Value::Int(from.into()),
-                    value.clone(),
-                    Value::List(taken),
+                    Data::from(prefix.as_str()),
+                    Data::Owned(Value::Int(from.into())),
+                    Data::Borrowed(&value),
+                    Data::Owned(Value::List(taken)),
                 ],
             )
             .await?;

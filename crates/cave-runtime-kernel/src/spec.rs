@@ -1,5 +1,6 @@
 //! Resources as the child builds them (specs), and a Python file's exports as resources.
 
+use crate::marshal::Data;
 use crate::process::Callable;
 use cave_core::{
     Entry, Field, Function, FunctionBody, Method, Param, ParamDefault, ParamKind, Registry,
@@ -44,18 +45,27 @@ fn params(name: &str, params: &[Param]) -> Result<Value, RuntimeError> {
 
 /// The spec the child binds for one registered entry, and the host callable it needs under
 /// `handle`, if any. `owned`: the child loaded the object itself (from a Python file).
-pub(crate) fn spec(
-    entry: &Entry,
+/// A variable's value is borrowed, not copied: it is encoded straight from the registry.
+pub(crate) fn spec<'a>(
+    entry: &'a Entry,
     registry: &Registry,
     handle: u64,
     owned: bool,
-) -> Result<(Value, Option<Callable>), RuntimeError> {
+) -> Result<(Data<'a>, Option<Callable>), RuntimeError> {
     let name = text(&entry.name);
     if owned {
-        return Ok((Value::Tuple(vec![text("owned"), name]), None));
+        return Ok((Data::Owned(Value::Tuple(vec![text("owned"), name])), None));
     }
     let handle_value = Value::Int(handle.into());
-    Ok(match &entry.resource {
+    let value_spec = |value: &'a Value, record: Option<&str>| {
+        Data::Tuple(vec![
+            Data::from("value"),
+            Data::Owned(text(&entry.name)),
+            Data::Borrowed(value),
+            Data::Owned(optional(record)),
+        ])
+    };
+    let (spec, callable) = match &entry.resource {
         Resource::Variable(v) => {
             let record = v.type_name.as_deref().filter(|t| {
                 matches!(
@@ -63,15 +73,9 @@ pub(crate) fn spec(
                     Some(TypeShape::Fields(_))
                 )
             });
-            (
-                Value::Tuple(vec![text("value"), name, v.value.clone(), optional(record)]),
-                None,
-            )
+            return Ok((value_spec(&v.value, record), None));
         }
-        Resource::Binding { value, .. } => (
-            Value::Tuple(vec![text("value"), name, value.clone(), Value::None]),
-            None,
-        ),
+        Resource::Binding { value, .. } => return Ok((value_spec(value, None), None)),
         Resource::Function(f) => match &f.body {
             FunctionBody::Host(host) => (
                 Value::Tuple(vec![
@@ -117,7 +121,8 @@ pub(crate) fn spec(
                 problem: "this resource kind is not supported by the kernel runtime".to_owned(),
             });
         }
-    })
+    };
+    Ok((Data::Owned(spec), callable))
 }
 
 fn type_spec(name: &str, t: &TypeSchema) -> Result<Value, RuntimeError> {

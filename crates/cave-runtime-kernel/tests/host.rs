@@ -189,3 +189,22 @@ async fn python_files_load_in_the_child_and_again_after_a_crash() {
     assert_eq!(run(&rt, "total([Order('c', 5)])").await.output, "5\n");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// What Python cannot load is refused by `register`, before or after the process started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unhashable_keys_are_refused_at_registration() {
+    let bad = Value::Dict(vec![(Value::List(vec![]), Value::None)]);
+    for started in [false, true] {
+        let rt = KernelRuntime::new().expect("python");
+        if started {
+            rt.start().await.expect("starts");
+        }
+        let err = rt
+            .register(Resources::new().variable(Variable::new("bad", bad.clone())))
+            .await
+            .expect_err("refused");
+        assert!(err.to_string().contains("cannot hash"), "{err}");
+        assert!(!rt.describe().variables.contains("bad"));
+        assert_eq!(run(&rt, "'bad' in globals()").await.output, "False\n");
+    }
+}
