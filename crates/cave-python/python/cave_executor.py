@@ -97,8 +97,15 @@ class _RoutedText(io.TextIOBase):
             self.write(line)
 
     def flush(self):
-        if _output.get() is None and self._real is not None:
-            self._real.flush()
+        sink = _output.get()
+        if sink is None:
+            if self._real is not None:
+                self._real.flush()
+        else:
+            # A runtime that buffers a cell's output sends it now.
+            flush = getattr(sink, "flush", None)
+            if flush is not None:
+                flush()
 
 
 # The routers installed as `sys.stdout` and `sys.stderr`, kept so that a cell that replaces

@@ -17,6 +17,7 @@ import marshal
 import os
 import select
 import signal
+import struct
 import sys
 import threading
 import time
@@ -26,6 +27,10 @@ import cave_executor as executor
 _MAX_DEPTH = 512
 _EXACT = frozenset({type(None), bool, int, float, str, bytes})
 _OUTPUT_CHUNK = 1 << 20
+# Python-level output is sent when this much is waiting, or after `_FLUSH_SECONDS`.
+_OUTPUT_BATCH = 1 << 16
+_FLUSH_SECONDS = 0.02
+_pack_length = struct.Struct("<Q").pack_into
 # How long a host call polls for its reply before sleeping.
 _SPIN_SECONDS = 0.0002
 _KERNEL_FILE = sys._getframe().f_code.co_filename
@@ -49,6 +54,7 @@ class _State:
     proxies = {}
     calls = 0
     replies = {}
+    abandoned = set()
     # Executions in progress, innermost last (output written to descriptors goes to the last).
     running = []
     # A SIGINT that arrived while a frame was half read or written: raised once that is done.
@@ -57,6 +63,9 @@ class _State:
     # The read end of the pipe behind descriptors 1 and 2, and who may read it.
     pump_fd = -1
     pump_lock = threading.Lock()
+    # A pipe that wakes the pump when buffered output starts to wait.
+    wake_read = -1
+    wake_fd = -1
     # This process is a copy a cell made with `os.fork`.
     forked = False
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -227,24 +236,118 @@ def _read_frame(spin=False):
 # --- output ---------------------------------------------------------------------------------
 
 
+class _Buffered:
+    """A cell's Python-level output, sent in pieces of up to 64 KiB: a frame per `print` would
+    cost a system call each. It goes out when full, when the cell flushes, ends or calls the
+    host, before descriptor output is forwarded (to keep the two in order), and at the latest
+    after `_FLUSH_SECONDS` (the descriptor pump's timer), so that output still streams live.
+    Until it is sent, a copy waits in the shadow (a memory file the host reads if this process
+    dies), so a crash loses none of it."""
+
+    lock = threading.Lock()
+    parts = []
+    size = 0
+    execution = 0
+    shadow = None
+    shadow_size = 0
+    shadow_used = 0
+
+
+def _flush_output():
+    with _Buffered.lock:
+        _flush_locked()
+
+
+def _flush_locked():
+    if not _Buffered.parts:
+        return
+    text = "".join(_Buffered.parts)
+    _Buffered.parts = []
+    _Buffered.size = 0
+    for start in range(0, len(text), _OUTPUT_CHUNK):
+        send(("out", _Buffered.execution, text[start : start + _OUTPUT_CHUNK]))
+    _shadow_reset()
+
+
+def _shadow_reset():
+    if _Buffered.shadow is not None:
+        _Buffered.shadow[8:16] = bytes(8)
+        _Buffered.shadow_used = 0
+
+
+def _shadow_add(text):
+    """Mirrors buffered text into the shadow; False when it does not fit (send it now)."""
+    shadow = _Buffered.shadow
+    if shadow is None:
+        return True
+    data = text.encode("utf-8", "surrogatepass")
+    used = _Buffered.shadow_used
+    end = used + len(data)
+    if 16 + end > _Buffered.shadow_size:
+        return False
+    shadow[16 + used : 16 + end] = data
+    _Buffered.shadow_used = end
+    _pack_length(shadow, 8, end)
+    return True
+
+
 def _writer(execution):
     def write(text):
-        for start in range(0, len(text), _OUTPUT_CHUNK):
-            send(("out", execution, text[start : start + _OUTPUT_CHUNK]))
+        with _Buffered.lock:
+            if _Buffered.execution != execution:
+                _flush_locked()
+                _Buffered.execution = execution
+                if _Buffered.shadow is not None:
+                    _Buffered.shadow[0:8] = execution.to_bytes(8, "little")
+            started = not _Buffered.parts
+            if not _shadow_add(text):
+                _flush_locked()
+                if not _shadow_add(text):
+                    # Larger than the shadow: sent at once, unbuffered.
+                    for start in range(0, len(text), _OUTPUT_CHUNK):
+                        send(("out", execution, text[start : start + _OUTPUT_CHUNK]))
+                    return
+                started = True
+            _Buffered.parts.append(text)
+            _Buffered.size += len(text)
+            if _Buffered.size >= _OUTPUT_BATCH:
+                _flush_locked()
+                return
+        if started:
+            # Wake the pump, whose timer sends what is still here after a moment.
+            try:
+                os.write(_State.wake_fd, b"w")
+            except OSError:
+                pass
 
+    write.flush = _flush_output
     return write
 
 
 def _pump(read_fd):
-    """Forwards what is written to descriptors 1 and 2 to the running execution (0: none)."""
+    """Forwards what is written to descriptors 1 and 2 to the running execution (0: none),
+    and sends buffered Python output that has waited long enough."""
     poller = select.poll()
     poller.register(read_fd, select.POLLIN)
+    poller.register(_State.wake_read, select.POLLIN)
     while True:
+        timeout = int(_FLUSH_SECONDS * 1000) if _Buffered.parts else None
         try:
-            poller.poll()
+            ready = poller.poll(timeout)
         except InterruptedError:
             continue
-        if not _drain():
+        woken = any(fd == _State.wake_read for fd, _ in ready)
+        if woken:
+            try:
+                os.read(_State.wake_read, 4096)
+            except OSError:
+                pass
+        if not ready or not woken:
+            try:
+                _flush_output()
+            except Exception:
+                pass
+        if any(fd == read_fd for fd, _ in ready) and not _drain():
             return
 
 
@@ -268,6 +371,8 @@ def _drain():
 def _forward(text):
     if not text:
         return
+    # Python output written before this descriptor output goes first.
+    _flush_output()
     running = _State.running
     execution = running[-1] if running else 0
     try:
@@ -285,6 +390,10 @@ def _capture_descriptors():
     os.set_inheritable(read_fd, False)
     os.set_blocking(read_fd, False)
     _State.pump_fd = read_fd
+    _State.wake_read, _State.wake_fd = os.pipe()
+    for fd in (_State.wake_read, _State.wake_fd):
+        os.set_inheritable(fd, False)
+        os.set_blocking(fd, False)
     threading.Thread(target=_pump, args=(read_fd,), name="cave-descriptors", daemon=True).start()
 
 
@@ -302,6 +411,7 @@ def host_call(handle, method, bound):
                 f"argument '{name}' is a {error}, which cannot be passed to a host function: "
                 "pass plain data (numbers, str, bytes, list, tuple, dict, set)"
             ) from None
+    _flush_output()
     _State.calls += 1
     call = _State.calls
     try:
@@ -311,7 +421,12 @@ def host_call(handle, method, bound):
             f"the arguments are {error.args[0]} bytes once encoded, over the runtime's frame limit of "
             f"{_State.max_frame} bytes"
         ) from None
-    ok, payload = _serve(until=call)
+    try:
+        ok, payload = _serve(until=call)
+    except BaseException:
+        # Interrupted while waiting: the reply, when it comes, has nobody to go to.
+        _State.abandoned.add(call)
+        raise
     if ok:
         return payload
     python_type, message = payload
@@ -439,7 +554,9 @@ def _execute(request_id, code, number):
             message = str(error)
             write(f"{type(error).__name__}: {message}\n")
             raised = (type(error).__name__, message)
-        # What the cell wrote to descriptors 1 and 2 is its output, all of it before "done".
+        # What the cell wrote (buffered, and to descriptors 1 and 2) is its output, all of it
+        # before "done".
+        _flush_output()
         _drain()
     finally:
         _State.running.pop()
@@ -509,7 +626,10 @@ def _serve(until=None):
         if message[0] == "return":
             if message[1] == until:
                 return message[2], message[3]
-            _State.replies[message[1]] = (message[2], message[3])
+            if message[1] in _State.abandoned:
+                _State.abandoned.discard(message[1])
+            else:
+                _State.replies[message[1]] = (message[2], message[3])
             continue
         try:
             _handle(message)
@@ -522,8 +642,17 @@ def _forked():
     _State.running = []
 
 
-def main(fd, max_frame):
-    """Serves the host on descriptor `fd` until it says stop or goes away."""
+def main(fd, max_frame, shadow_fd, shadow_size):
+    """Serves the host on descriptor `fd` until it says stop or goes away; `shadow_fd` is the
+    memory file where unsent output waits."""
+    try:
+        import mmap
+
+        _Buffered.shadow = mmap.mmap(shadow_fd, shadow_size)
+        _Buffered.shadow_size = shadow_size
+        os.close(shadow_fd)
+    except (ImportError, OSError, ValueError):
+        _Buffered.shadow = None
     _State.fd = fd
     _State.max_frame = max_frame
     os.set_inheritable(fd, False)

@@ -343,7 +343,7 @@ impl Reader<'_> {
 
 /// Python text as marshal writes it (UTF-8 with lone surrogates passed through): each lone
 /// surrogate becomes one U+FFFD, as in the in-process runtime.
-fn python_text(bytes: &[u8]) -> String {
+pub(crate) fn python_text(bytes: &[u8]) -> String {
     if let Ok(text) = std::str::from_utf8(bytes) {
         return text.to_owned();
     }

@@ -19,6 +19,11 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 /// The descriptor the child finds its socket on.
 const CHILD_FD: i32 = 3;
+/// The descriptor of the output shadow: a memory file where the child keeps a copy of the
+/// output it has not sent yet, read by the host if the child dies (see `Shadow`).
+const SHADOW_FD: i32 = 4;
+/// The shadow's size: the child sends its buffered output before it holds this much.
+const SHADOW_SIZE: usize = 1 << 20;
 /// How much of the child's own stderr is kept for a crash report.
 const LAST_WORDS: usize = 4096;
 
@@ -39,7 +44,7 @@ for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))
     module.__file__ = filename
     sys.modules[name] = module
     exec(compile(source, filename, 'exec'), module.__dict__)
-sys.modules['cave_kernel'].main(fd, int(sys.argv[2]))
+sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
 ";
 
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -79,6 +84,8 @@ enum Pending {
 pub(crate) struct Death {
     /// What happened, for people and for the model.
     pub(crate) description: String,
+    /// Output it had written and not sent, with the execution it belongs to.
+    pub(crate) unsent: Option<(u64, String)>,
 }
 
 struct Shared {
@@ -106,6 +113,8 @@ pub(crate) struct Process {
     group: Option<ChildGroup>,
     /// How each limit is enforced.
     pub(crate) enforcement: Vec<String>,
+    /// Output the child buffered and had not sent when it died.
+    shadow: Shadow,
 }
 
 impl std::fmt::Debug for Process {
@@ -126,12 +135,16 @@ impl Process {
     ) -> Result<Arc<Process>, KernelError> {
         let (host, child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
         let child: OwnedFd = child.into();
+        let shadow = Shadow::create().map_err(setup)?;
+        let shadow_fd = shadow.fd.as_raw_fd();
         let mut command = Command::new(python);
         command
             .arg("-c")
             .arg(BOOTSTRAP)
             .arg(CHILD_FD.to_string())
             .arg(config.max_frame.to_string())
+            .arg(SHADOW_FD.to_string())
+            .arg(SHADOW_SIZE.to_string())
             .env_clear()
             .envs(crate::environment::inherited())
             .envs(config.env.iter().map(|(k, v)| (k, v)))
@@ -180,20 +193,24 @@ impl Process {
                 }
                 // Join the control group before anything else runs in it.
                 for procs in &joins {
-                    let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
-                    if fd < 0 {
+                    let joined = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                    if joined < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
-                    let written = libc::write(fd, b"0".as_ptr().cast(), 1);
-                    libc::close(fd);
+                    let written = libc::write(joined, b"0".as_ptr().cast(), 1);
+                    libc::close(joined);
                     if written != 1 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                if fd == CHILD_FD {
-                    let flags = libc::fcntl(fd, libc::F_GETFD);
-                    libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
-                } else if libc::dup2(fd, CHILD_FD) < 0 {
+                // Above the targets first, so that one dup2 cannot overwrite the other's source.
+                let socket = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+                let memory = libc::fcntl(shadow_fd, libc::F_DUPFD_CLOEXEC, 10);
+                if socket < 0
+                    || memory < 0
+                    || libc::dup2(socket, CHILD_FD) < 0
+                    || libc::dup2(memory, SHADOW_FD) < 0
+                {
                     return Err(std::io::Error::last_os_error());
                 }
                 for &(resource, value) in &limits {
@@ -266,6 +283,7 @@ impl Process {
             version: (0, 0, 0),
             group,
             enforcement,
+            shadow,
         };
         let sources = Value::List(vec![
             Value::Tuple(vec![
@@ -396,13 +414,13 @@ impl Process {
     }
 
     /// Runs a cell: live output goes to `live`; resolves to the exception it raised, or to
-    /// `Died` when the process ended first.
+    /// `Died` when the process ended first. Returns the execution's id too.
     pub(crate) fn execute(
         &self,
         code: &str,
         number: u64,
         live: mpsc::UnboundedSender<String>,
-    ) -> Result<oneshot::Receiver<Raised>, KernelError> {
+    ) -> Result<(u64, oneshot::Receiver<Raised>), KernelError> {
         let id = self.next_id();
         let (done, rx) = oneshot::channel();
         lock(&self.shared.pending).insert(id, Pending::Execution { live, done });
@@ -421,7 +439,7 @@ impl Process {
             }
             return Err(e);
         }
-        Ok(rx)
+        Ok((id, rx))
     }
 
     /// The outermost execution in progress, if any.
@@ -525,7 +543,10 @@ impl Process {
                 text
             }
         };
-        Death { description }
+        Death {
+            description,
+            unsent: self.shadow.unsent(),
+        }
     }
 }
 
@@ -671,6 +692,47 @@ fn framed(message: &Data<'_>, max_frame: usize) -> Result<Vec<u8>, KernelError> 
     }
     frame[..4].copy_from_slice(&(length as u32).to_be_bytes());
     Ok(frame)
+}
+
+/// A memory file shared with the child: the output it has buffered and not sent yet, as
+/// `[execution id: u64 LE][length: u64 LE][UTF-8 text]`. The child updates it with every
+/// write and clears it once the text is sent, so a child killed between the two leaves its
+/// last words here instead of losing them.
+struct Shadow {
+    fd: OwnedFd,
+}
+
+impl Shadow {
+    fn create() -> std::io::Result<Self> {
+        // SAFETY: memfd_create with a valid C string; the descriptor is owned from here on.
+        let raw = unsafe { libc::memfd_create(c"cave-kernel-output".as_ptr(), libc::MFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: `raw` is a new descriptor nobody else owns.
+        let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+        // SAFETY: ftruncate on the descriptor just made.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), SHADOW_SIZE as libc::off_t) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(Self { fd })
+    }
+
+    /// What a dead child left unsent: its execution id and text.
+    fn unsent(&self) -> Option<(u64, String)> {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::from(self.fd.try_clone().ok()?);
+        let mut header = [0u8; 16];
+        file.read_exact_at(&mut header, 0).ok()?;
+        let execution = u64::from_le_bytes(header[..8].try_into().ok()?);
+        let length = u64::from_le_bytes(header[8..].try_into().ok()?) as usize;
+        if length == 0 || length > SHADOW_SIZE - 16 {
+            return None;
+        }
+        let mut text = vec![0u8; length];
+        file.read_exact_at(&mut text, 16).ok()?;
+        Some((execution, marshal::python_text(&text)))
+    }
 }
 
 /// How an exit status reads: "was killed by SIGSEGV (signal 11)", "exited with status 3".

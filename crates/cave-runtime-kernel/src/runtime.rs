@@ -529,7 +529,7 @@ impl Runtime for KernelRuntime {
         let process = self.inner.process().await?;
         let number = self.inner.executions.fetch_add(1, Ordering::SeqCst) + 1;
         let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<String>();
-        let done = process
+        let (id, done) = process
             .execute(code, number, live)
             .map_err(|e| died("execute", e))?;
         self.inner.interrupt.begin(&process);
@@ -555,6 +555,13 @@ impl Runtime for KernelRuntime {
             }
             Err(_) => {
                 let death = process.death().await;
+                // What the cell printed just before it died, buffered and not yet sent.
+                if let Some((execution, unsent)) = death.unsent
+                    && execution == id
+                {
+                    output.write(&unsent);
+                    text.push_str(&unsent);
+                }
                 let line = format!("{PROCESS_DIED}: {}\n", death.description);
                 if !text.is_empty() && !text.ends_with('\n') {
                     text.push('\n');

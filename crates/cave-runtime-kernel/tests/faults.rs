@@ -218,3 +218,51 @@ async fn a_fork_bomb_stops_at_the_process_limit() {
     assert!(after.success(), "{after:?}");
     assert!(after.output.lines().any(|l| l == "7"), "{:?}", after.output);
 }
+
+/// The agent, end to end: the model's code crashes the child; the model is told its state was
+/// lost, and its next cell runs in a fresh process with the registered resources.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_model_recovers_from_a_crash_mid_run() {
+    use cave_core::testing::{Reply, ScriptedModel};
+    use cave_core::{Agent, Event, StopReason};
+    use futures_util::StreamExt;
+    let rt = prepared(KernelConfig::new()).await;
+    let model = ScriptedModel::new([
+        Reply::text("```python\nprint('step one')\nimport ctypes\nctypes.string_at(0)\n```"),
+        Reply::text("```python\nprint(kept + 1)\n```"),
+        Reply::text("It crashed once; kept + 1 is 8."),
+    ]);
+    let shared = std::sync::Arc::new(model);
+    let mut agent = Agent::builder(shared.clone(), rt.clone())
+        .build()
+        .expect("builds");
+    let events: Vec<Event> = agent.stream("go").collect().await;
+    let results: Vec<(String, bool, bool)> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ExecutionResult {
+                output,
+                success,
+                state_lost,
+                ..
+            } => Some((output.clone(), *success, *state_lost)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(results.len(), 2, "{events:#?}");
+    assert!(results[0].0.starts_with("step one\n") && results[0].0.contains("SIGSEGV"));
+    assert_eq!((results[0].1, results[0].2), (false, true));
+    assert_eq!(results[1], ("8\n".to_owned(), true, false));
+    let told = shared.requests()[1]
+        .messages
+        .iter()
+        .any(|m| m.content.contains("SIGSEGV"));
+    assert!(told, "the model saw what happened");
+    assert!(matches!(
+        events.last(),
+        Some(Event::Stopped {
+            stop_reason: StopReason::Completed,
+            ..
+        })
+    ));
+}

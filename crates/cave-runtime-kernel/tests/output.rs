@@ -1,7 +1,8 @@
 //! Output written to the child's descriptors 1 and 2 belongs to the cell that wrote it.
 
-use cave_core::{DiscardOutput, Runtime};
+use cave_core::{DiscardOutput, OutputSink, Runtime};
 use cave_runtime_kernel::KernelRuntime;
+use std::sync::Mutex;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn descriptor_output_belongs_to_the_cell_that_wrote_it() {
@@ -64,4 +65,42 @@ async fn descriptor_output_belongs_to_the_cell_that_wrote_it() {
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let next = rt.execute("1 + 1", &DiscardOutput).await.expect("runs");
     assert_eq!(next.output, "2\n");
+}
+
+/// Records live output.
+#[derive(Default)]
+struct Live(Mutex<Vec<String>>);
+
+impl OutputSink for Live {
+    fn write(&self, chunk: &str) {
+        self.0.lock().expect("not poisoned").push(chunk.to_owned());
+    }
+}
+
+/// Output is sent in batches, yet streams: a line printed before a pause arrives on its own,
+/// without a flush; and many prints arrive whole and in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batched_output_still_streams() {
+    let rt = KernelRuntime::new().expect("python");
+    let live = Live::default();
+    let out = rt
+        .execute(
+            "import time\nprint('first')\ntime.sleep(0.5)\nprint('second')",
+            &live,
+        )
+        .await
+        .expect("runs");
+    assert_eq!(out.output, "first\nsecond\n");
+    let chunks = live.0.lock().expect("not poisoned").clone();
+    assert_eq!(
+        chunks.first().map(String::as_str),
+        Some("first\n"),
+        "{chunks:?}"
+    );
+    let out = rt
+        .execute("for i in range(20000):\n    print(i)", &DiscardOutput)
+        .await
+        .expect("runs");
+    let expected: String = (0..20000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(out.output, expected);
 }
