@@ -394,6 +394,116 @@ def to_plain(value):
     return value
 
 
+_MAX_DEPTH = 512
+_EXACT = frozenset({type(None), bool, int, float, str, bytes})
+
+
+class Unsupported(Exception):
+    """A value has no counterpart on the host: its message is the Python type found."""
+
+
+def plain(value):
+    """`value` as exact built-in types that `marshal` writes, converted as the in-process
+    runtime converts: subclasses as their base, records as dicts, enum members by name,
+    integer-likes as ints. Raises `Unsupported` with the type that does not convert."""
+    try:
+        return _plain(value, 0)
+    except RecursionError:
+        raise Unsupported(f"structure nested deeper than {_MAX_DEPTH} levels") from None
+
+
+def _plain(value, depth):
+    # One frame per level (no comprehensions), so that the depth bound, not Python's recursion
+    # limit, is what stops a deep structure.
+    kind = type(value)
+    if kind in _EXACT:
+        return value
+    if depth >= _MAX_DEPTH:
+        raise Unsupported(f"structure nested deeper than {_MAX_DEPTH} levels")
+    if kind is dict or isinstance(value, dict):
+        if kind is dict and all(map(_EXACT.__contains__, map(type, value))) and all(
+            map(_EXACT.__contains__, map(type, value.values()))
+        ):
+            return value
+        out = {}
+        for k, v in value.items():
+            out[_plain(k, depth + 1)] = _plain(v, depth + 1)
+        return out
+    if isinstance(value, (list, tuple, set, frozenset)):
+        # The common case, checked in C: a container of plain scalars is sent as it is.
+        if kind in (list, tuple, set, frozenset) and all(map(_EXACT.__contains__, map(type, value))):
+            return value
+        items = []
+        for item in value:
+            items.append(_plain(item, depth + 1))
+        if isinstance(value, list):
+            return items
+        if isinstance(value, tuple):
+            return tuple(items)
+        return set(items)
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str(value)
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if hasattr(value, "__index__"):
+        try:
+            return int(value.__index__())
+        except Exception:
+            pass
+    converted = to_plain(value)
+    if converted is not value:
+        return _plain(converted, depth + 1)
+    raise Unsupported(type(value).__qualname__)
+
+
+def describe_exports(exports):
+    """What `load_exports` returned, as plain data for the host: `(kind, name, description,
+    data)`, where data holds the doc, a function's signature, a variable's value (or its type
+    when the value does not convert), and a class's fields (defaults as values, or as their
+    repr), members or methods."""
+    described = []
+    for kind, name, obj, description, details in exports:
+        data = {"doc": details.get("doc")}
+        if kind == "function":
+            data["signature"] = details.get("signature")
+            data["is_async"] = bool(details.get("is_async"))
+        elif kind == "variable":
+            data["type"] = type(obj).__qualname__
+            try:
+                data["value"] = plain(obj)
+            except Unsupported:
+                pass
+        if "fields" in details:
+            fields = []
+            for field, annotation, has_default, default in details["fields"]:
+                entry = [field, annotation, has_default, None, None]
+                if has_default:
+                    try:
+                        entry[3] = plain(default)
+                    except Unsupported:
+                        entry[4] = repr(default)
+                fields.append(tuple(entry))
+            data["fields"] = fields
+        if "members" in details:
+            members = []
+            for member, value in details["members"]:
+                try:
+                    members.append((member, plain(value)))
+                except Unsupported:
+                    members.append((member, None))
+            data["members"] = members
+        if "methods" in details:
+            data["methods"] = details["methods"]
+        described.append((kind, name, description, data))
+    return described
+
+
 def free_name(namespace, prefix, start, taken):
     """The first `{prefix}_{n}` with n >= start bound neither in `namespace` nor in `taken`."""
     index = start

@@ -24,8 +24,6 @@ import time
 
 import cave_executor as executor
 
-_MAX_DEPTH = 512
-_EXACT = frozenset({type(None), bool, int, float, str, bytes})
 _OUTPUT_CHUNK = 1 << 20
 # Python-level output is sent when this much is waiting, or after `_FLUSH_SECONDS`.
 _OUTPUT_BATCH = 1 << 16
@@ -34,10 +32,6 @@ _pack_length = struct.Struct("<Q").pack_into
 # How long a host call polls for its reply before sleeping.
 _SPIN_SECONDS = 0.0002
 _KERNEL_FILE = sys._getframe().f_code.co_filename
-
-
-class Unsupported(Exception):
-    """A value has no counterpart on the host: its message is the Python type found."""
 
 
 class _State:
@@ -60,6 +54,7 @@ class _State:
     # A SIGINT that arrived while a frame was half read or written: raised once that is done.
     pending_interrupt = False
     protocol_busy = 0
+    main_thread = threading.get_ident()
     # The read end of the pipe behind descriptors 1 and 2, and who may read it.
     pump_fd = -1
     pump_lock = threading.Lock()
@@ -71,76 +66,21 @@ class _State:
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
 
-def plain(value):
-    """`value` as exact built-in types that `marshal` writes, converted as the in-process
-    runtime converts: subclasses as their base, records as dicts, enum members by name,
-    integer-likes as ints. Raises `Unsupported` with the type that does not convert."""
-    try:
-        return _plain(value, 0)
-    except RecursionError:
-        raise Unsupported(f"structure nested deeper than {_MAX_DEPTH} levels") from None
-
-
-def _plain(value, depth):
-    # One frame per level (no comprehensions), so that the depth bound, not Python's recursion
-    # limit, is what stops a deep structure.
-    kind = type(value)
-    if kind in _EXACT:
-        return value
-    if depth >= _MAX_DEPTH:
-        raise Unsupported(f"structure nested deeper than {_MAX_DEPTH} levels")
-    if kind is dict or isinstance(value, dict):
-        if kind is dict and all(map(_EXACT.__contains__, map(type, value))) and all(
-            map(_EXACT.__contains__, map(type, value.values()))
-        ):
-            return value
-        out = {}
-        for k, v in value.items():
-            out[_plain(k, depth + 1)] = _plain(v, depth + 1)
-        return out
-    if isinstance(value, (list, tuple, set, frozenset)):
-        # The common case, checked in C: a container of plain scalars is sent as it is.
-        if kind in (list, tuple, set, frozenset) and all(map(_EXACT.__contains__, map(type, value))):
-            return value
-        items = []
-        for item in value:
-            items.append(_plain(item, depth + 1))
-        if isinstance(value, list):
-            return items
-        if isinstance(value, tuple):
-            return tuple(items)
-        return set(items)
-    if isinstance(value, bool):
-        return bool(value)
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value)
-    if isinstance(value, str):
-        return str(value)
-    if isinstance(value, (bytes, bytearray)):
-        return bytes(value)
-    if hasattr(value, "__index__"):
-        try:
-            return int(value.__index__())
-        except Exception:
-            pass
-    converted = executor.to_plain(value)
-    if converted is not value:
-        return _plain(converted, depth + 1)
-    raise Unsupported(type(value).__qualname__)
-
-
 # --- frames ---------------------------------------------------------------------------------
 
 
 class _Busy:
-    """A section that must not be cut by `KeyboardInterrupt` (a frame half read or written)."""
+    """A section of the main thread that must not be cut by `KeyboardInterrupt` (a frame half
+    read or written). Signal handlers run only on the main thread, so other threads (the
+    descriptor pump) neither count nor receive the deferred interrupt."""
 
     def __enter__(self):
-        _State.protocol_busy += 1
+        if threading.get_ident() == _State.main_thread:
+            _State.protocol_busy += 1
 
     def __exit__(self, *exc):
+        if threading.get_ident() != _State.main_thread:
+            return
         _State.protocol_busy -= 1
         if _State.protocol_busy == 0 and _State.pending_interrupt and _State.running and exc[0] is None:
             _State.pending_interrupt = False
@@ -405,8 +345,8 @@ def host_call(handle, method, bound):
     args = []
     for name, value in bound:
         try:
-            args.append((name, plain(value)))
-        except Unsupported as error:
+            args.append((name, executor.plain(value)))
+        except executor.Unsupported as error:
             raise TypeError(
                 f"argument '{name}' is a {error}, which cannot be passed to a host function: "
                 "pass plain data (numbers, str, bytes, list, tuple, dict, set)"
@@ -501,46 +441,6 @@ def _bind(specs, reserved):
     return None
 
 
-def _describe_exports(path):
-    """Loads a Python file; keeps its exports and describes them as plain data."""
-    described = []
-    for kind, name, obj, description, details in executor.load_exports(path):
-        _State.owned[name] = obj
-        data = {"doc": details.get("doc")}
-        if kind == "function":
-            data["signature"] = details.get("signature")
-            data["is_async"] = bool(details.get("is_async"))
-        elif kind == "variable":
-            data["type"] = type(obj).__qualname__
-            try:
-                data["value"] = plain(obj)
-            except Unsupported:
-                pass
-        if "fields" in details:
-            fields = []
-            for field, annotation, has_default, default in details["fields"]:
-                entry = [field, annotation, has_default, None, None]
-                if has_default:
-                    try:
-                        entry[3] = plain(default)
-                    except Unsupported:
-                        entry[4] = repr(default)
-                fields.append(tuple(entry))
-            data["fields"] = fields
-        if "members" in details:
-            members = []
-            for member, value in details["members"]:
-                try:
-                    members.append((member, plain(value)))
-                except Unsupported:
-                    members.append((member, None))
-            data["members"] = members
-        if "methods" in details:
-            data["methods"] = details["methods"]
-        described.append((kind, name, description, data))
-    return described
-
-
 # --- requests -------------------------------------------------------------------------------
 
 
@@ -569,8 +469,8 @@ def _get(name):
     if name not in _State.namespace:
         return ("unbound", None)
     try:
-        return ("ok", plain(_State.namespace[name]))
-    except Unsupported as error:
+        return ("ok", executor.plain(_State.namespace[name]))
+    except executor.Unsupported as error:
         return ("unsupported", str(error))
 
 
@@ -602,7 +502,9 @@ def _handle(message):
         _reply(request_id, "ok", proxy is not None and _State.namespace.get(name) is proxy)
     elif operation == "load":
         try:
-            described = _describe_exports(message[2])
+            exports = executor.load_exports(message[2])
+            _State.owned.update((name, obj) for _kind, name, obj, _description, _details in exports)
+            described = executor.describe_exports(exports)
         except BaseException as error:  # the file's own code may raise anything
             _reply(request_id, "failed", f"{type(error).__name__}: {error}")
         else:

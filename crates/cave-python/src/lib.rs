@@ -14,6 +14,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
+pub mod exports;
 mod interpreter;
 pub mod report;
 

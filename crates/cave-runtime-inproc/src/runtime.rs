@@ -492,69 +492,34 @@ impl Inner {
         let exports = executor
             .call_method1("load_exports", (path,))
             .map_err(invalid)?;
-        let mut resources = Resources::new();
-        let mut objects = Vec::new();
+        // The executor describes the exports as plain data, read as the kernel runtime reads it.
+        let described = executor
+            .call_method1("describe_exports", (&exports,))
+            .map_err(invalid)?;
+        let described = from_py(&described, executor).map_err(|e| RuntimeError::Backend {
+            operation: "register_python_file",
+            message: format!("the exports' description did not convert: {e:?}"),
+        })?;
+        let resources =
+            cave_python::exports::exports_to_resources(&described, &lock(&self.registry));
+        let entries = lock(&self.registry).claim(resources)?;
+        let mut objects = HashMap::new();
         for item in exports.try_iter().map_err(invalid)? {
-            let item = item.map_err(invalid)?;
-            let (kind, name, obj, description, details): (
+            let (_kind, name, obj, _description, _details): (
                 String,
                 String,
                 Bound<'_, PyAny>,
                 Option<String>,
                 Bound<'_, PyDict>,
-            ) = item.extract().map_err(invalid)?;
-            let text = |key: &str| -> Option<String> {
-                details
-                    .get_item(key)
-                    .ok()
-                    .flatten()
-                    .and_then(|v| v.extract().ok())
-            };
-            match kind.as_str() {
-                "function" => {
-                    let described = details.get_item("signature").ok().flatten();
-                    let mut f = Function::bound(name.clone(), python_signature(described));
-                    f.doc = text("doc");
-                    f.description = description;
-                    f.is_async = details
-                        .get_item("is_async")
-                        .ok()
-                        .flatten()
-                        .is_some_and(|v| v.is_truthy().unwrap_or(false));
-                    resources = resources.function(f);
-                }
-                "variable" => {
-                    let type_name = obj
-                        .get_type()
-                        .qualname()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default();
-                    let mut variable = match from_py(&obj, executor) {
-                        Ok(value) => Variable::new(&name, value),
-                        Err(_) => Variable::new(&name, Value::None).with_type_name(type_name),
-                    };
-                    variable.description = description;
-                    resources = resources.variable(variable);
-                }
-                "hidden_type" => {
-                    // Needed by an export, not exported: usable by code, absent from the
-                    // prompt, and never in the way of a name that is already bound.
-                    if lock(&self.registry).is_bound(&normalize_name(&name)) {
-                        continue;
-                    }
-                    resources =
-                        resources.type_(python_type_schema(&name, &details, executor).hidden());
-                }
-                _ => {
-                    let mut schema = python_type_schema(&name, &details, executor);
-                    schema.description = description;
-                    resources = resources.type_(schema);
-                }
+            ) = item.map_err(invalid)?.extract().map_err(invalid)?;
+            let name = normalize_name(&name);
+            // Only what was registered: a needed class skipped because its name is taken
+            // must not stand in for the resource that holds the name.
+            if entries.iter().any(|e| e.name == name) {
+                objects.insert(name, obj.unbind());
             }
-            objects.push((normalize_name(&name), obj.unbind()));
         }
-        let entries = lock(&self.registry).claim(resources)?;
-        self.bind_batch(py, &entries, objects.into_iter().collect())?;
+        self.bind_batch(py, &entries, objects)?;
         Ok(entries.into_iter().map(|e| e.name).collect())
     }
 
@@ -930,30 +895,6 @@ fn optional_py<'py>(
     }
 }
 
-/// A signature the executor described (`(params, returns)`, each parameter
-/// `(name, kind, annotation, default repr)`); `(*args, **kwargs)` when Python could not.
-fn python_signature(described: Option<Bound<'_, PyAny>>) -> cave_core::Signature {
-    type Described = (
-        Vec<(String, String, Option<String>, Option<String>)>,
-        Option<String>,
-    );
-    let Some((params, returns)) = described.and_then(|d| d.extract::<Described>().ok()) else {
-        return cave_core::Signature::unknown();
-    };
-    let mut signature =
-        cave_core::Signature::new(params.into_iter().map(|(name, kind, annotation, default)| {
-            let mut param =
-                Param::new(name).kind(cave_core::ParamKind::from_name(&kind).unwrap_or_default());
-            param.annotation = annotation;
-            if let Some(repr) = default {
-                param = param.default_repr(repr);
-            }
-            param
-        }));
-    signature.returns = returns;
-    signature
-}
-
 /// `(name, kind, has_default, default)` per parameter, as the executor takes them. Host
 /// signatures carry host values as defaults; a Python-only default cannot be given.
 fn params_list<'py>(py: Python<'py>, params: &[Param]) -> PyResult<Bound<'py, PyList>> {
@@ -1067,65 +1008,4 @@ where
             }
         }
     }
-}
-
-/// A class loaded from Python, described for the prompt: a dataclass by its fields, an Enum
-/// by its members, any other class by its public methods.
-fn python_type_schema(
-    name: &str,
-    details: &Bound<'_, PyDict>,
-    executor: &Bound<'_, pyo3::types::PyModule>,
-) -> TypeSchema {
-    let item = |key: &str| details.get_item(key).ok().flatten();
-    let doc: Option<String> = item("doc").and_then(|d| d.extract().ok());
-    let shape = if let Some(fields) = item("fields") {
-        let fields: Vec<(String, String, bool, Bound<'_, PyAny>)> =
-            fields.extract().unwrap_or_default();
-        TypeShape::Fields(
-            fields
-                .into_iter()
-                .map(|(field, annotation, has_default, default)| {
-                    let mut f = cave_core::Field::new(field, annotation);
-                    if has_default {
-                        // As data when it converts; otherwise kept as Python shows it.
-                        f = match from_py(&default, executor) {
-                            Ok(value) => f.default_value(value),
-                            Err(_) => f.default_repr(
-                                default
-                                    .repr()
-                                    .map(|r| r.to_string())
-                                    .unwrap_or_else(|_| "...".to_owned()),
-                            ),
-                        };
-                    }
-                    f
-                })
-                .collect(),
-        )
-    } else if let Some(members) = item("members") {
-        let members: Vec<(String, Bound<'_, PyAny>)> = members.extract().unwrap_or_default();
-        TypeShape::Enum(
-            members
-                .into_iter()
-                .map(|(m, v)| (m, from_py(&v, executor).unwrap_or_default()))
-                .collect(),
-        )
-    } else {
-        let methods: Vec<(String, Bound<'_, PyAny>, Option<String>)> = item("methods")
-            .and_then(|m| m.extract().ok())
-            .unwrap_or_default();
-        TypeShape::Methods(
-            methods
-                .into_iter()
-                .map(|(m, sig, doc)| {
-                    let mut method = cave_core::Method::new(m, python_signature(Some(sig)));
-                    method.doc = doc;
-                    method
-                })
-                .collect(),
-        )
-    };
-    let mut schema = TypeSchema::with_shape(name, shape);
-    schema.doc = doc;
-    schema
 }

@@ -1,5 +1,4 @@
 //! The in-process runtime against the real interpreter: one binary, one module per concern.
-mod contract;
 mod environment;
 mod execution;
 mod injection;

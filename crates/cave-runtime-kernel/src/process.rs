@@ -527,18 +527,9 @@ impl Process {
             }
             (None, false) => {
                 let mut text = format!("the Python process {}", describe_status(status));
-                let words = self.last_words();
+                let words = last_words_for_the_model(&self.last_words());
                 if !words.is_empty() {
-                    let tail: String = words
-                        .lines()
-                        .rev()
-                        .take(6)
-                        .collect::<Vec<_>>()
-                        .into_iter()
-                        .rev()
-                        .collect::<Vec<_>>()
-                        .join("\n");
-                    text.push_str(&format!("; its last output:\n{tail}"));
+                    text.push_str(&format!("; Python said:\n{words}"));
                 }
                 text
             }
@@ -733,6 +724,24 @@ impl Shadow {
         file.read_exact_at(&mut text, 16).ok()?;
         Some((execution, marshal::python_text(&text)))
     }
+}
+
+/// What a dying interpreter wrote (a fatal error, a faulthandler dump), as the model should see
+/// it: the error and the frames of its own code and libraries, not the runtime's.
+fn last_words_for_the_model(words: &str) -> String {
+    let kept: Vec<&str> = words
+        .lines()
+        .map(str::trim_end)
+        .filter(|line| {
+            let line = line.trim_start();
+            line.starts_with("Fatal Python error")
+                || (line.starts_with("File ")
+                    && !line.contains("\"<cave-")
+                    && !line.contains("\"<string>\""))
+        })
+        .collect();
+    let start = kept.len().saturating_sub(6);
+    kept[start..].join("\n")
 }
 
 /// How an exit status reads: "was killed by SIGSEGV (signal 11)", "exited with status 3".
@@ -1031,5 +1040,19 @@ async fn host_call(
             "RuntimeError",
             "this host function or object is no longer registered",
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_faulthandler_dump_reads_as_the_models_own_frames() {
+        let dump = "Fatal Python error: Segmentation fault\n\nCurrent thread 0x00007f (most recent call first):\n  File \"/usr/lib/python3.11/ctypes/__init__.py\", line 519 in string_at\n  File \"<cell 4>\", line 3 in <module>\n  File \"<cave-executor>\", line 242 in run_cell\n  File \"<cave-kernel>\", line 400 in _execute\n  File \"<string>\", line 16 in <module>\n\nExtension modules: _cffi_backend (total: 1)\n";
+        assert_eq!(
+            last_words_for_the_model(dump),
+            "Fatal Python error: Segmentation fault\n  File \"/usr/lib/python3.11/ctypes/__init__.py\", line 519 in string_at\n  File \"<cell 4>\", line 3 in <module>"
+        );
     }
 }

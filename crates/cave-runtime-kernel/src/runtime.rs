@@ -198,7 +198,8 @@ impl KernelRuntime {
                 problem: reply.payload.as_str().unwrap_or("it failed").to_owned(),
             });
         }
-        let resources = spec::exports_to_resources(&reply.payload, &lock(&self.inner.registry));
+        let resources =
+            cave_python::exports::exports_to_resources(&reply.payload, &lock(&self.inner.registry));
         let entries = lock(&self.inner.registry).claim(resources)?;
         lock(&self.inner.owned).extend(entries.iter().map(|e| e.name.clone()));
         self.inner.bind_claimed(&process, &entries).await?;
@@ -789,10 +790,17 @@ impl Interrupt for CellInterrupt {
         let spawned = std::thread::Builder::new()
             .name("cave-kernel-grace".to_owned())
             .spawn(move || {
-                std::thread::sleep(grace);
+                // Halfway, a second SIGINT: the first one is dropped if it arrived while the
+                // child was still reading the cell, before the cell began.
+                std::thread::sleep(grace / 2);
+                let still = |p: &Process| p.alive() && p.executing() == Some(execution);
+                match watch.upgrade() {
+                    Some(process) if still(&process) => process.interrupt(),
+                    _ => return,
+                }
+                std::thread::sleep(grace / 2);
                 if let Some(process) = watch.upgrade()
-                    && process.alive()
-                    && process.executing() == Some(execution)
+                    && still(&process)
                 {
                     process.kill(Some(reason));
                 }
