@@ -124,7 +124,8 @@ async fn a_cell_that_ignores_its_interrupt_is_killed() {
     recovered(&rt, pid).await;
 }
 
-/// The agent's own time limit, end to end: a hung cell and an unkillable one.
+/// The agent's own time limit, end to end: a sleeping cell, a busy loop, and a cell that
+/// swallows its interrupt (killed, state lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_exec_timeout_stops_hung_cells() {
     use cave_core::testing::{Reply, ScriptedModel};
@@ -133,6 +134,7 @@ async fn max_exec_timeout_stops_hung_cells() {
     let rt = prepared(KernelConfig::new()).await;
     let model = ScriptedModel::new([
         Reply::text("```python\nimport time\ntime.sleep(100)\n```"),
+        Reply::text("```python\nwhile True:\n    pass\n```"),
         Reply::text(
             "```python\nwhile True:\n    try:\n        time.sleep(10)\n    except BaseException:\n        pass\n```",
         ),
@@ -150,7 +152,7 @@ async fn max_exec_timeout_stops_hung_cells() {
             _ => None,
         })
         .collect();
-    assert_eq!(timeouts, [false, true], "{events:#?}");
+    assert_eq!(timeouts, [false, false, true], "{events:#?}");
     let last_result = events.iter().rev().find_map(|e| match e {
         Event::ExecutionResult { output, .. } => Some(output.clone()),
         _ => None,
