@@ -350,7 +350,7 @@ impl<W: Write> Output for Human<W> {
                 self.prose.push_str(content);
                 self.print_complete_blocks()?;
             }
-            Event::Code { code } => {
+            Event::Code { code, .. } => {
                 self.flush_prose()?;
                 self.prose_blocks = 0;
                 writeln!(self.out)?;

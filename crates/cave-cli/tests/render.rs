@@ -29,9 +29,11 @@ fn transcript() -> Vec<Event> {
         },
         Event::Code {
             code: "report = \"\"\"\nTotal: {total}\n# not a comment\n\"\"\"\nprint(report.format(total=3))  # done".into(),
+            unclosed: false,
         },
         Event::Code {
             code: "scores = sorted(scores)\nprint(scores)".into(),
+            unclosed: false,
         },
         Event::ExecutionOutput {
             chunk: "[1, 2".into(),
@@ -54,6 +56,7 @@ fn transcript() -> Vec<Event> {
         }),
         Event::Code {
             code: "print('x' * 9000)".into(),
+            unclosed: false,
         },
         Event::ExecutionResult {
             output: (1..=20).map(|i| format!("line {i}\n")).collect(),
@@ -116,6 +119,7 @@ fn colors_are_used_on_a_terminal() {
     Human::new(&mut out, true)
         .event(&Event::Code {
             code: "if x: return 'a'  # c".into(),
+            unclosed: false,
         })
         .unwrap();
     let rendered = String::from_utf8(out).unwrap();
@@ -140,6 +144,7 @@ fn the_spinner_draws_while_waiting_and_is_erased_before_output() {
         human
             .event(&Event::Code {
                 code: "x = 1".into(),
+                unclosed: false,
             })
             .unwrap();
         human.tick().unwrap();
@@ -191,6 +196,7 @@ fn a_long_output_is_shown_once() {
     let output = lines.concat();
     let mut events = vec![Event::Code {
         code: "for i in range(40): print(f'row {i:02}')".into(),
+        unclosed: false,
     }];
     events.extend(
         lines
@@ -241,6 +247,7 @@ fn a_long_output_is_shown_once() {
     let rendered = render(&[
         Event::Code {
             code: "print('x' * 50000)".into(),
+            unclosed: false,
         },
         Event::ExecutionOutput {
             chunk: huge.clone(),
@@ -265,6 +272,7 @@ fn a_multi_line_string_in_code_stays_a_string() {
         human
             .event(&Event::Code {
                 code: "s = \"\"\"\n# not a comment\n\"\"\"  # a comment".into(),
+                unclosed: false,
             })
             .unwrap();
     }

@@ -237,6 +237,10 @@ pub enum Event {
     Code {
         /// The code.
         code: String,
+        /// The block had no closing fence: the answer ended normally inside it (small models
+        /// often stop there), and it runs as the turn's block. In JSON only when true.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        unclosed: bool,
     },
     /// Output of the running code, live, where the runtime can stream it.
     ExecutionOutput {

@@ -332,6 +332,83 @@ async fn usage_is_summed_and_estimated_when_not_reported() {
     assert_eq!(response.usage.completion_tokens, 1);
 }
 
+/// Small models often end their answer inside the block, with no closing fence: at a normal
+/// end the block runs, marked `unclosed`; the model is then asked to go on as usual.
+#[tokio::test]
+async fn an_answer_that_ends_inside_a_block_runs_it() {
+    let s = Setup::new([
+        Reply::text("Let me check.\n```python\nx = 4\nprint(x)\n"),
+        Reply::text("Four."),
+    ]);
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "go").await;
+    assert_eq!(s.runtime.executed(), ["x = 4\nprint(x)"]);
+    let code = ev
+        .iter()
+        .find(|e| matches!(e, Event::Code { .. }))
+        .expect("a code event");
+    assert_eq!(
+        serde_json::to_value(code).unwrap(),
+        serde_json::json!({"type": "code", "code": "x = 4\nprint(x)", "unclosed": true})
+    );
+    let text: String = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Text { content } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert!(text.starts_with("Let me check.\n"), "{text:?}");
+    assert_eq!(stopped(&ev).1, StopReason::Completed);
+    // A closed block is not marked.
+    let s = Setup::new([Reply::text("```python\nx = 1\n```"), Reply::text("One.")]);
+    let ev = events(&mut s.agent(), "go").await;
+    let code = ev.iter().find(|e| matches!(e, Event::Code { .. })).unwrap();
+    assert_eq!(
+        serde_json::to_value(code).unwrap(),
+        serde_json::json!({"type": "code", "code": "x = 1"})
+    );
+    // A blank unterminated block is text, and the answer is final.
+    let s = Setup::new([Reply::text("Done.\n```python\n\n")]);
+    let response = s.agent().run("go").await;
+    assert_eq!(response.stop_reason, StopReason::Completed);
+    assert!(s.runtime.executed().is_empty());
+}
+
+/// `py` and `python3` open a block too, in any case; a bare fence does not.
+#[tokio::test]
+async fn python_tags_small_models_write_open_blocks() {
+    for tag in ["py", "python3", "PY", "Python3 title=demo"] {
+        let s = Setup::new([
+            Reply::text(format!("```{tag}\nprint(1)\n```")),
+            Reply::text("Done."),
+        ]);
+        s.agent().run("go").await;
+        assert_eq!(s.runtime.executed(), ["print(1)"], "{tag}");
+    }
+    for text in [
+        "```\nprint(1)\n```",
+        "```pyx\nprint(1)\n```",
+        "```python2\nprint(1)\n```",
+    ] {
+        let s = Setup::new([Reply::text(text)]);
+        let response = s.agent().run("go").await;
+        assert!(s.runtime.executed().is_empty(), "{text}");
+        assert_eq!(response.stop_reason, StopReason::Completed);
+    }
+    // A host that chose its own tag gets exactly that tag.
+    let s = Setup::new([Reply::text("```py\nprint(1)\n```")]);
+    let mut builder = s.builder();
+    builder.python_block_identifier("python");
+    builder.build().unwrap().run("go").await;
+    assert_eq!(s.runtime.executed(), ["print(1)"]);
+    let s = Setup::new([Reply::text("```py\nprint(1)\n```")]);
+    let mut builder = s.builder();
+    builder.python_block_identifier("pycode");
+    builder.build().unwrap().run("go").await;
+    assert!(s.runtime.executed().is_empty());
+}
+
 #[tokio::test]
 async fn a_block_cut_by_the_output_limit_runs_once_after_resuming() {
     let s = Setup::new([
@@ -545,8 +622,9 @@ async fn how_an_ended_stream_is_judged() {
             "without returning an answer",
         ),
         (
-            Reply::text("Here:\n```python\nx = 1\n"),
-            StopReason::Completed,
+            // Cut by the output cap inside a block, and never resumed: not run.
+            Reply::text("Here:\n```python\nx = 1\n").no_finish(),
+            StopReason::ModelError,
             "",
         ),
     ];
@@ -1305,7 +1383,10 @@ async fn events_serialize_to_the_wire_format() {
             r#"{"type":"thinking","content":"h","duration_ms":5}"#,
         ),
         (
-            Event::Code { code: "x".into() },
+            Event::Code {
+                code: "x".into(),
+                unclosed: false,
+            },
             r#"{"type":"code","code":"x"}"#,
         ),
         (

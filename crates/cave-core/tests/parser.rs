@@ -377,3 +377,49 @@ fn deep_nesting_and_huge_blocks_parse() {
     let huge = format!("```python\nprint({})\n```", vec!["'a'"; 300_000].join("+"));
     assert_eq!(parse(&huge, 4096).code.len(), 1);
 }
+
+/// The agent's default parser (`python`, `py`, `python3`): where it differs from the single
+/// tag of the reference vectors (see docs/CAVEAGENT.md).
+#[test]
+fn the_agents_python_tags() {
+    let cases: [(&str, Option<&str>, &str); 8] = [
+        ("```py\nx=1\n```", Some("x=1"), ""),
+        ("```python3\nx=1\n```", Some("x=1"), ""),
+        ("```Python3 title=a.py\nx=1\n```", Some("x=1"), ""),
+        ("```PY\r\nx=1\n```", Some("x=1"), ""),
+        ("```python2\nx=1\n```", None, "```python2\nx=1\n```"),
+        ("```pyth\nx=1\n```", None, "```pyth\nx=1\n```"),
+        ("```\nx=1\n```", None, "```\nx=1\n```"),
+        ("text ```py\nx=1\n```", None, "text ```py\nx=1\n```"),
+    ];
+    for (input, code, text) in cases {
+        for size in [1, 3, 0] {
+            let mut parser = FenceParser::with_tags(&["python", "py", "python3"]);
+            let mut seen_text = String::new();
+            let mut seen_code = None;
+            let chars: Vec<char> = input.chars().collect();
+            let step = if size == 0 { chars.len() } else { size };
+            for chunk in chars.chunks(step) {
+                let chunk: String = chunk.iter().collect();
+                let parsed = parser.push(&chunk);
+                seen_text.push_str(parsed.text);
+                if let Some(c) = parsed.code {
+                    seen_code = Some(c.to_owned());
+                }
+            }
+            if !parser.is_complete() {
+                let parsed = parser.flush();
+                seen_text.push_str(parsed.text);
+                if let Some(c) = parsed.code {
+                    seen_code = Some(c.to_owned());
+                }
+            }
+            assert_eq!(seen_code.as_deref(), code, "{input:?} at {size}");
+            assert_eq!(seen_text, text, "{input:?} at {size}");
+        }
+    }
+    // An opener cut off by the end of the stream is text.
+    let mut parser = FenceParser::with_tags(&["python", "py", "python3"]);
+    assert_eq!(parser.push("```pyt").text, "");
+    assert_eq!(parser.flush().text, "```pyt");
+}

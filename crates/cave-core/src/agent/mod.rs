@@ -467,7 +467,7 @@ impl AgentResponse {
         let mut code_snippets = Vec::new();
         while let Some(event) = events.next().await {
             match event {
-                Event::Code { code } => code_snippets.push(code),
+                Event::Code { code, .. } => code_snippets.push(code),
                 Event::Stopped {
                     content,
                     stop_reason,

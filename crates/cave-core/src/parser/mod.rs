@@ -45,8 +45,8 @@ pub struct Parsed<'a> {
 /// held (pending backticks, an unterminated block) and resets the parser for reuse.
 ///
 /// The rules follow CommonMark where models rely on it and CaveAgent where it differs:
-/// fences sit at the start of a line after at most three spaces; the tag matches
-/// case-insensitively; an info string after the tag is discarded; a block with only blank
+/// fences sit at the start of a line after at most three spaces; the tag (any of the parser's
+/// tags) matches case-insensitively; an info string after the tag is discarded; a block with only blank
 /// lines is not a block and is replayed as text; three backticks on a code line that sits
 /// inside an open Python string (a triple-quoted string, or a string continued with a
 /// backslash) are code, not the closing fence.
@@ -69,7 +69,10 @@ pub struct Parsed<'a> {
 /// ```
 #[derive(Debug)]
 pub struct FenceParser {
-    tag: Vec<char>,
+    /// The tags that open a block, lowercase.
+    tags: Vec<Vec<char>>,
+    /// The tag written so far, lowercase.
+    matched: Vec<char>,
     mode: Mode,
     /// Indentation of the current prose line so far: `Some(n)` while it is `n` (≤ 3) spaces.
     line_indent: Option<u8>,
@@ -92,8 +95,17 @@ const FENCE: &str = "```";
 impl FenceParser {
     /// Creates a parser for blocks tagged `tag` (e.g. `"python"`), matched case-insensitively.
     pub fn new(tag: &str) -> Self {
+        Self::with_tags(&[tag])
+    }
+
+    /// Creates a parser for blocks tagged with any of `tags`, matched case-insensitively.
+    pub fn with_tags(tags: &[&str]) -> Self {
         Self {
-            tag: tag.chars().flat_map(char::to_lowercase).collect(),
+            tags: tags
+                .iter()
+                .map(|t| t.chars().flat_map(char::to_lowercase).collect())
+                .collect(),
+            matched: Vec::new(),
             mode: Mode::Text,
             line_indent: Some(0),
             code_indent: Some(0),
@@ -183,6 +195,7 @@ impl FenceParser {
         self.code_indent = Some(0);
         self.backticks = 0;
         self.opener.clear();
+        self.matched.clear();
         self.code.clear();
         self.scanner.reset();
         self.complete = false;
@@ -206,6 +219,7 @@ impl FenceParser {
                     if self.backticks == 3 {
                         self.backticks = 0;
                         self.opener.clear();
+                        self.matched.clear();
                         self.mode = Mode::LanguageMatch;
                     }
                 } else {
@@ -215,20 +229,24 @@ impl FenceParser {
                 }
             }
             Mode::LanguageMatch => {
-                let matched = self.opener.chars().count();
-                if let Some(&expected) = self.tag.get(matched) {
-                    if c.to_lowercase().eq(std::iter::once(expected)) {
+                if c == '\n' || c == ' ' || c == '\r' {
+                    if !self.tags.contains(&self.matched) {
+                        self.fail_opener(c);
+                    } else if c == '\n' {
+                        self.enter_code();
+                    } else {
+                        self.opener.push(c);
+                        self.mode = Mode::InfoString;
+                    }
+                } else {
+                    let before = self.matched.len();
+                    self.matched.extend(c.to_lowercase());
+                    if self.tags.iter().any(|t| t.starts_with(&self.matched)) {
                         self.opener.push(c);
                     } else {
+                        self.matched.truncate(before);
                         self.fail_opener(c);
                     }
-                } else if c == '\n' {
-                    self.enter_code();
-                } else if c == ' ' || c == '\r' {
-                    self.opener.push(c);
-                    self.mode = Mode::InfoString;
-                } else {
-                    self.fail_opener(c);
                 }
             }
             Mode::InfoString => {

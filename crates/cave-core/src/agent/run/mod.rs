@@ -230,8 +230,13 @@ impl<'a> Run<'a> {
         let text = std::mem::take(&mut turn.text);
         let thinking = std::mem::take(&mut turn.thinking);
         match kept {
-            Kept::Code(code) => {
-                self.emit.emit(Event::Code { code: code.clone() }).await;
+            Kept::Code { code, unclosed } => {
+                self.emit
+                    .emit(Event::Code {
+                        code: code.clone(),
+                        unclosed,
+                    })
+                    .await;
                 let message = Message::code(text).with_reasoning(thinking);
                 self.agent.history.push(message);
                 let (event, result) = self.execute(&code).await?;

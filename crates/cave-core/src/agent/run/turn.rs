@@ -16,6 +16,8 @@ pub(super) struct Turn {
     pub(super) finish: Option<FinishReason>,
     pub(super) reported_usage: Option<Usage>,
     pub(super) code: Option<String>,
+    /// The code is a block the answer ended in, without a closing fence.
+    pub(super) unclosed: bool,
     pub(super) stopped_at_code: bool,
     pub(super) error: Option<ModelError>,
     pub(super) recoverable: bool,
@@ -51,7 +53,10 @@ impl Turn {
             };
         }
         Outcome::Kept(match self.code.take() {
-            Some(code) => Kept::Code(code),
+            Some(code) => Kept::Code {
+                code,
+                unclosed: self.unclosed,
+            },
             None if complete => Kept::Answer,
             None => Kept::Truncated(self.error.take().unwrap_or_else(|| {
                 ModelError::new(
@@ -77,8 +82,8 @@ pub(super) enum Outcome {
 
 /// An answer the history keeps.
 pub(super) enum Kept {
-    /// It holds a code block, to run.
-    Code(String),
+    /// It holds a code block, to run (`unclosed`: the answer ended inside it).
+    Code { code: String, unclosed: bool },
     /// The final answer.
     Answer,
     /// Cut off once too often: the partial answer is kept and the run ends.
@@ -130,7 +135,14 @@ impl Run<'_> {
     pub(super) async fn stream_once(&mut self, turn: &mut Turn) -> Result<(), ModelError> {
         let defer = self.agent.model_info.filters_asynchronously;
         let idle = self.agent.config.stream_idle_timeout;
-        let mut parser = FenceParser::new(&self.agent.config.python_block_identifier);
+        let tag = self.agent.config.python_block_identifier.as_str();
+        // `py` and `python3` open a block too (small models write them), unless the host chose
+        // its own tag.
+        let mut parser = if tag == "python" {
+            FenceParser::with_tags(&["python", "py", "python3"])
+        } else {
+            FenceParser::new(tag)
+        };
         if !turn.prefix.is_empty() {
             // Already shown by the earlier call: only the parser's state matters.
             parser.push(&turn.prefix);
@@ -227,10 +239,24 @@ impl Run<'_> {
         drop(stream);
         self.seal_thinking(turn, &mut thinking_since).await;
         if !parser.is_complete() {
-            // Held-back text is shown; an unterminated block is never run.
-            let text = parser.flush().text.to_owned();
+            // Held-back text is shown. An unterminated block runs only if the answer ended
+            // normally inside it: cut by the output cap, it is resumed instead.
+            let flushed = parser.flush();
+            let text = flushed.text.to_owned();
+            let code = flushed.code.map(str::to_owned);
             if !text.is_empty() {
                 self.emit.emit(Event::Text { content: text }).await;
+            }
+            if let Some(code) = code
+                && turn.finish == Some(FinishReason::Stop)
+                && turn.error.is_none()
+                && turn.code.is_none()
+            {
+                tracing::info!(
+                    "the answer ended inside a code block without a closing fence; running it"
+                );
+                turn.code = Some(code);
+                turn.unclosed = true;
             }
         }
         self.conclude(turn, defer).await;
