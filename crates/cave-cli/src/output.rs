@@ -472,11 +472,15 @@ impl<W: Write> Output for Human<W> {
                 };
                 self.note(YELLOW, &text)?;
             }
-            Event::Backoff { delay } => {
+            Event::Backoff { delay, reason } => {
                 self.flush_prose()?;
+                let why = reason
+                    .as_deref()
+                    .map(|r| format!(" ({})", one_line(r, 160)))
+                    .unwrap_or_default();
                 self.note(
                     YELLOW,
-                    &format!("↻ The model call failed; retrying in {delay:.1}s"),
+                    &format!("↻ The model call failed{why}; retrying in {delay:.1}s"),
                 )?;
             }
             Event::FinalResponse { .. } => self.flush_prose()?,
@@ -494,8 +498,10 @@ impl<W: Write> Output for Human<W> {
                     if *steps == 1 { "" } else { "s" }
                 );
                 if usage.total_tokens > 0 {
+                    // `~`: the server reported no usage, so these are estimates.
+                    let about = if usage.estimated { "~" } else { "" };
                     summary.push_str(&format!(
-                        " · {} tokens ({} in, {} out)",
+                        " · {about}{} tokens ({about}{} in, {about}{} out)",
                         usage.total_tokens, usage.prompt_tokens, usage.completion_tokens
                     ));
                 }
@@ -573,4 +579,15 @@ fn last_block_end(text: &str) -> Option<usize> {
         previous_blank = blank;
     }
     end
+}
+
+/// `text` on one line, at most `max` characters.
+fn one_line(text: &str, max: usize) -> String {
+    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if flat.chars().count() <= max {
+        return flat;
+    }
+    let mut cut: String = flat.chars().take(max).collect();
+    cut.push('…');
+    cut
 }

@@ -49,7 +49,10 @@ fn transcript() -> Vec<Event> {
             persisted_variable: None,
             state_lost: false,
         },
-        Event::Backoff { delay: 1.5 },
+        Event::Backoff {
+            delay: 1.5,
+            reason: Some("HTTP 503: the server is\noverloaded".into()),
+        },
         Event::Status(Status::OutputRecovery {
             recovery: 1,
             max_recoveries: 3,
@@ -80,7 +83,7 @@ fn transcript() -> Vec<Event> {
             stop_reason: StopReason::Completed,
             steps: 3,
             elapsed: 2.345,
-            usage: Usage::new(1200, 34),
+            usage: Usage::new(1200, 34).estimate(),
             error: None,
         },
     ]

@@ -361,6 +361,7 @@ impl ContextCompactor {
                 prompt_estimate,
                 self.estimator.estimate(&text) + self.estimator.estimate(&refusal),
             )
+            .estimate()
         });
         spent.add(usage);
         if let Some(e) = failure {

@@ -278,6 +278,10 @@ pub enum Event {
     Backoff {
         /// The wait, in seconds.
         delay: f64,
+        /// Why: the status and the provider's message, when the model said (in JSON only when
+        /// known).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
     },
     /// The model's final answer.
     FinalResponse {

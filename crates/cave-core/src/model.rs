@@ -137,6 +137,8 @@ pub struct Delta {
     /// The model is waiting this long before retrying a failed connection: the agent's idle
     /// watchdog extends its deadline by it.
     pub backoff: Option<Duration>,
+    /// Why it is retrying (the status and the provider's message, with secrets removed).
+    pub backoff_reason: Option<String>,
 }
 
 impl Delta {
@@ -174,6 +176,11 @@ impl Delta {
             backoff: Some(delay),
             ..Self::default()
         }
+    }
+    /// Says why the model is retrying.
+    pub fn with_backoff_reason(mut self, reason: impl Into<String>) -> Self {
+        self.backoff_reason = Some(reason.into());
+        self
     }
     /// Adds usage to this delta.
     pub fn with_usage(mut self, usage: Usage) -> Self {

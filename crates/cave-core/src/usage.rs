@@ -5,6 +5,7 @@ use std::ops::{Add, AddAssign};
 
 /// Tokens spent by one model call, or summed over a run.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Usage {
     /// Tokens in the request.
     pub prompt_tokens: u64,
@@ -12,6 +13,10 @@ pub struct Usage {
     pub completion_tokens: u64,
     /// Their sum, as the provider reported it or as estimated.
     pub total_tokens: u64,
+    /// Some of it was estimated: the provider reported no usage for at least one call (local
+    /// servers often report none when streaming).
+    #[serde(default)]
+    pub estimated: bool,
 }
 
 impl Usage {
@@ -21,6 +26,24 @@ impl Usage {
             prompt_tokens,
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
+            estimated: false,
+        }
+    }
+
+    /// The same counts with the total the provider reported (which may differ from the sum,
+    /// e.g. when cached tokens are counted apart).
+    pub fn with_total(self, total_tokens: u64) -> Self {
+        Self {
+            total_tokens,
+            ..self
+        }
+    }
+
+    /// The same figures, marked as estimated.
+    pub fn estimate(self) -> Self {
+        Self {
+            estimated: true,
+            ..self
         }
     }
 }
@@ -32,6 +55,7 @@ impl Add for Usage {
             prompt_tokens: self.prompt_tokens + rhs.prompt_tokens,
             completion_tokens: self.completion_tokens + rhs.completion_tokens,
             total_tokens: self.total_tokens + rhs.total_tokens,
+            estimated: self.estimated || rhs.estimated,
         }
     }
 }

@@ -324,12 +324,25 @@ async fn usage_is_summed_and_estimated_when_not_reported() {
         .iter()
         .map(|m| m.content.chars().count() as u64 / 4)
         .sum();
-    let estimated = Usage::new(second_prompt, " is all good.".len() as u64 / 4);
+    let estimated = Usage::new(second_prompt, " is all good.".len() as u64 / 4).estimate();
     assert_eq!(response.usage, Usage::new(100, 7) + estimated);
+    assert!(response.usage.estimated, "part of it was estimated");
     // A reply too short to estimate still costs a token.
     let s = Setup::new([Reply::text("ok")]);
     let response = s.agent().run("go").await;
     assert_eq!(response.usage.completion_tokens, 1);
+    assert!(response.usage.estimated);
+    // All reported: not estimated.
+    let s = Setup::new([Reply::text("ok").usage(Usage::new(10, 2))]);
+    let response = s.agent().run("go").await;
+    assert_eq!(response.usage, Usage::new(10, 2));
+    assert!(!response.usage.estimated);
+    // A call that failed before the model produced anything charges nothing.
+    let refused = ModelError::new(ModelErrorKind::Auth, "401 Unauthorized");
+    let s = Setup::new([Reply::fails(refused)]);
+    let response = s.agent().run("go").await;
+    assert_eq!(response.stop_reason, StopReason::ModelError);
+    assert_eq!(response.usage, Usage::default());
 }
 
 /// Small models often end their answer inside the block, with no closing fence: at a normal
@@ -562,7 +575,10 @@ async fn a_backoff_extends_the_idle_deadline() {
     let s = Setup::new([reply]);
     let ev = events(&mut s.agent(), "go").await;
     assert!(
-        ev.contains(&Event::Backoff { delay: 200.0 }),
+        ev.contains(&Event::Backoff {
+            delay: 200.0,
+            reason: None
+        }),
         "the wait is announced"
     );
     assert_eq!(stopped(&ev).1, StopReason::Completed);
@@ -692,11 +708,9 @@ struct TestCompactor {
 }
 
 /// What each summary call of the test compactor costs.
-const SUMMARY_USAGE: Usage = Usage {
-    prompt_tokens: 70,
-    completion_tokens: 30,
-    total_tokens: 100,
-};
+fn summary_usage() -> Usage {
+    Usage::new(70, 30)
+}
 
 #[async_trait::async_trait]
 impl Compactor for TestCompactor {
@@ -711,7 +725,7 @@ impl Compactor for TestCompactor {
     async fn summarize(&self, history: Vec<Message>) -> Summarized {
         self.summaries.fetch_add(1, Ordering::SeqCst);
         if let Some(why) = self.fail_with {
-            return Summarized::failed(history, SUMMARY_USAGE, why);
+            return Summarized::failed(history, summary_usage(), why);
         }
         let mut out = vec![
             history[0].clone(),
@@ -721,7 +735,7 @@ impl Compactor for TestCompactor {
             },
         ];
         out.extend(history.into_iter().skip(1).rev().take(1));
-        Summarized::new(out, SUMMARY_USAGE)
+        Summarized::new(out, summary_usage())
     }
     async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
         self.overflow_calls.fetch_add(1, Ordering::SeqCst);
@@ -790,7 +804,7 @@ async fn compaction_is_announced_and_its_history_kept() {
     // The summary's tokens are part of the run's usage.
     let (_, _, _, usage, _) = stopped(&ev);
     assert!(
-        usage.total_tokens >= SUMMARY_USAGE.total_tokens,
+        usage.total_tokens >= summary_usage().total_tokens,
         "{usage:?}"
     );
 }
@@ -817,7 +831,7 @@ async fn a_failed_summary_is_an_event_and_its_tokens_count() {
     );
     let (_, reason, _, usage, _) = stopped(&ev);
     assert_eq!(reason, StopReason::Completed);
-    assert!(usage.total_tokens >= SUMMARY_USAGE.total_tokens);
+    assert!(usage.total_tokens >= summary_usage().total_tokens);
 }
 
 #[tokio::test]
@@ -1435,7 +1449,10 @@ async fn events_serialize_to_the_wire_format() {
             r#"{"type":"status","status":"compacting"}"#,
         ),
         (
-            Event::Backoff { delay: 0.5 },
+            Event::Backoff {
+                delay: 0.5,
+                reason: None,
+            },
             r#"{"type":"backoff","delay":0.5}"#,
         ),
         (
@@ -1453,7 +1470,7 @@ async fn events_serialize_to_the_wire_format() {
                 usage,
                 error: None,
             },
-            r#"{"type":"stopped","content":"a","stop_reason":"budget_exhausted","steps":2,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}"#,
+            r#"{"type":"stopped","content":"a","stop_reason":"budget_exhausted","steps":2,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"estimated":false}}"#,
         ),
         (
             Event::Stopped {
@@ -1464,7 +1481,7 @@ async fn events_serialize_to_the_wire_format() {
                 usage,
                 error: Some(StopError::new(StopErrorKind::BillingExhausted, "no credit")),
             },
-            r#"{"type":"stopped","content":"","stop_reason":"model_error","steps":1,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7},"error":{"kind":"billing_exhausted","message":"no credit"}}"#,
+            r#"{"type":"stopped","content":"","stop_reason":"model_error","steps":1,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"estimated":false},"error":{"kind":"billing_exhausted","message":"no credit"}}"#,
         ),
     ];
     for (event, json) in cases {

@@ -24,7 +24,8 @@ pub(crate) struct Client {
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) extra: Map<String, Json>,
     pub(crate) max_tokens: Option<u32>,
-    pub(crate) stream_usage: bool,
+    /// Ask for usage in the stream; turned off for good if the server refuses the option.
+    pub(crate) stream_usage: std::sync::atomic::AtomicBool,
     pub(crate) send_reasoning: bool,
     pub(crate) retry: RetryPolicy,
 }
@@ -57,7 +58,7 @@ impl Client {
         RequestBody {
             model: &self.model,
             messages: &request.messages,
-            stream_usage: self.stream_usage,
+            stream_usage: self.stream_usage.load(std::sync::atomic::Ordering::Relaxed),
             max_tokens: self.max_tokens,
             send_reasoning: self.send_reasoning,
             extra: &self.extra,
@@ -121,6 +122,7 @@ pub(crate) fn stream(
     let state = StreamState {
         client,
         body,
+        request: request.clone(),
         events: None,
         retries: 0,
         wait: None,
@@ -141,6 +143,8 @@ pub(crate) fn stream(
 struct StreamState {
     client: Arc<Client>,
     body: Vec<u8>,
+    /// For a body without `stream_options`, if the server refuses them.
+    request: ChatRequest,
     events: Option<Events>,
     retries: u32,
     /// A backoff to sleep before the next connection attempt.
@@ -168,6 +172,19 @@ impl StreamState {
                 }
                 match self.client.connect(&self.body).await {
                     Ok(events) => self.events = Some(events),
+                    Err(error) if self.refuses_stream_options(&error) => {
+                        tracing::info!(error = %error, "the server refuses stream_options; asking again without (usage will be estimated)");
+                        self.client
+                            .stream_usage
+                            .store(false, std::sync::atomic::Ordering::Relaxed);
+                        match self.client.body(&self.request) {
+                            Ok(body) => self.body = body,
+                            Err(e) => {
+                                self.done = true;
+                                return Some(Err(e));
+                            }
+                        }
+                    }
                     Err(error) => {
                         if let Some(backoff) = self.backoff_for(&error) {
                             return Some(Ok(backoff));
@@ -206,7 +223,7 @@ impl StreamState {
                     if !self.content_seen
                         && let Some(backoff) = self.backoff_for(&ModelError::new(
                             ModelErrorKind::Transient { retry_after: None },
-                            "",
+                            error.message().to_owned(),
                         ))
                     {
                         tracing::warn!(error = %error, "the model stream broke before any content; reconnecting");
@@ -283,6 +300,17 @@ impl StreamState {
         }
     }
 
+    /// The server rejected the request because of `stream_options` (some providers behind a
+    /// LiteLLM proxy do), and it was sent.
+    fn refuses_stream_options(&self, error: &ModelError) -> bool {
+        matches!(error.kind(), ModelErrorKind::InvalidRequest)
+            && error.message().contains("stream_options")
+            && self
+                .client
+                .stream_usage
+                .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// The backoff delta for a retryable failure, if a retry is left.
     fn backoff_for(&mut self, error: &ModelError) -> Option<Delta> {
         if self.content_seen
@@ -299,6 +327,11 @@ impl StreamState {
         self.retries += 1;
         tracing::warn!(attempt = self.retries, delay_s = delay.as_secs_f64(), error = %error, "model request failed; retrying");
         self.wait = Some(delay);
-        Some(Delta::backoff(delay))
+        // The message is already redacted (classify runs every provider text through `redact`).
+        let backoff = Delta::backoff(delay);
+        Some(match error.message() {
+            "" => backoff,
+            message => backoff.with_backoff_reason(message),
+        })
     }
 }

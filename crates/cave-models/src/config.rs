@@ -159,8 +159,8 @@ impl ModelConfig {
         self.max_output_tokens = Some(tokens);
         self
     }
-    /// Whether to ask for usage in the stream (`stream_options.include_usage`); some
-    /// providers reject the option. Default: on for OpenAI-compatible servers, off for LiteLLM.
+    /// Whether to ask for usage in the stream (`stream_options.include_usage`). Default: on; a
+    /// server that refuses the option is asked again without it, and not asked again.
     pub fn stream_usage(mut self, on: bool) -> Self {
         self.stream_usage = Some(on);
         self

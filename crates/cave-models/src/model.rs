@@ -42,7 +42,7 @@ fn build(
         headers,
         extra: config.extra,
         max_tokens: config.max_output_tokens,
-        stream_usage: config.stream_usage.unwrap_or(default_stream_usage),
+        stream_usage: config.stream_usage.unwrap_or(default_stream_usage).into(),
         send_reasoning: config.send_reasoning,
         retry: config.retry,
     };
@@ -89,8 +89,9 @@ impl Model for OpenAiModel {
 /// `anthropic/claude-...` or `bedrock/...` to their providers, and its error bodies
 /// (`litellm.RateLimitError: ...`, codes as strings) are classified like any other.
 ///
-/// `stream_options` is off by default (some providers behind the proxy reject it); turn it on
-/// with [`ModelConfig::stream_usage`] when the routed provider supports it.
+/// Usage is asked for in the stream (`stream_options.include_usage`); if the proxy or the
+/// provider behind it refuses the option, the request is sent again without it, and later
+/// ones leave it out (usage is then estimated). [`ModelConfig::stream_usage`] turns it off.
 #[derive(Debug, Clone)]
 pub struct LiteLlmModel {
     client: Arc<Client>,
@@ -100,7 +101,7 @@ pub struct LiteLlmModel {
 impl LiteLlmModel {
     /// The model behind the proxy at `config.base_url` (default `http://localhost:4000`).
     pub fn new(config: ModelConfig) -> Result<Self, ConfigError> {
-        let (client, info) = build(config, "http://localhost:4000", false)?;
+        let (client, info) = build(config, "http://localhost:4000", true)?;
         Ok(Self { client, info })
     }
 }

@@ -135,11 +135,7 @@ impl WireUsage {
             Some(t) if t != 0 => t,
             _ => prompt + completion,
         };
-        cave_core::Usage {
-            prompt_tokens: prompt,
-            completion_tokens: completion,
-            total_tokens: total,
-        }
+        cave_core::Usage::new(prompt, completion).with_total(total)
     }
 }
 

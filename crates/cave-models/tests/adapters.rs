@@ -144,6 +144,20 @@ async fn transient_failures_are_retried_with_announced_backoff() {
     assert_eq!(text_of(&deltas), "fine");
     let backoffs: Vec<Duration> = deltas.iter().filter_map(|d| d.backoff).collect();
     assert_eq!(backoffs.len(), 2);
+    // Each retry says why: the status and the provider's message.
+    let reasons: Vec<&str> = deltas
+        .iter()
+        .filter_map(|d| d.backoff_reason.as_deref())
+        .collect();
+    assert_eq!(reasons.len(), 2, "{reasons:?}");
+    assert!(
+        reasons[0].contains("429") && reasons[0].contains("slow down"),
+        "{reasons:?}"
+    );
+    assert!(
+        reasons[1].contains("500") && reasons[1].contains("boom"),
+        "{reasons:?}"
+    );
     assert_eq!(
         backoffs[0],
         Duration::from_millis(50),
@@ -254,7 +268,7 @@ async fn a_break_after_the_finish_reason_just_ends_the_stream() {
 }
 
 #[tokio::test]
-async fn litellm_leaves_out_stream_options_and_reads_its_errors() {
+async fn litellm_asks_for_usage_and_reads_its_errors() {
     let litellm_429 = json!({"error": {"message": "litellm.RateLimitError: AnthropicException - rate limited", "type": null, "param": null, "code": "429"}});
     let server = TestServer::start([
         status_with(429, &[], litellm_429),
@@ -272,24 +286,41 @@ async fn litellm_leaves_out_stream_options_and_reads_its_errors() {
     assert_eq!(text_of(&deltas), "routed");
     let sent = server.received();
     assert_eq!(sent[1].body["model"], "anthropic/claude-sonnet");
-    assert!(sent[1].body.get("stream_options").is_none());
+    assert_eq!(
+        sent[1].body["stream_options"],
+        json!({"include_usage": true})
+    );
     assert!(
         sent[1].header("authorization").is_none(),
         "no key configured, none sent"
     );
     let server = TestServer::start([Reply::Sse(vec![Part::Data(json!({"error": {"message": "litellm.BudgetExceededError: budget exceeded", "code": "400"}}))])]).await;
-    let model = LiteLlmModel::new(
-        ModelConfig::new("m")
-            .base_url(server.base_url())
-            .stream_usage(true),
-    )
-    .unwrap();
+    let model = LiteLlmModel::new(ModelConfig::new("m").base_url(server.base_url())).unwrap();
     let (_, error) = collect(&model).await;
-    assert_eq!(
-        server.received()[0].body["stream_options"],
-        json!({"include_usage": true})
-    );
     assert_eq!(error.unwrap().kind(), &ModelErrorKind::InvalidRequest);
+}
+
+/// A server that refuses `stream_options` is asked again without, once, and never again.
+#[tokio::test]
+async fn a_server_that_refuses_stream_options_is_asked_without() {
+    let refusal = json!({"error": {"message": "litellm.BadRequestError: Unrecognized request argument supplied: stream_options", "code": "400"}});
+    let server = TestServer::start([
+        status_with(400, &[], refusal),
+        answer("first", 3, "stop"),
+        answer("second", 3, "stop"),
+    ])
+    .await;
+    let model = LiteLlmModel::new(ModelConfig::new("m").base_url(server.base_url())).unwrap();
+    let (deltas, error) = collect(&model).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "first");
+    let (deltas, _) = collect(&model).await;
+    assert_eq!(text_of(&deltas), "second");
+    let sent = server.received();
+    assert_eq!(sent.len(), 3);
+    assert!(sent[0].body.get("stream_options").is_some());
+    assert!(sent[1].body.get("stream_options").is_none());
+    assert!(sent[2].body.get("stream_options").is_none(), "remembered");
 }
 
 fn block(code: &str) -> String {
@@ -474,7 +505,10 @@ async fn a_recorded_run_replays_to_the_same_events() {
                     usage: *usage,
                     error: error.clone(),
                 },
-                Event::Backoff { .. } => Event::Backoff { delay: 0.0 },
+                Event::Backoff { .. } => Event::Backoff {
+                    delay: 0.0,
+                    reason: None,
+                },
                 Event::Thinking { content, .. } => Event::Thinking {
                     content: content.clone(),
                     duration_ms: 0,

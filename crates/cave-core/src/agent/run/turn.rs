@@ -201,6 +201,7 @@ impl Run<'_> {
                 self.emit
                     .emit(Event::Backoff {
                         delay: delay.as_secs_f64(),
+                        reason: delta.backoff_reason.clone(),
                     })
                     .await;
             }

@@ -48,23 +48,21 @@ impl Run<'_> {
         })
     }
 
-    /// Adds the call's usage to the run (estimated when the provider reported none) and
-    /// anchors token estimates to the provider's prompt count.
+    /// Adds the call's usage to the run (estimated, and marked so, when the provider reported
+    /// none) and anchors token estimates to the provider's prompt count. A call that failed
+    /// before the model produced anything (refused connection, 401, 404) charges nothing.
     pub(super) fn settle_usage(&mut self, turn: &Turn) {
+        let produced =
+            !turn.received.is_empty() || !turn.thinking.is_empty() || !turn.refusal.is_empty();
         let usage = match turn.reported_usage {
             Some(reported) if reported.total_tokens != 0 => reported,
+            _ if !produced => return,
             _ => {
                 let estimator = self.agent.estimator.as_ref();
-                let mut completion = estimator.estimate(&turn.received)
+                let completion = estimator.estimate(&turn.received)
                     + estimator.estimate(&turn.refusal)
                     + estimator.estimate(&turn.thinking);
-                let produced = !turn.received.is_empty()
-                    || !turn.thinking.is_empty()
-                    || !turn.refusal.is_empty();
-                if produced && completion == 0 {
-                    completion = 1;
-                }
-                Usage::new(turn.prompt_estimate, completion)
+                Usage::new(turn.prompt_estimate, completion.max(1)).estimate()
             }
         };
         self.usage += usage;
