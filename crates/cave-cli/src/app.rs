@@ -47,8 +47,13 @@ pub fn run(cli: Cli, api_key: Option<ApiKey>, key_text: Option<String>) -> Exit 
         Some(prompts) => rt.block_on(session.run_prompts(prompts)),
         None => session.chat(&rt),
     };
-    rt.block_on(session.retrieve_all()).ok();
+    let missing = rt.block_on(session.retrieve_all()).unwrap_or_default();
+    for message in &missing {
+        eprintln!("cave: {}", redactor.apply(message));
+    }
     match result {
+        // A variable asked for and not there: the run did not give what was expected.
+        Ok(Some(StopReason::Completed)) | Ok(None) if !missing.is_empty() => Exit::Stopped,
         Ok(Some(StopReason::Completed)) | Ok(None) => Exit::Completed,
         Ok(Some(_)) => Exit::Stopped,
         // A reader that closed stdout had what it wanted.
@@ -76,6 +81,7 @@ impl Redactor {
 /// The host's stdout (a duplicate of the descriptor `cave` started with, so that nothing a cell
 /// writes to descriptor 1 reaches it). Holds each event's text until it is flushed, then writes
 /// it redacted (so a key split across writes is still found).
+/// A standard stream that removes the API key from everything written to it.
 struct RedactingStdout {
     out: std::fs::File,
     buffer: Vec<u8>,
@@ -252,7 +258,19 @@ impl Session {
         };
         let output: Box<dyn Output> = match output {
             OutputMode::Json => Box::new(JsonLines::new(stdout)),
-            OutputMode::Human { color } => Box::new(Human::new(stdout, color)),
+            OutputMode::Human { color } => {
+                // The conversation on stdout; errors and warnings on stderr.
+                let stderr = RedactingStdout {
+                    out: io::stderr()
+                        .as_fd()
+                        .try_clone_to_owned()
+                        .context("could not duplicate stderr")?
+                        .into(),
+                    buffer: Vec::new(),
+                    redactor: redactor.clone(),
+                };
+                Box::new(Human::new(stdout, color).with_errors(Box::new(stderr)))
+            }
         };
         Ok(Self {
             agent,
@@ -339,8 +357,10 @@ impl Session {
         }
     }
 
-    /// Prints each `--retrieve` variable.
-    async fn retrieve_all(&mut self) -> io::Result<()> {
+    /// Prints each `--retrieve` variable that is bound; returns a one-line message for each
+    /// one that is not (for stderr, and exit status 1).
+    async fn retrieve_all(&mut self) -> io::Result<Vec<String>> {
+        let mut missing = Vec::new();
         for name in std::mem::take(&mut self.retrieve) {
             let retrieved = match self.runtime.runtime().get(&name).await {
                 Ok(value) => match serde_json::to_value(&value) {
@@ -350,6 +370,10 @@ impl Session {
                 Err(RuntimeError::Unsupported { python_type, .. }) => {
                     self.repr(name, python_type).await
                 }
+                Err(RuntimeError::Unbound { .. }) => {
+                    missing.push(self.not_bound(&name).await);
+                    continue;
+                }
                 Err(e) => Retrieved::Missing {
                     name,
                     error: e.to_string(),
@@ -357,7 +381,49 @@ impl Session {
             };
             self.output.retrieved(&retrieved)?;
         }
-        Ok(())
+        Ok(missing)
+    }
+
+    /// "--retrieve x: not bound; registered variables: a, b; also bound: c".
+    async fn not_bound(&self, name: &str) -> String {
+        let runtime = self.runtime.runtime();
+        let registered = match runtime.retrieve(name).await {
+            Err(RuntimeError::UnknownVariable { available, .. }) => available,
+            _ => Vec::new(),
+        };
+        let listing = "print('\\n'.join(sorted(k for k, v in globals().items() if not k.startswith('_') and not callable(v) and type(v).__name__ != 'module')), end='')";
+        let others: Vec<String> = match runtime.execute(listing, &DiscardOutput).await {
+            Ok(run) if run.success() => run
+                .output
+                .lines()
+                .filter(|n| !registered.iter().any(|r| r == n))
+                .map(str::to_owned)
+                .collect(),
+            _ => Vec::new(),
+        };
+        let list = |names: &[String]| {
+            let shown: Vec<&str> = names.iter().take(20).map(String::as_str).collect();
+            let more = names.len().saturating_sub(shown.len());
+            let mut text = shown.join(", ");
+            if more > 0 {
+                text.push_str(&format!(" and {more} more"));
+            }
+            text
+        };
+        let mut message = format!("--retrieve {name}: no such variable in the runtime");
+        match (registered.is_empty(), others.is_empty()) {
+            (true, true) => message.push_str("; nothing is bound"),
+            (false, true) => {
+                message.push_str(&format!("; registered variables: {}", list(&registered)))
+            }
+            (true, false) => message.push_str(&format!("; bound: {}", list(&others))),
+            (false, false) => message.push_str(&format!(
+                "; registered variables: {}; also bound: {}",
+                list(&registered),
+                list(&others)
+            )),
+        }
+        message
     }
 
     async fn repr(&self, name: String, python_type: String) -> Retrieved {

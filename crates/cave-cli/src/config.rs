@@ -196,6 +196,12 @@ pub fn resolve(args: &CommonArgs, api_key: Option<ApiKey>) -> anyhow::Result<Con
             color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
         }
     };
+    if let Some(name) = args.retrieve.iter().find(|n| !cave_agent::is_identifier(n)) {
+        bail!("--retrieve takes a variable name, not {name:?}");
+    }
+    if args.max_steps == Some(0) {
+        bail!("--max-steps must be at least 1 (a run with no model call does nothing)");
+    }
     let compact_model = compact_model(args, &model);
     Ok(Config {
         model,

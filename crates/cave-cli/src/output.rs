@@ -103,9 +103,10 @@ const SHOWN_CHARS: usize = 2000;
 
 /// A transcript for people: prose as light Markdown, code highlighted, output shortened,
 /// and a closing line with the stop reason, steps, tokens and time.
-#[derive(Debug)]
 pub struct Human<W> {
     out: W,
+    /// Where errors and warnings go (stderr in `cave`); `None`: to `out` with the rest.
+    errors: Option<Box<dyn Write + Send>>,
     color: bool,
     /// Prose not yet printed: Markdown is rendered a block at a time (a table or a list needs
     /// all its lines).
@@ -127,6 +128,16 @@ pub struct Human<W> {
     spinner_drawn: bool,
 }
 
+impl<W: std::fmt::Debug> std::fmt::Debug for Human<W> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Human")
+            .field("out", &self.out)
+            .field("errors", &self.errors.is_some())
+            .field("color", &self.color)
+            .finish_non_exhaustive()
+    }
+}
+
 /// Said when stopping an execution restarted the runtime process.
 const STATE_LOST_NOTE: &str = "     runtime restarted: unregistered state was lost";
 
@@ -144,6 +155,7 @@ impl<W: Write> Human<W> {
     pub fn new(out: W, color: bool) -> Self {
         Self {
             out,
+            errors: None,
             color,
             prose: String::new(),
             prose_blocks: 0,
@@ -167,10 +179,31 @@ impl<W: Write> Human<W> {
         }
     }
 
+    /// Sends errors and warnings (a run's error, retries, compaction trouble, a missing
+    /// variable) to `errors`, so that the conversation alone goes to `out`.
+    pub fn with_errors(mut self, errors: Box<dyn Write + Send>) -> Self {
+        self.errors = Some(errors);
+        self
+    }
+
     /// Writes one styled line.
     fn note(&mut self, style: Style, text: &str) -> io::Result<()> {
         let line = self.paint(style, text);
         writeln!(self.out, "{line}")
+    }
+
+    /// Writes one styled line where errors and warnings go.
+    fn warn(&mut self, style: Style, text: &str) -> io::Result<()> {
+        let line = self.paint(style, text);
+        match &mut self.errors {
+            Some(errors) => {
+                // What is already on stdout comes first on a shared terminal.
+                self.out.flush()?;
+                writeln!(errors, "{line}")?;
+                errors.flush()
+            }
+            None => writeln!(self.out, "{line}"),
+        }
     }
 
     /// Prints all pending prose.
@@ -440,6 +473,8 @@ impl<W: Write> Output for Human<W> {
                 if *state_lost {
                     self.note(YELLOW, STATE_LOST_NOTE)?;
                 }
+                // The next step's prose starts after a blank line.
+                self.prose_blocks = 1;
             }
             Event::ExecutionTimeout {
                 timeout,
@@ -449,10 +484,12 @@ impl<W: Write> Output for Human<W> {
                 if *state_lost {
                     self.note(YELLOW, STATE_LOST_NOTE)?;
                 }
+                self.prose_blocks = 1;
             }
             Event::SecurityError { message } => {
                 self.block(RED, "Blocked by the code policy")?;
                 self.shortened(message)?;
+                self.prose_blocks = 1;
             }
             Event::Status(status) => {
                 self.flush_prose()?;
@@ -470,7 +507,7 @@ impl<W: Write> Output for Human<W> {
                     } => format!("● Answer cut off; resuming ({recovery}/{max_recoveries})"),
                     _ => format!("● {status:?}"),
                 };
-                self.note(YELLOW, &text)?;
+                self.warn(YELLOW, &text)?;
             }
             Event::Backoff { delay, reason } => {
                 self.flush_prose()?;
@@ -478,7 +515,7 @@ impl<W: Write> Output for Human<W> {
                     .as_deref()
                     .map(|r| format!(" ({})", one_line(r, 160)))
                     .unwrap_or_default();
-                self.note(
+                self.warn(
                     YELLOW,
                     &format!("↻ The model call failed{why}; retrying in {delay:.1}s"),
                 )?;
@@ -513,7 +550,7 @@ impl<W: Write> Output for Human<W> {
                 };
                 writeln!(self.out, "\n{}", self.paint(style, &summary))?;
                 if let Some(error) = error {
-                    self.note(RED, &error.message)?;
+                    self.warn(RED, &error.message)?;
                 }
             }
             _ => {}
@@ -547,11 +584,7 @@ impl<W: Write> Output for Human<W> {
                 }
             }
             Retrieved::Missing { name, error } => {
-                writeln!(
-                    self.out,
-                    "\n{}",
-                    self.paint(RED, &format!("{name}: {error}"))
-                )?;
+                self.warn(RED, &format!("{name}: {error}"))?;
             }
         }
         self.out.flush()

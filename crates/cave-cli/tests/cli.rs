@@ -82,11 +82,19 @@ async fn json_lines_for_a_two_step_run_with_injection_and_retrieval() {
             "Sum the numbers.",
         ],
     );
+    // `missing` is not bound: exit 1, and one line on stderr that says what is.
     assert_eq!(
         out.status.code(),
-        Some(0),
+        Some(1),
         "stderr: {}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(
+            "cave: --retrieve missing: no such variable in the runtime; registered variables: data"
+        ),
+        "{stderr}"
     );
     let events = events(&out);
     assert_eq!(
@@ -115,10 +123,10 @@ async fn json_lines_for_a_two_step_run_with_injection_and_retrieval() {
     );
     let retrieved: Vec<&Json> = events.iter().filter(|e| e["type"] == "retrieved").collect();
     assert_eq!(
-        retrieved[0],
-        &json!({"type": "retrieved", "name": "data", "value": [1, 2, 3, 4]})
+        retrieved,
+        [&json!({"type": "retrieved", "name": "data", "value": [1, 2, 3, 4]})],
+        "only names that exist are events"
     );
-    assert_eq!(retrieved[1]["name"], "missing");
     let system = &server.received()[0].body["messages"][0]["content"];
     assert!(
         system
@@ -438,12 +446,14 @@ async fn policy_flags_refuse_code_before_it_runs() {
             "try",
         ],
     );
+    // The refused cell's assignment never happened: `marker` is missing, hence status 1.
     assert_eq!(
         out.status.code(),
-        Some(0),
+        Some(1),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--retrieve marker: no such variable"));
     let events = events(&out);
     let refused: Vec<&str> = events
         .iter()
@@ -459,11 +469,7 @@ async fn policy_flags_refuse_code_before_it_runs() {
         !events.iter().any(|e| e["type"] == "execution_result"),
         "nothing ran"
     );
-    let marker = events.iter().find(|e| e["type"] == "retrieved").unwrap();
-    assert!(
-        marker.get("error").is_some(),
-        "the refused cell's assignment never happened: {marker}"
-    );
+    assert!(!events.iter().any(|e| e["type"] == "retrieved"));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -722,4 +728,37 @@ async fn an_active_virtualenv_provides_the_packages() {
         format!("from the venv {}\n", venv.display())
     );
     std::fs::remove_dir_all(&venv).ok();
+}
+
+/// For people, the conversation goes to stdout and errors to stderr: `> answer.txt` keeps the
+/// answer, `2>/dev/null` hides the errors.
+#[tokio::test(flavor = "multi_thread")]
+async fn human_mode_errors_go_to_stderr() {
+    let echo =
+        json!({"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}});
+    let server = server([status_with(401, &[], echo)]).await;
+    let out = cave(Some(&server), &["run", "--retrieve", "nothing", "hello"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stdout.contains("Incorrect API key"), "{stdout}");
+    assert!(stderr.contains("Incorrect API key"), "{stderr}");
+    assert!(
+        stderr.contains("--retrieve nothing: no such variable"),
+        "{stderr}"
+    );
+    assert!(!stdout.contains("--retrieve"), "{stdout}");
+}
+
+#[test]
+fn zero_steps_and_odd_retrieve_names_are_usage_errors() {
+    for args in [
+        &["run", "--model", "m", "--max-steps", "0", "hi"][..],
+        &["run", "--model", "m", "--retrieve", "x); import os", "hi"][..],
+    ] {
+        let out = cave(None, args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    }
 }

@@ -601,9 +601,10 @@ async fn how_an_ended_stream_is_judged() {
             "",
         ),
         (
+            // An empty 200, as llama.cpp answers a prompt larger than its context.
             Reply::default().no_finish(),
             StopReason::ModelError,
-            "finish reason",
+            "tokens (estimated): if the server's context is smaller",
         ),
         (
             Reply::text("partly").finish(FinishReason::ContentFilter),
@@ -1623,4 +1624,18 @@ async fn a_spawned_run_stops_when_its_handle_stops_reading() {
         agent.history().last(),
         Some(Message::ExecutionResult { .. } | Message::User { .. })
     ));
+}
+
+/// A server that dies mid-answer: the run ends in an error, and its content is what streamed.
+#[tokio::test]
+async fn a_run_that_fails_after_text_keeps_the_partial_answer() {
+    let broken = ModelError::new(ModelErrorKind::StreamInterrupted, "connection reset");
+    let gone = ModelError::new(ModelErrorKind::Auth, "HTTP 401: the server went away");
+    let s = Setup::new([
+        Reply::text("The first half of the answer").then_error(broken),
+        Reply::fails(gone),
+    ]);
+    let response = s.agent().run("go").await;
+    assert_eq!(response.stop_reason, StopReason::ModelError);
+    assert_eq!(response.content, "The first half of the answer");
 }

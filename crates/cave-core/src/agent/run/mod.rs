@@ -215,11 +215,15 @@ impl<'a> Run<'a> {
         let mut turn = Turn::new(self.pending_text.clone());
         let streamed = self.stream_with_overflow_retry(&mut turn).await;
         self.settle_usage(&turn);
-        streamed.map_err(Failure::Model)?;
+        if let Err(error) = streamed {
+            self.keep_partial(&turn);
+            return Err(Failure::Model(error));
+        }
 
         let kept = match turn.outcome(self.recoveries < MAX_OUTPUT_RECOVERIES) {
             Outcome::Resume { interrupted } => return self.resume(turn, interrupted).await,
             Outcome::Failed(error) => {
+                self.keep_partial(&turn);
                 self.pending_text.clear();
                 return Err(Failure::Model(error));
             }
@@ -262,6 +266,15 @@ impl<'a> Run<'a> {
                     .push(Message::assistant(text).with_reasoning(thinking));
                 Err(Failure::Model(error))
             }
+        }
+    }
+
+    /// A run that ends in a model failure after text arrived answers with that text (what the
+    /// user saw), not with nothing.
+    fn keep_partial(&mut self, turn: &Turn) {
+        let partial = turn.full();
+        if !partial.trim().is_empty() {
+            self.final_content = partial;
         }
     }
 

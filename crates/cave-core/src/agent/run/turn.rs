@@ -284,6 +284,19 @@ impl Run<'_> {
             return;
         }
         let filtered = turn.finish == Some(FinishReason::ContentFilter);
+        let nothing = turn.text.is_empty() && turn.thinking.is_empty() && turn.refusal.is_empty();
+        if turn.finish.is_none() && !turn.stopped_at_code && nothing {
+            // What llama.cpp does when the prompt exceeds its context: a 200 with no content.
+            turn.error = Some(ModelError::new(
+                ModelErrorKind::StreamInterrupted,
+                format!(
+                    "the model stream ended without any answer or finish reason. The prompt was about {} tokens (estimated): if the server's context is smaller than that, it may have refused it silently; tell the agent the server's real context size (`--context-window`) so that it compacts in time",
+                    turn.prompt_estimate
+                ),
+            ));
+            turn.recoverable = false;
+            return;
+        }
         let (kind, message, recoverable) = if turn.finish.is_none() && !turn.stopped_at_code {
             (
                 ModelErrorKind::StreamInterrupted,
