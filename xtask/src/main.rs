@@ -15,7 +15,8 @@ fn main() -> ExitCode {
                 .parent()
                 .unwrap_or(std::path::Path::new("."))
                 .to_owned();
-            test_env::prepare(&root).and_then(|env| {
+            test_env::prepare(&root).and_then(|mut env| {
+                env.extend(test_env::litellm(&root));
                 let env: Vec<(&str, &str)> =
                     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 let mut test_args = vec!["test", "--workspace", "--all-features"];

@@ -12,6 +12,9 @@ use std::process::Command;
 /// What the tests import.
 const PACKAGES: &[&str] = &["pandas"];
 
+/// The LiteLLM proxy the CLI's proxy test runs (a version known to work).
+const LITELLM: &str = "litellm[proxy]==1.108.7";
+
 /// The interpreter the runtime would select, as it selects it.
 fn selected_python() -> PathBuf {
     if let Some(path) = std::env::var_os("CAVE_PYTHON").filter(|p| !p.is_empty()) {
@@ -48,6 +51,34 @@ fn run(command: &mut Command) -> Result<(), String> {
     } else {
         Err(format!("{shown} failed: {status}"))
     }
+}
+
+/// `CAVE_LITELLM` for the proxy test: the `litellm` of `target/litellm-venv`, installed there
+/// if missing (about two minutes). If it cannot be installed, the test says it skipped.
+pub(crate) fn litellm(root: &Path) -> Vec<(String, String)> {
+    let venv = root.join("target").join("litellm-venv");
+    let program = venv.join("bin").join("litellm");
+    if !program.is_file() {
+        println!("xtask: installing {LITELLM} in {}", venv.display());
+        let installed = run(Command::new(selected_python())
+            .args(["-m", "venv"])
+            .arg(&venv))
+        .and_then(|()| {
+            run(Command::new(venv.join("bin").join("python")).args([
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                LITELLM,
+            ]))
+        });
+        if let Err(e) = installed {
+            println!("xtask: could not install the LiteLLM proxy ({e}); its test will skip");
+            return Vec::new();
+        }
+    }
+    vec![("CAVE_LITELLM".to_owned(), program.display().to_string())]
 }
 
 /// The environment variables the tests need: none when the selected environment has the

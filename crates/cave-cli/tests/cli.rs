@@ -762,3 +762,46 @@ fn zero_steps_and_odd_retrieve_names_are_usage_errors() {
         assert_eq!(stderr.lines().count(), 1, "{stderr}");
     }
 }
+
+/// Recorded (`--record`) through a real LiteLLM proxy whose mock model answers as a small local
+/// model did: a ```` ```python3 ```` block never closed. Replayed offline, the block runs.
+#[test]
+fn a_recorded_small_model_answer_runs_its_unclosed_python3_block() {
+    let cassette = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/small-model-unclosed-python3.jsonl"
+    );
+    let out = cave(
+        None,
+        &[
+            "run",
+            "--json",
+            "--replay",
+            cassette,
+            "--max-steps",
+            "2",
+            "What is 6 times 7?",
+        ],
+    );
+    let events = events(&out);
+    let codes: Vec<&Json> = events.iter().filter(|e| e["type"] == "code").collect();
+    assert_eq!(codes.len(), 2, "{events:?}");
+    assert!(
+        codes
+            .iter()
+            .all(|c| c["code"] == "print(6 * 7)" && c["unclosed"] == true)
+    );
+    let outputs: Vec<&Json> = events
+        .iter()
+        .filter(|e| e["type"] == "execution_result")
+        .map(|e| &e["output"])
+        .collect();
+    assert_eq!(outputs, [&json!("42\n"), &json!("42\n")]);
+    let stopped = events.last().unwrap();
+    assert_eq!(stopped["stop_reason"], "max_steps");
+    assert_eq!(
+        stopped["usage"]["estimated"], false,
+        "the proxy reported usage"
+    );
+    assert_eq!(out.status.code(), Some(1));
+}

@@ -1,6 +1,7 @@
 //! The `cave` binary against a local SSE server, and the human renderer's snapshot.
 mod cli;
 mod kernel;
+mod litellm;
 mod render;
 mod soak;
 #[path = "../../cave-models/tests/support/mod.rs"]
