@@ -35,6 +35,16 @@ pub use cave_models::{LiteLlmModel, ModelConfig, OpenAiModel};
 #[cfg(feature = "security")]
 pub use cave_security::{PolicyError, SecurityPolicy};
 
+/// Agent Skills: SKILL.md discovery, checks and progressive disclosure (feature `skills`, on
+/// by default).
+#[cfg(feature = "skills")]
+pub mod skills {
+    pub use cave_skills::*;
+}
+
+#[cfg(feature = "skills")]
+pub use cave_skills::{Skill, SkillSet};
+
 /// Context compaction and token estimation (feature `compact`, on by default).
 #[cfg(feature = "compact")]
 pub mod compact {

@@ -241,3 +241,64 @@ async fn the_facade_builder_compacts_by_default() {
         .count();
     assert!(cleared >= 20, "old results were cleared: {cleared}");
 }
+
+/// Skills end to end on the real runtime: the prompt lists them (and only when there are
+/// some); the model activates one, uses what it says, reads a file, and answers.
+#[tokio::test]
+async fn a_skill_is_activated_used_and_answered_from() {
+    use cave_agent::skills::{SkillSet, discover};
+    let dir = std::env::temp_dir().join(format!("cave-agent-skills-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("inches/references")).unwrap();
+    std::fs::write(
+        dir.join("inches/SKILL.md"),
+        "---\nname: inches\ndescription: Converts centimetres to inches. Use for any length in cm.\n---\nDivide by the factor in references/factor.txt.\n",
+    )
+    .unwrap();
+    std::fs::write(dir.join("inches/references/factor.txt"), "2.54").unwrap();
+    let skills = SkillSet::from_discovery(discover(&dir)).unwrap();
+
+    let model = std::sync::Arc::new(ScriptedModel::new([
+        Reply::text(block("print(activate_skill('inches'))")),
+        Reply::text(block(
+            "factor = float(read_skill_file('inches', 'references/factor.txt'))\nprint(round(127 / factor, 1))",
+        )),
+        Reply::text("127 cm is 50.0 inches."),
+    ]));
+    let runtime = InProcRuntime::new().unwrap();
+    let mut builder = Agent::builder(model.clone(), runtime.clone());
+    skills.install(&runtime, &mut builder).await.unwrap();
+    let mut agent = builder.build().unwrap();
+    let prompt = agent.system_prompt();
+    assert!(prompt.contains("<skills>\n- inches: Converts centimetres to inches. Use for any length in cm.\n</skills>"), "{prompt}");
+    assert!(
+        prompt.contains("activate_skill(\"name\")"),
+        "the instructions say how"
+    );
+    assert!(
+        prompt.contains("- function: activate_skill(name: str) -> str"),
+        "{prompt}"
+    );
+    let response = agent.run("How many inches is 127 cm?").await;
+    assert_eq!(response.stop_reason, StopReason::Completed);
+    let outputs = results(agent.history());
+    assert!(
+        outputs[0].contains("Divide by the factor in references/factor.txt."),
+        "{outputs:?}"
+    );
+    assert!(
+        outputs[0].contains("- references/factor.txt"),
+        "{outputs:?}"
+    );
+    assert!(outputs[1].contains("50.0"), "{outputs:?}");
+    assert_eq!(response.content, "127 cm is 50.0 inches.");
+
+    // Without skills: no listing, no instructions about them, no functions.
+    let plain = Agent::builder(ScriptedModel::new([]), InProcRuntime::new().unwrap())
+        .build()
+        .unwrap()
+        .system_prompt();
+    assert!(plain.contains("<skills>\nNo skills available\n</skills>"));
+    assert!(!plain.contains("activate_skill"));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,6 +1,6 @@
 //! Wiring: a model, a runtime and an agent from the configuration, and the run and chat loops.
 
-use crate::args::{Cli, Command, Provider};
+use crate::args::{Cli, Command, Provider, SkillsCommand};
 use crate::config::{self, Config, ModelSource, OutputMode, RuntimeChoice};
 use crate::exit::Exit;
 use crate::output::{Human, JsonLines, Output, Retrieved};
@@ -32,6 +32,7 @@ pub fn run(cli: Cli, api_key: Option<ApiKey>, key_text: Option<String>) -> Exit 
     let (common, prompts) = match &cli.command {
         Command::Run(args) => (&args.common, Some(args.prompts.clone())),
         Command::Chat(args) => (&args.common, None),
+        Command::Skills(command) => return skills_command(command),
     };
     let redactor = Redactor(key_text);
     let session = config::resolve(common, api_key)
@@ -154,6 +155,7 @@ impl Session {
             variables,
             python_files,
             runtime,
+            skills,
             policy,
             context_window,
             compact_model,
@@ -201,6 +203,10 @@ impl Session {
             Backend::InProc(rt) => Agent::builder(model, rt.clone()),
             Backend::Kernel(rt) => Agent::builder(model, rt.clone()),
         };
+        skills
+            .install(runtime.runtime(), &mut builder)
+            .await
+            .context("--skills")?;
         builder.compactor(compactor);
         // Exact counts for OpenAI models, the script-aware estimate otherwise.
         builder.estimator(cave_agent::compact::estimator_for(&info.id));
@@ -447,6 +453,78 @@ impl Session {
                 error: e.to_string(),
             },
         }
+    }
+}
+
+/// `cave skills list|validate PATH`: reads and checks skills, runs nothing.
+fn skills_command(command: &SkillsCommand) -> Exit {
+    let (path, list) = match command {
+        SkillsCommand::List { path } => (path, true),
+        SkillsCommand::Validate { path } => (path, false),
+    };
+    let found = cave_agent::skills::discover(path);
+    for warning in &found.warnings {
+        eprintln!("cave: warning: {warning}");
+    }
+    for error in &found.errors {
+        eprintln!("cave: {error}");
+    }
+    if list {
+        let rows: Vec<[String; 4]> = found
+            .skills
+            .iter()
+            .map(|s| {
+                let description: String = s
+                    .description
+                    .split_whitespace()
+                    .collect::<Vec<_>>()
+                    .join(" ");
+                let description = if description.chars().count() > 60 {
+                    format!("{}…", description.chars().take(59).collect::<String>())
+                } else {
+                    description
+                };
+                [
+                    s.name.clone(),
+                    description,
+                    s.files.len().to_string(),
+                    if s.injects() { "yes" } else { "no" }.to_owned(),
+                ]
+            })
+            .collect();
+        let header = ["NAME", "DESCRIPTION", "FILES", "INJECTS"].map(str::to_owned);
+        let width = |i: usize| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        };
+        let widths = [width(0), width(1), width(2)];
+        for row in std::iter::once(&header).chain(&rows) {
+            println!(
+                "{:w0$}  {:w1$}  {:>w2$}  {}",
+                row[0],
+                row[1],
+                row[2],
+                row[3],
+                w0 = widths[0],
+                w1 = widths[1],
+                w2 = widths[2]
+            );
+        }
+    } else if found.is_valid() {
+        println!(
+            "{}: {} skill{}, valid",
+            path.display(),
+            found.skills.len(),
+            if found.skills.len() == 1 { "" } else { "s" }
+        );
+    }
+    if found.is_valid() {
+        Exit::Completed
+    } else {
+        Exit::Stopped
     }
 }
 

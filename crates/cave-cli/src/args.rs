@@ -21,6 +21,26 @@ pub enum Command {
     Run(RunArgs),
     /// Chat interactively (Ctrl-C cancels the running turn, Ctrl-D exits).
     Chat(ChatArgs),
+    /// Inspect Agent Skills (SKILL.md) without running anything.
+    #[command(subcommand)]
+    Skills(SkillsCommand),
+}
+
+/// `cave skills`.
+#[derive(Debug, Subcommand)]
+pub enum SkillsCommand {
+    /// List the skills at PATH: name, description, files, and whether it injects code.
+    List {
+        /// A SKILL.md, a skill's directory, or a directory of skills.
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+    },
+    /// Check the skills at PATH; exit 1 with every problem when one is invalid.
+    Validate {
+        /// A SKILL.md, a skill's directory, or a directory of skills.
+        #[arg(value_name = "PATH")]
+        path: PathBuf,
+    },
 }
 
 /// `cave run`.
@@ -117,6 +137,10 @@ pub struct CommonArgs {
     /// A variable's description for the model: NAME=TEXT (repeatable).
     #[arg(long = "var-desc", value_name = "NAME=TEXT", help_heading = "Runtime")]
     pub var_descs: Vec<String>,
+    /// Agent Skills to offer the model: a SKILL.md, a skill's directory, or a directory of
+    /// skills (repeatable).
+    #[arg(long = "skills", value_name = "PATH", help_heading = "Runtime")]
+    pub skills: Vec<PathBuf>,
     /// The interpreter the kernel runtime starts (default: CAVE_PYTHON, the active
     /// virtualenv, or python3 on PATH).
     #[arg(long, value_name = "PATH", help_heading = "Runtime")]

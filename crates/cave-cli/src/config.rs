@@ -81,6 +81,8 @@ pub struct Config {
     pub python_files: Vec<PathBuf>,
     /// `--runtime` and the kernel's settings.
     pub runtime: RuntimeChoice,
+    /// `--skills`, read and checked.
+    pub skills: cave_agent::SkillSet,
     /// `--context-window`.
     pub context_window: u64,
     /// `--compact-model`, as a second model source on the same server.
@@ -209,6 +211,7 @@ pub fn resolve(args: &CommonArgs, api_key: Option<ApiKey>) -> anyhow::Result<Con
         variables,
         python_files: args.py.clone(),
         runtime: runtime(args)?,
+        skills: skills(&args.skills)?,
         policy: policy(args)?,
         context_window: args.context_window,
         compact_model,
@@ -271,6 +274,29 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
             Ok(RuntimeChoice::Kernel(Box::new(config)))
         }
     }
+}
+
+/// `--skills`: every path read and checked; any problem is a usage error listing them all.
+/// Warnings (a directory named differently from its skill) go to stderr.
+fn skills(paths: &[PathBuf]) -> anyhow::Result<cave_agent::SkillSet> {
+    let mut set = cave_agent::SkillSet::new();
+    let mut problems = Vec::new();
+    for path in paths {
+        let found = cave_agent::skills::discover(path);
+        for warning in &found.warnings {
+            eprintln!("cave: warning: {warning}");
+        }
+        problems.extend(found.errors.iter().map(ToString::to_string));
+        for skill in found.skills {
+            if let Err(e) = set.add(skill) {
+                problems.push(e.to_string());
+            }
+        }
+    }
+    if !problems.is_empty() {
+        bail!("--skills: {}", problems.join("\n"));
+    }
+    Ok(set)
 }
 
 /// `NAME=JSON` or `NAME=@FILE`.

@@ -3,6 +3,7 @@ mod cli;
 mod kernel;
 mod litellm;
 mod render;
+mod skills;
 mod soak;
 #[path = "../../cave-models/tests/support/mod.rs"]
 #[allow(dead_code)]

@@ -60,6 +60,10 @@ pub const TEMPLATE_PLACEHOLDERS: &[&str] = &[
     "current_time",
 ];
 
+/// Appended to the system instructions when the agent has skills.
+pub const SKILLS_INSTRUCTION: &str = "
+- The <skills> section lists skills: packaged instructions for kinds of tasks. When a task matches one, first call activate_skill(\"name\") and print what it returns; follow those instructions. read_skill_file(\"name\", \"path\") returns one of the skill's files that activate_skill listed.";
+
 /// The `<skills>` section when the agent has none.
 pub const NO_SKILLS: &str = "No skills available";
 

@@ -59,6 +59,8 @@ struct Config {
     system_instructions: String,
     prompt_template: String,
     python_block_identifier: String,
+    /// The `<skills>` listing, when the agent has skills.
+    skills: Option<String>,
 }
 
 impl Agent {
@@ -134,13 +136,16 @@ impl Agent {
         if let Some(t) = c.max_exec_timeout {
             system_instructions.push_str(&prompt::exec_time_limit_line(t.as_secs_f64()));
         }
+        if c.skills.is_some() {
+            system_instructions.push_str(prompt::SKILLS_INSTRUCTION);
+        }
         let values = [
             ("instructions", c.instructions.as_str()),
             ("system_instructions", system_instructions.as_str()),
             ("functions", description.functions.as_str()),
             ("variables", description.variables.as_str()),
             ("types", description.types.as_str()),
-            ("skills", prompt::NO_SKILLS),
+            ("skills", c.skills.as_deref().unwrap_or(prompt::NO_SKILLS)),
             ("current_time", now.as_str()),
         ];
         // The template was checked when the agent was built; rendering cannot fail here.
@@ -183,6 +188,7 @@ pub struct AgentBuilder {
     system_instructions: String,
     prompt_template: String,
     python_block_identifier: String,
+    skills: Option<String>,
     history: Vec<Message>,
 }
 
@@ -208,8 +214,19 @@ impl AgentBuilder {
             system_instructions: prompt::DEFAULT_SYSTEM_INSTRUCTIONS.to_owned(),
             prompt_template: prompt::DEFAULT_SYSTEM_PROMPT_TEMPLATE.to_owned(),
             python_block_identifier: "python".to_owned(),
+            skills: None,
             history: Vec::new(),
         }
+    }
+
+    /// The `<skills>` section of the system prompt (a `- name: description` line per skill,
+    /// as `cave_skills::SkillSet::listing` writes it); with it, the system instructions say
+    /// how to use skills. Register the functions that load them (`activate_skill`) with the
+    /// runtime. An empty listing means no skills.
+    pub fn skills(&mut self, listing: impl Into<String>) -> &mut Self {
+        let listing = listing.into();
+        self.skills = (!listing.trim().is_empty()).then_some(listing);
+        self
     }
 
     /// Model calls per run, recovery calls included (default 10).
@@ -379,6 +396,7 @@ impl AgentBuilder {
                 system_instructions,
                 prompt_template: self.prompt_template.clone(),
                 python_block_identifier: tag.clone(),
+                skills: self.skills.clone(),
             },
             history: self.history.clone(),
             anchor: None,

@@ -1,0 +1,169 @@
+//! `cave skills list|validate` and `cave run --skills`, through the binary.
+
+use crate::support::{TestServer, answer};
+use serde_json::Value as Json;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cave-cli-skills-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+fn cave(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(args)
+        .output()
+        .expect("cave runs")
+}
+
+fn valid_skills(root: &Path) {
+    write(
+        &root.join("inches/SKILL.md"),
+        "---\nname: inches\ndescription: Converts centimetres to inches.\n---\nDivide by 2.54.\n",
+    );
+    write(&root.join("inches/references/table.md"), "| cm | in |");
+    write(
+        &root.join("greet/SKILL.md"),
+        "---\nname: greet\ndescription: Greets people.\n---\nSay hello.\n",
+    );
+}
+
+#[test]
+fn validate_says_valid_or_lists_every_problem() {
+    let good = dir("good");
+    valid_skills(&good);
+    let out = cave(&["skills", "validate", good.to_str().unwrap()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(": 2 skills, valid"));
+
+    let bad = dir("bad");
+    write(
+        &bad.join("one/SKILL.md"),
+        "---\nname: One\ndescription: x\n---\n",
+    );
+    write(&bad.join("two/SKILL.md"), "no frontmatter\n");
+    let out = cave(&["skills", "validate", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 2, "{stderr}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("one/SKILL.md") && l.contains("field `name`")),
+        "{stderr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("two/SKILL.md") && l.contains("no frontmatter")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn list_shows_a_table() {
+    let root = dir("list");
+    valid_skills(&root);
+    let out = cave(&["skills", "list", root.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    assert!(
+        lines[0].starts_with("NAME")
+            && lines[0].contains("DESCRIPTION")
+            && lines[0].ends_with("INJECTS")
+    );
+    assert!(
+        lines[1].starts_with("greet ")
+            && lines[1].contains("Greets people.")
+            && lines[1].ends_with(" 0  no"),
+        "{stdout}"
+    );
+    assert!(
+        lines[2].starts_with("inches") && lines[2].ends_with(" 1  no"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn run_with_skills_lets_the_model_activate_one() {
+    let root = dir("run");
+    valid_skills(&root);
+    let server = TestServer::start([
+        answer("```python\nprint(activate_skill('inches'))\n```", 8, "stop"),
+        answer("```python\nprint(round(127 / 2.54, 1))\n```", 8, "stop"),
+        answer("50.0 inches.", 8, "stop"),
+    ])
+    .await;
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args([
+            "run",
+            "--json",
+            "--skills",
+            root.to_str().unwrap(),
+            "How many inches is 127 cm?",
+        ])
+        .env("LLM_MODEL_ID", "test-model")
+        .env("LLM_BASE_URL", server.base_url())
+        .env("LLM_API_KEY", "sk-skills-test")
+        .output()
+        .expect("cave runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Json> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let outputs: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "execution_result")
+        .map(|e| e["output"].as_str().unwrap())
+        .collect();
+    assert!(outputs[0].starts_with("Divide by 2.54."), "{outputs:?}");
+    assert!(outputs[0].contains("- references/table.md"), "{outputs:?}");
+    assert_eq!(outputs[1], "50.0\n");
+    let system = server.received()[0].body["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        system.contains("- greet: Greets people.\n- inches: Converts centimetres to inches."),
+        "{system}"
+    );
+
+    // A bad skills directory is a usage error naming every problem.
+    let bad = dir("run-bad");
+    write(&bad.join("x/SKILL.md"), "---\nname: x\n---\n");
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args([
+            "run",
+            "--model",
+            "m",
+            "--skills",
+            bad.to_str().unwrap(),
+            "hi",
+        ])
+        .output()
+        .expect("cave runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("field `description` is missing"));
+}

@@ -1,0 +1,234 @@
+//! The skills an agent has: their listing for the prompt, and the two functions the model
+//! reads them with.
+
+use crate::discover::{SkillError, name_problem};
+use crate::{Discovery, Skill};
+use cave_core::{
+    AgentBuilder, Args, Function, HostError, Param, Resources, Runtime, RuntimeError, Signature,
+    Value,
+};
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+/// The largest file `read_skill_file` returns.
+const MAX_READ: u64 = 1 << 20;
+
+/// Skills by name: the `<skills>` listing, `activate_skill` and `read_skill_file`.
+#[derive(Clone, Debug, Default)]
+pub struct SkillSet {
+    skills: Vec<Skill>,
+}
+
+impl SkillSet {
+    /// No skills.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The skills a discovery found, if it found no problem.
+    pub fn from_discovery(discovery: Discovery) -> Result<Self, crate::SkillErrors> {
+        if !discovery.errors.is_empty() {
+            return Err(crate::SkillErrors(discovery.errors));
+        }
+        let mut set = Self::new();
+        for skill in discovery.skills {
+            set.add(skill).map_err(|e| crate::SkillErrors(vec![e]))?;
+        }
+        Ok(set)
+    }
+
+    /// Adds a skill, checked like a file's (name, description), refusing a second one of the
+    /// same name.
+    pub fn add(&mut self, skill: Skill) -> Result<&mut Self, SkillError> {
+        let at = skill
+            .dir
+            .clone()
+            .unwrap_or_else(|| format!("skill `{}`", skill.name).into());
+        let error = |field: &str, message: String| SkillError {
+            path: at.clone(),
+            field: Some(field.to_owned()),
+            message,
+        };
+        if let Some(problem) = name_problem(&skill.name) {
+            return Err(error("name", problem));
+        }
+        if skill.description.trim().is_empty() {
+            return Err(error(
+                "description",
+                "field `description` is empty".to_owned(),
+            ));
+        }
+        if self.skills.iter().any(|s| s.name == skill.name) {
+            return Err(error(
+                "name",
+                format!("a skill named `{}` is already there", skill.name),
+            ));
+        }
+        self.skills.push(skill);
+        Ok(self)
+    }
+
+    /// The skills, in the order they were added.
+    pub fn skills(&self) -> &[Skill] {
+        &self.skills
+    }
+
+    /// Returns true if and only if there are none.
+    pub fn is_empty(&self) -> bool {
+        self.skills.is_empty()
+    }
+
+    /// The `<skills>` section of the prompt: `- name: description` per skill.
+    pub fn listing(&self) -> String {
+        self.skills
+            .iter()
+            .map(|s| format!("- {}: {}", s.name, s.description.trim()))
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn get(&self, name: &str) -> Result<&Skill, HostError> {
+        self.skills.iter().find(|s| s.name == name).ok_or_else(|| {
+            let available: Vec<&str> = self.skills.iter().map(|s| s.name.as_str()).collect();
+            HostError::new(
+                "KeyError",
+                format!("Skill '{name}' not found. Available skills: {available:?}"),
+            )
+        })
+    }
+
+    /// What `activate_skill(name)` returns: the instructions, then the skill's other files.
+    pub fn activate(&self, name: &str) -> Result<String, HostError> {
+        let skill = self.get(name)?;
+        let mut text = skill.body.clone();
+        if !skill.files.is_empty() {
+            text.push_str(&format!(
+                "\n\nFiles of this skill (read one with read_skill_file({:?}, path)):",
+                skill.name
+            ));
+            for file in &skill.files {
+                text.push_str("\n- ");
+                text.push_str(file);
+            }
+        }
+        Ok(text)
+    }
+
+    /// What `read_skill_file(name, path)` returns: a file of the skill, as text. Paths are
+    /// relative to the skill's directory and may not leave it (`..`, absolute paths, symlinks
+    /// pointing out are refused).
+    pub fn read_file(&self, name: &str, path: &str) -> Result<String, HostError> {
+        let skill = self.get(name)?;
+        let refuse = |why: &str| HostError::new("PermissionError", format!("{path:?}: {why}"));
+        let Some(dir) = &skill.dir else {
+            return Err(HostError::new(
+                "FileNotFoundError",
+                format!("skill `{name}` has no files"),
+            ));
+        };
+        let relative = Path::new(path);
+        if path.is_empty() || relative.is_absolute() {
+            return Err(refuse(
+                "give a path relative to the skill's directory, as activate_skill lists them",
+            ));
+        }
+        if relative
+            .components()
+            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
+        {
+            return Err(refuse(
+                "a skill's files are inside its directory: `..` is not allowed",
+            ));
+        }
+        let base = dir.canonicalize().map_err(|e| {
+            HostError::new("FileNotFoundError", format!("the skill's directory: {e}"))
+        })?;
+        let full = base.join(relative).canonicalize().map_err(|_| {
+            HostError::new(
+                "FileNotFoundError",
+                format!(
+                    "{path:?} is not a file of skill `{name}`; its files: {:?}",
+                    skill.files
+                ),
+            )
+        })?;
+        if !full.starts_with(&base) {
+            return Err(refuse("it leads outside the skill's directory"));
+        }
+        let meta =
+            std::fs::metadata(&full).map_err(|e| HostError::new("OSError", e.to_string()))?;
+        if !meta.is_file() {
+            return Err(HostError::new(
+                "IsADirectoryError",
+                format!("{path:?} is not a file"),
+            ));
+        }
+        if meta.len() > MAX_READ {
+            return Err(HostError::new(
+                "ValueError",
+                format!(
+                    "{path:?} has {} bytes; read_skill_file returns files up to {MAX_READ} bytes",
+                    meta.len()
+                ),
+            ));
+        }
+        let bytes = std::fs::read(&full).map_err(|e| HostError::new("OSError", e.to_string()))?;
+        String::from_utf8(bytes).map_err(|_| {
+            HostError::new("UnicodeDecodeError", format!("{path:?} is not UTF-8 text"))
+        })
+    }
+
+    /// Gives an agent these skills: registers `activate_skill` and `read_skill_file` with its
+    /// runtime (all or nothing) and puts the listing in its system prompt. No skills: nothing
+    /// is registered and the prompt says there are none.
+    pub async fn install(
+        &self,
+        runtime: &dyn Runtime,
+        builder: &mut AgentBuilder,
+    ) -> Result<(), RuntimeError> {
+        if self.is_empty() {
+            return Ok(());
+        }
+        runtime.register(self.resources()).await?;
+        builder.skills(self.listing());
+        Ok(())
+    }
+
+    /// `activate_skill` and `read_skill_file`, as host functions for the runtime.
+    pub fn resources(&self) -> Resources {
+        let set = Arc::new(self.clone());
+        let activate = {
+            let set = set.clone();
+            Function::host(
+                "activate_skill",
+                Signature::new([Param::new("name").annotated("str")]).returns("str"),
+                move |args: Args| {
+                    let set = set.clone();
+                    async move {
+                        let name: String = args.get("name")?;
+                        set.activate(&name).map(Value::Str)
+                    }
+                },
+            )
+            .with_doc("Load a skill's instructions by its name (from <skills>) before using it. Returns the instructions and the list of the skill's other files.")
+        };
+        let read = Function::host(
+            "read_skill_file",
+            Signature::new([
+                Param::new("name").annotated("str"),
+                Param::new("path").annotated("str"),
+            ])
+            .returns("str"),
+            move |args: Args| {
+                let set = set.clone();
+                async move {
+                    let name: String = args.get("name")?;
+                    let path: String = args.get("path")?;
+                    set.read_file(&name, &path).map(Value::Str)
+                }
+            },
+        )
+        .with_doc("Read one of a skill's files (a path activate_skill listed), as text.");
+        Resources::new().function(activate).function(read)
+    }
+}
