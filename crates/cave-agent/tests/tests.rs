@@ -302,3 +302,182 @@ async fn a_skill_is_activated_used_and_answered_from() {
     assert!(!plain.contains("activate_skill"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The CaveAgent-style example skill (`examples/skills/order-desk`, with an `injection.py`
+/// using `from __future__ import annotations`), on both runtimes: its objects are in the
+/// session but not in the prompt until the skill is activated; they survive a reset, and on
+/// the kernel runtime a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_skill_injects_on_both_runtimes() {
+    use cave_agent::KernelRuntime;
+    use cave_agent::skills::{SkillSet, discover};
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/skills");
+    let skills = SkillSet::from_discovery(discover(path)).unwrap();
+    let runtimes: Vec<(&str, std::sync::Arc<dyn Runtime>)> = vec![
+        ("inproc", std::sync::Arc::new(InProcRuntime::new().unwrap())),
+        ("kernel", std::sync::Arc::new(KernelRuntime::new().unwrap())),
+    ];
+    for (kind, runtime) in runtimes {
+        let model = std::sync::Arc::new(ScriptedModel::new([
+            Reply::text(block("print(activate_skill('order-desk'))")),
+            Reply::text(block("print(total(pending), type(pending[0]).__name__)")),
+            Reply::text("The pending orders are worth 989.70 EUR."),
+        ]));
+        let mut builder = Agent::builder(model.clone(), runtime.clone());
+        skills
+            .install(runtime.as_ref(), &mut builder)
+            .await
+            .unwrap();
+        let mut agent = builder.build().unwrap();
+        let prompt = agent.system_prompt();
+        assert!(
+            prompt.contains("- order-desk: Works with pending customer orders"),
+            "{kind}"
+        );
+        assert!(
+            !prompt.contains("total(") && !prompt.contains("name: pending"),
+            "{kind}: hidden until activated\n{prompt}"
+        );
+        let response = agent.run("What are the pending orders worth?").await;
+        assert_eq!(response.stop_reason, StopReason::Completed, "{kind}");
+        let outputs = results(agent.history());
+        assert!(
+            outputs[0].contains("total(orders: list[Order]) -> int"),
+            "{kind}: {}",
+            outputs[0]
+        );
+        assert!(
+            outputs[0].contains("name: pending"),
+            "{kind}: {}",
+            outputs[0]
+        );
+        assert!(
+            outputs[0].contains("- references/shipping.md"),
+            "{kind}: {}",
+            outputs[0]
+        );
+        assert!(outputs[1].contains("98970 Order"), "{kind}: {outputs:?}");
+        runtime.reset().await.unwrap();
+        let after = runtime
+            .execute("total(pending)", &cave_agent::DiscardOutput)
+            .await
+            .unwrap();
+        assert_eq!(after.output, "98970\n", "{kind}: survives reset");
+        if kind == "kernel" {
+            runtime
+                .execute("import os\nos._exit(1)", &cave_agent::DiscardOutput)
+                .await
+                .unwrap();
+            let after = runtime
+                .execute("total(pending)", &cave_agent::DiscardOutput)
+                .await
+                .unwrap();
+            assert_eq!(after.output, "98970\n", "survives a new process");
+        }
+    }
+}
+
+/// A skill built in code gives the runtime resources, hidden until activation; a skill whose
+/// export takes a registered name fails the install and binds nothing of it.
+#[tokio::test]
+async fn skills_in_code_and_collisions() {
+    use cave_agent::skills::{Skill, SkillSet};
+    use cave_agent::{Function, Signature};
+    let double = Function::host(
+        "double",
+        Signature::default(),
+        |args: cave_agent::Args| async move {
+            let _ = args;
+            Ok(Value::Int(2))
+        },
+    );
+    let mut skills = SkillSet::new();
+    skills
+        .add(
+            Skill::new("twice", "Doubles things.", "Call double().")
+                .with_resources(Resources::new().function(double)),
+        )
+        .unwrap();
+    let runtime = InProcRuntime::new().unwrap();
+    let mut builder = Agent::builder(ScriptedModel::new([]), runtime.clone());
+    skills.install(&runtime, &mut builder).await.unwrap();
+    let agent = builder.build().unwrap();
+    assert!(
+        !agent.system_prompt().contains("double"),
+        "hidden until activated"
+    );
+    let out = runtime
+        .execute(
+            "double(), activate_skill('twice')",
+            &cave_agent::DiscardOutput,
+        )
+        .await
+        .unwrap();
+    assert!(
+        out.output
+            .starts_with("(2, 'Call double().\\n\\nThis skill put these in your Python session"),
+        "{}",
+        out.output
+    );
+    assert!(
+        out.output.contains("- function: double()"),
+        "{}",
+        out.output
+    );
+
+    // The export `total` collides with a registered variable: the install fails, naming the
+    // skill, and nothing of the skill's file is bound.
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/skills");
+    let skills = SkillSet::from_discovery(cave_agent::skills::discover(path)).unwrap();
+    let runtime = InProcRuntime::new().unwrap();
+    runtime
+        .register(Resources::new().variable(Variable::new("total", Value::Int(0))))
+        .await
+        .unwrap();
+    let mut builder = Agent::builder(ScriptedModel::new([]), runtime.clone());
+    let err = skills.install(&runtime, &mut builder).await.unwrap_err();
+    assert!(
+        err.to_string().contains("skill `order-desk`") && err.to_string().contains("total"),
+        "{err}"
+    );
+    let bound = runtime
+        .execute(
+            "'pending' in globals(), 'Order' in globals()",
+            &cave_agent::DiscardOutput,
+        )
+        .await
+        .unwrap();
+    assert_eq!(bound.output, "(False, False)\n");
+}
+
+/// A broken `injection.py` stops the install with Python's own error, naming the skill.
+#[tokio::test]
+async fn a_broken_injection_says_what_python_said() {
+    use cave_agent::skills::{SkillSet, discover};
+    let dir = std::env::temp_dir().join(format!("cave-agent-broken-skill-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(dir.join("broken")).unwrap();
+    std::fs::write(
+        dir.join("broken/SKILL.md"),
+        "---\nname: broken\ndescription: Broken.\n---\nx\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("broken/injection.py"),
+        "import no_such_module_here\n",
+    )
+    .unwrap();
+    let skills = SkillSet::from_discovery(discover(&dir)).unwrap();
+    let runtime = InProcRuntime::new().unwrap();
+    let mut builder = Agent::builder(ScriptedModel::new([]), runtime.clone());
+    let err = skills
+        .install(&runtime, &mut builder)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("skill `broken`") && err.contains("No module named 'no_such_module_here'"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -119,16 +119,6 @@ impl Backend {
         }
     }
 
-    async fn register_python_file(
-        &self,
-        path: &std::path::Path,
-    ) -> Result<Vec<String>, RuntimeError> {
-        match self {
-            Backend::InProc(rt) => rt.register_python_file(path).await,
-            Backend::Kernel(rt) => rt.register_python_file(path).await,
-        }
-    }
-
     /// Makes the in-process runtime's cells own the captured descriptors (the kernel's
     /// children have descriptors of their own).
     fn attach_stdio(&self, capture: &StdioCapture) {
@@ -194,7 +184,8 @@ impl Session {
         runtime.runtime().register(resources).await?;
         for path in &python_files {
             runtime
-                .register_python_file(path)
+                .runtime()
+                .register_python_file(path, false)
                 .await
                 .with_context(|| format!("--py {}", path.display()))?;
         }

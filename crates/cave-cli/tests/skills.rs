@@ -167,3 +167,62 @@ async fn run_with_skills_lets_the_model_activate_one() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("field `description` is missing"));
 }
+
+/// The example skill directory (CaveAgent-style, with an `injection.py`), through `cave run`.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_example_skill_runs_through_cave() {
+    let examples = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/skills");
+    let out = cave(&["skills", "list", examples]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .any(|l| l.starts_with("order-desk") && l.ends_with("yes"))
+    );
+    for runtime in ["inproc", "kernel"] {
+        let server = TestServer::start([
+            answer(
+                "```python\nprint(activate_skill('order-desk'))\n```",
+                8,
+                "stop",
+            ),
+            answer("```python\nprint(total(pending))\n```", 8, "stop"),
+            answer("989.70 EUR.", 8, "stop"),
+        ])
+        .await;
+        let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+            .args([
+                "run",
+                "--json",
+                "--runtime",
+                runtime,
+                "--skills",
+                examples,
+                "What are the orders worth?",
+            ])
+            .env("LLM_MODEL_ID", "test-model")
+            .env("LLM_BASE_URL", server.base_url())
+            .env("LLM_API_KEY", "sk-skills-test")
+            .output()
+            .expect("cave runs");
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{runtime}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let events: Vec<Json> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let outputs: Vec<&str> = events
+            .iter()
+            .filter(|e| e["type"] == "execution_result")
+            .map(|e| e["output"].as_str().unwrap())
+            .collect();
+        assert!(
+            outputs[0].contains("total(orders: list[Order]) -> int"),
+            "{runtime}: {outputs:?}"
+        );
+        assert_eq!(outputs[1], "98970\n", "{runtime}");
+    }
+}

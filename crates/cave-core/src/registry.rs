@@ -193,8 +193,10 @@ impl Registry {
         let mut types = Vec::new();
         for entry in &self.entries {
             match &entry.resource {
-                Resource::Function(f) => functions.push(describe_function(&entry.name, f)),
-                Resource::Variable(v) => {
+                Resource::Function(f) if !f.hidden => {
+                    functions.push(describe_function(&entry.name, f))
+                }
+                Resource::Variable(v) if !v.hidden => {
                     let type_name = v.type_name.as_deref().unwrap_or(v.value.python_type());
                     variables.push(describe_variable(
                         &entry.name,

@@ -56,6 +56,28 @@ pub trait Runtime: Send + Sync {
     /// Clears the namespace and restores every registered resource, as one step.
     async fn reset(&self) -> Result<(), RuntimeError>;
 
+    /// Runs a Python file in the runtime and registers what it exports: its `__exports__`
+    /// (`Function`, `Variable`, `Type` from the `cave_agent.runtime` module, as CaveAgent's
+    /// injection modules write them), or else its public top-level functions and classes;
+    /// classes their signatures need are bound too, hidden. All or nothing; the objects
+    /// survive `reset`. `hidden`: bound for code, not shown in the prompt. Returns what was
+    /// registered, as resources (for describing them elsewhere). A runtime without Python
+    /// files refuses.
+    async fn register_python_file(
+        &self,
+        path: &std::path::Path,
+        hidden: bool,
+    ) -> Result<Resources, RuntimeError> {
+        let _ = hidden;
+        Err(RuntimeError::Backend {
+            operation: "register_python_file",
+            message: format!(
+                "this runtime does not load Python files ({})",
+                path.display()
+            ),
+        })
+    }
+
     /// The handle that stops running code, if this runtime can.
     fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
         None
@@ -333,6 +355,9 @@ macro_rules! forward_runtime {
             }
             async fn reset(&self) -> Result<(), RuntimeError> {
                 (**self).reset().await
+            }
+            async fn register_python_file(&self, path: &std::path::Path, hidden: bool) -> Result<Resources, RuntimeError> {
+                (**self).register_python_file(path, hidden).await
             }
             fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
                 (**self).interrupter()

@@ -227,25 +227,6 @@ impl InProcRuntime {
             .await?
     }
 
-    /// Registers what a Python file exports: its `__exports__` list (CaveAgent's convention,
-    /// with `Function`, `Variable` and `Type` from the `cave_agent.runtime` module the runtime
-    /// provides), or else its public top-level functions and classes. The objects are bound as
-    /// they are (and survive `reset`); the prompt shows their signatures, fields and docs.
-    /// Classes an export needs but the file does not export (named in a function's type hints,
-    /// or the class of a variable's value) are bound too, hidden from the prompt, unless the
-    /// name is taken. Returns the names registered.
-    pub async fn register_python_file(
-        &self,
-        path: impl AsRef<std::path::Path>,
-    ) -> Result<Vec<String>, RuntimeError> {
-        let path = path.as_ref().to_string_lossy().into_owned();
-        let inner = self.inner.clone();
-        self.inner
-            .worker
-            .run("register_python_file", move |py| inner.load_file(py, &path))
-            .await?
-    }
-
     /// Makes what this runtime's cells write to the captured descriptors (`os.write(1, ...)`,
     /// subprocesses, C extensions) part of their output. The capture is the process's; this
     /// runtime only reads it while it lasts.
@@ -477,10 +458,32 @@ impl Runtime for InProcRuntime {
     fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
         Some(Arc::new(InterruptHandle(self.inner.interrupt.clone())))
     }
+
+    /// In-process, the objects are bound as they are (and kept for `reset`); the prompt shows
+    /// their signatures, fields and docs (unless `hidden`).
+    async fn register_python_file(
+        &self,
+        path: &std::path::Path,
+        hidden: bool,
+    ) -> Result<Resources, RuntimeError> {
+        let path = path.to_string_lossy().into_owned();
+        let inner = self.inner.clone();
+        self.inner
+            .worker
+            .run("register_python_file", move |py| {
+                inner.load_file(py, &path, hidden)
+            })
+            .await?
+    }
 }
 
 impl Inner {
-    fn load_file(&self, py: Python<'_>, path: &str) -> Result<Vec<String>, RuntimeError> {
+    fn load_file(
+        &self,
+        py: Python<'_>,
+        path: &str,
+        hidden: bool,
+    ) -> Result<Resources, RuntimeError> {
         let invalid = |e: PyErr| RuntimeError::InvalidResource {
             name: path.to_owned(),
             problem: e.to_string(),
@@ -500,8 +503,11 @@ impl Inner {
             operation: "register_python_file",
             message: format!("the exports' description did not convert: {e:?}"),
         })?;
-        let resources =
+        let mut resources =
             cave_python::exports::exports_to_resources(&described, &lock(&self.registry));
+        if hidden {
+            resources = resources.with_hidden(true);
+        }
         let entries = lock(&self.registry).claim(resources)?;
         let mut objects = HashMap::new();
         for item in exports.try_iter().map_err(invalid)? {
@@ -520,7 +526,7 @@ impl Inner {
             }
         }
         self.bind_batch(py, &entries, objects)?;
-        Ok(entries.into_iter().map(|e| e.name).collect())
+        Ok(entries.into_iter().map(|e| e.resource).collect())
     }
 
     fn run_cell(

@@ -188,7 +188,8 @@ __exports__ = [Function(total, description="totals orders"), Type(Order), Variab
 "#,
     );
     let rt = InProcRuntime::new().unwrap();
-    let names = rt.register_python_file(&path).await.unwrap();
+    let registered = rt.register_python_file(&path, false).await.unwrap();
+    let names = registered.names();
     assert_eq!(names, ["Order", "total", "orders"]);
     assert_eq!(
         run(
@@ -233,7 +234,7 @@ async fn a_plain_module_exports_its_public_functions_and_classes() {
     );
     let rt = InProcRuntime::new().unwrap();
     assert_eq!(
-        rt.register_python_file(&path).await.unwrap(),
+        rt.register_python_file(&path, false).await.unwrap().names(),
         ["Shape", "circle"]
     );
     assert_eq!(
@@ -255,10 +256,10 @@ async fn a_plain_module_exports_its_public_functions_and_classes() {
 async fn a_broken_module_is_refused_with_its_error() {
     let rt = InProcRuntime::new().unwrap();
     let path = python_file("broken", "def f(:\n    pass\n");
-    let err = rt.register_python_file(&path).await.unwrap_err();
+    let err = rt.register_python_file(&path, false).await.unwrap_err();
     assert!(err.to_string().contains("SyntaxError"), "{err}");
     let err = rt
-        .register_python_file("/nonexistent/module.py")
+        .register_python_file(std::path::Path::new("/nonexistent/module.py"), false)
         .await
         .unwrap_err();
     assert!(err.to_string().contains("No such file"), "{err}");
@@ -317,9 +318,10 @@ __exports__ = [Function(count), Variable("Widget", Widget(), "a widget instance 
 "#,
     );
     let rt = InProcRuntime::new().unwrap();
-    let names = rt.register_python_file(&path).await.unwrap();
+    let registered = rt.register_python_file(&path, false).await.unwrap();
+    let names = registered.names();
     assert!(
-        names.contains(&"Item".to_owned()) && names.contains(&"Config".to_owned()),
+        names.contains(&"Item") && names.contains(&"Config"),
         "{names:?}"
     );
     assert_eq!(
@@ -409,7 +411,7 @@ class Period:
 "#,
     );
     let rt = InProcRuntime::new().unwrap();
-    rt.register_python_file(&path).await.unwrap();
+    rt.register_python_file(&path, false).await.unwrap().names();
     let types = rt.describe().types;
     assert!(
         types.contains("start: date = datetime.date(2020, 1, 1)")

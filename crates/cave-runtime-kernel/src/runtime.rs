@@ -178,35 +178,6 @@ impl KernelRuntime {
         &self.inner.python
     }
 
-    /// Registers what a Python file exports, loaded in the child: its `__exports__` list
-    /// (with `Function`, `Variable` and `Type` from `cave_agent.runtime`), or else its public
-    /// top-level functions and classes. As in the in-process runtime, classes an export needs
-    /// are bound hidden. The file is loaded again in every fresh process. Returns the names.
-    pub async fn register_python_file(
-        &self,
-        path: impl AsRef<std::path::Path>,
-    ) -> Result<Vec<String>, RuntimeError> {
-        let path = path.as_ref().to_string_lossy().into_owned();
-        let process = self.inner.process().await?;
-        let reply = process
-            .request("load", vec![Data::from(path.as_str())])
-            .await
-            .map_err(|e| died("register_python_file", e))?;
-        if reply.status != "ok" {
-            return Err(RuntimeError::InvalidResource {
-                name: path,
-                problem: reply.payload.as_str().unwrap_or("it failed").to_owned(),
-            });
-        }
-        let resources =
-            cave_python::exports::exports_to_resources(&reply.payload, &lock(&self.inner.registry));
-        let entries = lock(&self.inner.registry).claim(resources)?;
-        lock(&self.inner.owned).extend(entries.iter().map(|e| e.name.clone()));
-        self.inner.bind_claimed(&process, &entries).await?;
-        lock(&self.inner.files).push(path);
-        Ok(entries.into_iter().map(|e| e.name).collect())
-    }
-
     /// The host object registered as `name`, as its concrete type: the same `Arc` that was
     /// registered, with whatever state the model's calls left it in.
     pub async fn retrieve_object<T: HostObject>(&self, name: &str) -> Result<Arc<T>, RuntimeError> {
@@ -737,6 +708,37 @@ impl Runtime for KernelRuntime {
 
     fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
         Some(self.inner.interrupt.clone())
+    }
+
+    /// In the kernel, the file is loaded in the child (and loaded again in every fresh
+    /// process); the prompt shows what it exports (unless `hidden`).
+    async fn register_python_file(
+        &self,
+        path: &std::path::Path,
+        hidden: bool,
+    ) -> Result<Resources, RuntimeError> {
+        let path = path.to_string_lossy().into_owned();
+        let process = self.inner.process().await?;
+        let reply = process
+            .request("load", vec![Data::from(path.as_str())])
+            .await
+            .map_err(|e| died("register_python_file", e))?;
+        if reply.status != "ok" {
+            return Err(RuntimeError::InvalidResource {
+                name: path,
+                problem: reply.payload.as_str().unwrap_or("it failed").to_owned(),
+            });
+        }
+        let mut resources =
+            cave_python::exports::exports_to_resources(&reply.payload, &lock(&self.inner.registry));
+        if hidden {
+            resources = resources.with_hidden(true);
+        }
+        let entries = lock(&self.inner.registry).claim(resources)?;
+        lock(&self.inner.owned).extend(entries.iter().map(|e| e.name.clone()));
+        self.inner.bind_claimed(&process, &entries).await?;
+        lock(&self.inner.files).push(path);
+        Ok(entries.into_iter().map(|e| e.resource).collect())
     }
 }
 

@@ -169,8 +169,8 @@ async fn python_files_load_in_the_child_and_again_after_a_crash() {
     )
     .expect("writes");
     let rt = KernelRuntime::new().expect("python");
-    let names = rt.register_python_file(&path).await.expect("loads");
-    assert_eq!(names, ["Order", "total", "where", "orders"]);
+    let names = rt.register_python_file(&path, false).await.expect("loads");
+    assert_eq!(names.names(), ["Order", "total", "where", "orders"]);
     assert_eq!(run(&rt, "total(orders + [Order('b')])").await.output, "3\n");
     let pid = rt.pid().await.expect("started");
     assert_eq!(

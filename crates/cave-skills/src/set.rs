@@ -10,6 +10,33 @@ use cave_core::{
 use std::path::{Component, Path};
 use std::sync::Arc;
 
+/// A runtime error, said to be about a skill's resources.
+fn in_skill(skill: &str, error: RuntimeError) -> RuntimeError {
+    RuntimeError::InvalidResource {
+        name: format!("skill `{skill}`"),
+        problem: error.to_string(),
+    }
+}
+
+/// Resources as the prompt would show them, sections that have something only.
+fn describe(resources: Resources) -> String {
+    let mut registry = cave_core::Registry::new();
+    if registry.claim(resources.with_hidden(false)).is_err() {
+        return String::new();
+    }
+    let d = registry.describe();
+    [
+        ("functions", d.functions, "No functions available"),
+        ("variables", d.variables, "No variables available"),
+        ("types", d.types, "No types available"),
+    ]
+    .into_iter()
+    .filter(|(_, text, empty)| text != empty)
+    .map(|(tag, text, _)| format!("<{tag}>\n{text}\n</{tag}>"))
+    .collect::<Vec<_>>()
+    .join("\n")
+}
+
 /// The largest file `read_skill_file` returns.
 const MAX_READ: u64 = 1 << 20;
 
@@ -17,6 +44,9 @@ const MAX_READ: u64 = 1 << 20;
 #[derive(Clone, Debug, Default)]
 pub struct SkillSet {
     skills: Vec<Skill>,
+    /// What each skill put in the runtime (its `injection.py`, its resources), described for
+    /// `activate_skill`: hidden from the prompt until then.
+    injected: std::collections::HashMap<String, String>,
 }
 
 impl SkillSet {
@@ -101,6 +131,10 @@ impl SkillSet {
     pub fn activate(&self, name: &str) -> Result<String, HostError> {
         let skill = self.get(name)?;
         let mut text = skill.body.clone();
+        if let Some(injected) = self.injected.get(name) {
+            text.push_str("\n\nThis skill put these in your Python session; use them:\n");
+            text.push_str(injected);
+        }
         if !skill.files.is_empty() {
             text.push_str(&format!(
                 "\n\nFiles of this skill (read one with read_skill_file({:?}, path)):",
@@ -181,6 +215,13 @@ impl SkillSet {
     /// Gives an agent these skills: registers `activate_skill` and `read_skill_file` with its
     /// runtime (all or nothing) and puts the listing in its system prompt. No skills: nothing
     /// is registered and the prompt says there are none.
+    ///
+    /// What a skill gives the runtime (its `injection.py`, run in the runtime's Python, and the
+    /// resources of a skill built in code) is registered first, hidden from the prompt: the
+    /// model sees it described when it activates the skill. It survives `reset` (and, on the
+    /// kernel runtime, a new process). Each skill's batch is all or nothing; a failure (a name
+    /// taken, a broken `injection.py` with its Python error) ends the install with an error
+    /// naming the skill, and the agent should not be built.
     pub async fn install(
         &self,
         runtime: &dyn Runtime,
@@ -189,8 +230,30 @@ impl SkillSet {
         if self.is_empty() {
             return Ok(());
         }
-        runtime.register(self.resources()).await?;
-        builder.skills(self.listing());
+        let mut set = self.clone();
+        for skill in &self.skills {
+            let mut given = Vec::new();
+            if let Some(path) = &skill.injection {
+                let registered = runtime
+                    .register_python_file(path, true)
+                    .await
+                    .map_err(|e| in_skill(&skill.name, e))?;
+                given.extend(registered.into_items());
+            }
+            if !skill.resources.is_empty() {
+                runtime
+                    .register(skill.resources.clone().with_hidden(true))
+                    .await
+                    .map_err(|e| in_skill(&skill.name, e))?;
+                given.extend(skill.resources.items().iter().cloned());
+            }
+            if !given.is_empty() {
+                set.injected
+                    .insert(skill.name.clone(), describe(given.into_iter().collect()));
+            }
+        }
+        runtime.register(set.resources()).await?;
+        builder.skills(set.listing());
         Ok(())
     }
 

@@ -63,6 +63,42 @@ impl Resources {
     pub fn is_empty(&self) -> bool {
         self.items.is_empty()
     }
+    /// The names of the resources, in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.items.iter().map(Resource::name).collect()
+    }
+    /// The same batch, every resource hidden from the prompt (`true`) or shown (`false`).
+    /// Objects are always shown; hidden bindings stay hidden.
+    pub fn with_hidden(self, hidden: bool) -> Self {
+        let items = self
+            .items
+            .into_iter()
+            .map(|item| match item {
+                Resource::Function(mut f) => {
+                    f.hidden = hidden;
+                    Resource::Function(f)
+                }
+                Resource::Variable(mut v) => {
+                    v.hidden = hidden;
+                    Resource::Variable(v)
+                }
+                Resource::Type(mut t) => {
+                    t.hidden = hidden;
+                    Resource::Type(t)
+                }
+                other => other,
+            })
+            .collect();
+        Self { items }
+    }
+}
+
+impl FromIterator<Resource> for Resources {
+    fn from_iter<I: IntoIterator<Item = Resource>>(items: I) -> Self {
+        Self {
+            items: items.into_iter().collect(),
+        }
+    }
 }
 
 /// One resource of a batch.
@@ -122,6 +158,8 @@ pub struct Variable {
     pub type_name: Option<String>,
     /// What it is for, shown in the prompt.
     pub description: Option<String>,
+    /// Bound for code to use, but not shown in the prompt.
+    pub hidden: bool,
 }
 
 impl Variable {
@@ -132,7 +170,13 @@ impl Variable {
             value,
             type_name: None,
             description: None,
+            hidden: false,
         }
+    }
+    /// Hides it from the prompt (code can still use it).
+    pub fn hidden(mut self) -> Self {
+        self.hidden = true;
+        self
     }
     /// A variable holding any serializable Rust value.
     pub fn from_serialize<T: Serialize + ?Sized>(
@@ -436,6 +480,8 @@ pub struct Function {
     pub is_async: bool,
     /// Its implementation.
     pub body: FunctionBody,
+    /// Bound for code to use, but not shown in the prompt.
+    pub hidden: bool,
 }
 
 impl Function {
@@ -452,6 +498,7 @@ impl Function {
             description: None,
             is_async: false,
             body: FunctionBody::Host(Arc::new(f)),
+            hidden: false,
         }
     }
     /// A function defined by Python source (`def name(...): ...`).
@@ -467,6 +514,7 @@ impl Function {
             description: None,
             is_async: false,
             body: FunctionBody::Python(source.into()),
+            hidden: false,
         }
     }
     /// A function that is already a Python object in the runtime (loaded by the runtime, e.g.
@@ -479,6 +527,7 @@ impl Function {
             description: None,
             is_async: false,
             body: FunctionBody::Bound,
+            hidden: false,
         }
     }
     /// Sets the docstring.
@@ -494,6 +543,11 @@ impl Function {
     /// Marks it as a coroutine function for the model.
     pub fn asynchronous(mut self) -> Self {
         self.is_async = true;
+        self
+    }
+    /// Hides it from the prompt (code can still call it).
+    pub fn hidden(mut self) -> Self {
+        self.hidden = true;
         self
     }
 }
