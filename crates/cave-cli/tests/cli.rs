@@ -805,3 +805,50 @@ fn a_recorded_small_model_answer_runs_its_unclosed_python3_block() {
     );
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// Recorded (`cave --record`) against a real llama.cpp server (llama-cpp-python 0.3) running
+/// SmolLM2-135M-Instruct: the model ends its first answer inside a ```python block. Replayed
+/// offline: the block runs, marked unclosed, and usage is marked estimated (llama.cpp reports
+/// none in streams).
+#[test]
+fn a_recorded_llama_cpp_answer_runs_its_unclosed_block() {
+    let cassette = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/data/smollm2-llama-cpp-unclosed.jsonl"
+    );
+    let out = cave(
+        None,
+        &[
+            "run",
+            "--json",
+            "--replay",
+            cassette,
+            "--max-steps",
+            "2",
+            "Write Python code that prints the sum of 2 and 3.",
+        ],
+    );
+    let events = events(&out);
+    let first = events
+        .iter()
+        .find(|e| e["type"] == "code")
+        .expect("a code event");
+    assert_eq!(first["unclosed"], true, "{first}");
+    assert!(
+        first["code"]
+            .as_str()
+            .unwrap()
+            .starts_with("def sum_two(num1, num2):")
+    );
+    let results = events
+        .iter()
+        .filter(|e| e["type"] == "execution_result")
+        .count();
+    assert_eq!(results, 2, "both steps ran their block");
+    let stopped = events.last().unwrap();
+    assert_eq!(stopped["stop_reason"], "max_steps");
+    assert_eq!(
+        stopped["usage"]["estimated"], true,
+        "llama.cpp reports no usage"
+    );
+}
