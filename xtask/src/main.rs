@@ -3,6 +3,7 @@
 //! parser, then N random model replies through the whole agent). Tidy checks are its tests
 //! (`cargo test -p xtask`), run by the workspace test command.
 
+mod bench;
 mod test_env;
 
 use std::process::{Command, ExitCode};
@@ -24,18 +25,14 @@ fn main() -> ExitCode {
                 cargo(&test_args, &env)
             })
         }
-        Some("bench") => cargo(
-            &[
-                "bench",
-                "-p",
-                "cave-core",
-                "--features",
-                "testing",
-                "--bench",
-                "core",
-            ],
-            &[],
-        ),
+        Some("bench") => {
+            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .unwrap_or(std::path::Path::new("."))
+                .to_owned();
+            let quick = args.iter().any(|a| a == "--quick");
+            bench::run(&root, quick).map(drop)
+        }
         Some("soak") => {
             let cases = args.get(1).cloned().unwrap_or_else(|| "1000000".to_owned());
             cargo(
@@ -72,7 +69,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask bench | cargo xtask soak [CASES]"
+                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask bench [--quick] | cargo xtask soak [CASES]"
             );
             return ExitCode::from(2);
         }
