@@ -15,18 +15,11 @@ const PACKAGES: &[&str] = &["pandas"];
 /// The LiteLLM proxy the CLI's proxy test runs (a version known to work).
 const LITELLM: &str = "litellm[proxy]==1.108.7";
 
-/// The interpreter the runtime would select, as it selects it.
+/// The interpreter the runtime would select, as it selects it (`cave_python`'s discovery).
 fn selected_python() -> PathBuf {
-    if let Some(path) = std::env::var_os("CAVE_PYTHON").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    if let Some(venv) = std::env::var_os("VIRTUAL_ENV").filter(|p| !p.is_empty()) {
-        let python = Path::new(&venv).join("bin").join("python");
-        if python.exists() {
-            return python;
-        }
-    }
-    PathBuf::from("python3")
+    cave_python::find_interpreter()
+        .map(|i| i.executable)
+        .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
 fn imports(python: &Path, packages: &[&str]) -> bool {
