@@ -621,11 +621,14 @@ pub async fn generated_types_reach_host_functions_as_structs(rt: &dyn Runtime) {
     );
 }
 
-/// A host object the model operates (its state lives in the host).
-#[derive(Default)]
-struct Light {
-    level: Mutex<i64>,
-    log: Mutex<Vec<String>>,
+/// A host object the model operates (its state lives in the host): the contract's, and the
+/// one runtime-specific tests of host objects use too.
+#[derive(Debug, Default)]
+pub struct Light {
+    /// The brightness the model set last.
+    pub level: Mutex<i64>,
+    /// The methods called, in order.
+    pub log: Mutex<Vec<String>>,
 }
 
 #[async_trait::async_trait]
