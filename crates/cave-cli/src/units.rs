@@ -33,12 +33,7 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
 /// A duration in seconds: a number of seconds (`1.5`), or a number with a unit: `ms`, `s`,
 /// `m`, `h` (`500ms`, `30s`, `2m`).
 pub fn parse_seconds(text: &str) -> Result<f64, String> {
-    let trimmed = text.trim();
-    let split = trimmed
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(trimmed.len());
-    let (number, unit) = trimmed.split_at(split);
-    let number: f64 = number.parse().map_err(|_| {
+    let (number, unit) = number_and_unit(text).ok_or_else(|| {
         format!("{text:?} is not a duration: write seconds (1.5), or a number with ms, s, m or h")
     })?;
     let scale = match unit.trim() {
@@ -53,6 +48,16 @@ pub fn parse_seconds(text: &str) -> Result<f64, String> {
         }
     };
     Ok(number * scale)
+}
+
+/// `"512M"` → `(512.0, "M")`: the leading number and what follows it.
+fn number_and_unit(text: &str) -> Option<(f64, &str)> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(trimmed.len());
+    let (number, unit) = trimmed.split_at(split);
+    Some((number.parse().ok()?, unit))
 }
 
 #[cfg(test)]

@@ -15,24 +15,31 @@ fn optional(s: Option<&str>) -> Value {
     s.map_or(Value::None, text)
 }
 
+/// A parameter's or field's default as the executor takes it (`None` when there is none: the
+/// flag beside it tells them apart). A default that exists only in Python cannot be sent.
+fn host_default(
+    resource: &str,
+    what: &str,
+    default: Option<&ParamDefault>,
+) -> Result<Value, RuntimeError> {
+    match default {
+        Some(ParamDefault::Value(v)) => Ok(v.clone()),
+        Some(_) => Err(RuntimeError::InvalidResource {
+            name: resource.to_owned(),
+            problem: format!(
+                "'{what}' has a default that exists only in Python; declare host defaults as values"
+            ),
+        }),
+        None => Ok(Value::None),
+    }
+}
+
 /// `(name, kind, has_default, default)` per parameter, as the executor's `make_function`
 /// takes them.
 fn params(name: &str, params: &[Param]) -> Result<Value, RuntimeError> {
     let mut out = Vec::with_capacity(params.len());
     for p in params {
-        let default = match &p.default {
-            Some(ParamDefault::Value(v)) => v.clone(),
-            Some(_) => {
-                return Err(RuntimeError::InvalidResource {
-                    name: name.to_owned(),
-                    problem: format!(
-                        "'{}' has a default that exists only in Python; declare host defaults as values",
-                        p.name
-                    ),
-                });
-            }
-            None => Value::None,
-        };
+        let default = host_default(name, &p.name, p.default.as_ref())?;
         out.push(Value::Tuple(vec![
             text(&p.name),
             text(p.kind.as_str()),
@@ -130,19 +137,7 @@ fn type_spec(name: &str, t: &TypeSchema) -> Result<Value, RuntimeError> {
         TypeShape::Fields(fields) => {
             let mut spec = Vec::with_capacity(fields.len());
             for f in fields {
-                let default = match &f.default {
-                    Some(ParamDefault::Value(v)) => v.clone(),
-                    Some(_) => {
-                        return Err(RuntimeError::InvalidResource {
-                            name: name.to_owned(),
-                            problem: format!(
-                                "'{}' has a default that exists only in Python; declare host defaults as values",
-                                f.name
-                            ),
-                        });
-                    }
-                    None => Value::None,
-                };
+                let default = host_default(name, &f.name, f.default.as_ref())?;
                 spec.push(Value::Tuple(vec![
                     text(&f.name),
                     text(&f.annotation),
