@@ -1,9 +1,13 @@
-//! `cargo xtask bench [--quick]`: every crate's criterion benchmarks, then one Markdown table
-//! of their medians and 95% intervals (`target/bench-report.md`, also printed).
+//! `cargo xtask bench [--quick] [--compare-python [PYTHON]]`: every crate's criterion
+//! benchmarks and the memory measurement, then one Markdown report of their medians and 95%
+//! intervals (`target/bench-report.md`, also printed); with `--compare-python`, the same
+//! measurements taken through CaveAgent (`xtask/compare/caveagent.py`) beside them, with ratios.
 
 use serde_json::Value as Json;
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 /// One measured figure.
 #[derive(Debug, PartialEq)]
@@ -71,11 +75,94 @@ pub(crate) fn human(ns: f64) -> String {
     }
 }
 
-/// The report's Markdown.
-pub(crate) fn table(figures: &[Figure]) -> String {
-    let mut out = String::from("| benchmark | median | 95% interval |\n|---|---:|---|\n");
+/// A size in MiB.
+fn mib(bytes: u64) -> String {
+    format!("{:.1} MiB", bytes as f64 / 1_048_576.0)
+}
+
+/// How many times longer (or larger) the peer's figure is than ours.
+fn ratio(ours: f64, peer: f64) -> String {
+    let r = peer / ours;
+    if r >= 10.0 {
+        format!("{r:.0}×")
+    } else if r >= 0.1 {
+        format!("{r:.1}×")
+    } else {
+        // Two significant digits, however small.
+        let decimals = (-r.log10()).ceil().max(0.0) as usize + 1;
+        format!("{r:.decimals$}×")
+    }
+}
+
+/// The figures of the peer (CaveAgent), taken by the comparison script.
+#[derive(Debug, Default, PartialEq)]
+pub(crate) struct Peer {
+    /// `CaveAgent 0.8.0 (Python 3.12.1)`.
+    pub(crate) name: String,
+    /// Benchmark id → median nanoseconds.
+    pub(crate) times: BTreeMap<String, f64>,
+    /// Figure id → resident bytes.
+    pub(crate) memory: BTreeMap<String, u64>,
+    /// Benchmark id → what differs in the peer's measurement.
+    pub(crate) notes: BTreeMap<String, String>,
+}
+
+impl Peer {
+    /// Reads the script's JSON Lines.
+    pub(crate) fn parse(out: &str) -> Result<Peer, String> {
+        let mut peer = Peer::default();
+        for line in out.lines().filter(|l| !l.trim().is_empty()) {
+            let value: Json = serde_json::from_str(line).map_err(|e| {
+                format!("the comparison script printed a line that is not JSON ({e}): {line}")
+            })?;
+            if let Some(name) = value["peer"].as_str() {
+                peer.name = format!(
+                    "{name} {} (Python {})",
+                    value["version"].as_str().unwrap_or("?"),
+                    value["python"].as_str().unwrap_or("?")
+                );
+                continue;
+            }
+            let id = value["id"]
+                .as_str()
+                .ok_or_else(|| format!("a comparison line without an id: {line}"))?
+                .to_owned();
+            if let Some(ns) = value["median_ns"].as_f64() {
+                peer.times.insert(id.clone(), ns);
+            } else if let Some(bytes) = value["bytes"].as_u64() {
+                peer.memory.insert(id.clone(), bytes);
+            }
+            if let Some(note) = value["note"].as_str().filter(|n| !n.is_empty()) {
+                peer.notes.insert(id, note.to_owned());
+            }
+        }
+        if peer.name.is_empty() {
+            return Err("the comparison script did not say which CaveAgent it measured".to_owned());
+        }
+        Ok(peer)
+    }
+}
+
+/// The report's Markdown: the timings, then resident memory when measured.
+pub(crate) fn table(
+    figures: &[Figure],
+    memory: &BTreeMap<String, u64>,
+    peer: Option<&Peer>,
+) -> String {
+    let mut out = String::new();
+    match peer {
+        None => out.push_str("| benchmark | median | 95% interval |\n|---|---:|---|\n"),
+        Some(p) => {
+            let _ = write!(
+                out,
+                "| benchmark | median | 95% interval | {} | ratio |\n|---|---:|---|---:|---:|\n",
+                p.name
+            );
+        }
+    }
+    let mut notes = Vec::new();
     for f in figures {
-        let _ = writeln!(
+        let _ = write!(
             out,
             "| {} | {} | {} – {} |",
             f.id,
@@ -83,12 +170,159 @@ pub(crate) fn table(figures: &[Figure]) -> String {
             human(f.low),
             human(f.high)
         );
+        if let Some(p) = peer {
+            match p.times.get(&f.id) {
+                Some(&ns) => {
+                    let mark = if let Some(note) = p.notes.get(&f.id) {
+                        notes.push(note.as_str());
+                        format!(" [{}]", notes.len())
+                    } else {
+                        String::new()
+                    };
+                    let _ = write!(out, " {}{mark} | {} |", human(ns), ratio(f.median, ns));
+                }
+                None => out.push_str(" | |"),
+            }
+        }
+        out.push('\n');
+    }
+    if !memory.is_empty() {
+        out.push_str("\n| resident memory | ours |");
+        if let Some(p) = peer {
+            let _ = write!(out, " {} | ratio |\n|---|---:|---:|---:|\n", p.name);
+        } else {
+            out.push_str("\n|---|---:|\n");
+        }
+        for (id, &bytes) in memory {
+            let _ = write!(out, "| {id} | {} |", mib(bytes));
+            if let Some(p) = peer {
+                match p.memory.get(id) {
+                    Some(&theirs) => {
+                        let _ = write!(
+                            out,
+                            " {} | {} |",
+                            mib(theirs),
+                            ratio(bytes as f64, theirs as f64)
+                        );
+                    }
+                    None => out.push_str(" | |"),
+                }
+            }
+            out.push('\n');
+        }
+    }
+    for (i, note) in notes.iter().enumerate() {
+        let _ = writeln!(out, "\n[{}] {note}", i + 1);
     }
     out
 }
 
+/// Which Python to compare with.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Compare {
+    /// No comparison.
+    No,
+    /// `CAVE_COMPARE_PYTHON`, else the first of `python3.14` … `python3.12`, `python3` on the
+    /// `PATH` that imports `cave_agent`.
+    Find,
+    /// This interpreter.
+    With(PathBuf),
+}
+
+impl Compare {
+    /// From the command line: `--compare-python [PYTHON]`.
+    pub(crate) fn from_args(args: &[String]) -> Compare {
+        match args.iter().position(|a| a == "--compare-python") {
+            None => Compare::No,
+            Some(i) => match args.get(i + 1).filter(|a| !a.starts_with("--")) {
+                Some(path) => Compare::With(PathBuf::from(path)),
+                None => Compare::Find,
+            },
+        }
+    }
+}
+
+const HOW_TO_COMPARE: &str = "give a Python >= 3.12 with CaveAgent: `cargo xtask bench --compare-python /path/to/python` or CAVE_COMPARE_PYTHON=/path/to/python (for example: python3.12 -m venv /tmp/caveagent && /tmp/caveagent/bin/pip install 'cave-agent[ipykernel]==0.8.0')";
+
+/// Returns true if and only if `python` is >= 3.12 and imports `cave_agent`.
+fn has_caveagent(python: &Path) -> bool {
+    Command::new(python)
+        .args([
+            "-c",
+            "import sys, cave_agent; sys.exit(0 if sys.version_info >= (3, 12) else 1)",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The interpreter to compare with, or why there is none.
+pub(crate) fn peer_python(compare: &Compare, env: Option<&str>) -> Result<PathBuf, String> {
+    let explicit = match compare {
+        Compare::No => return Err("no comparison asked".to_owned()),
+        Compare::With(path) => Some(path.clone()),
+        Compare::Find => env.filter(|e| !e.is_empty()).map(PathBuf::from),
+    };
+    if let Some(python) = explicit {
+        return if has_caveagent(&python) {
+            Ok(python)
+        } else {
+            Err(format!(
+                "{} is not a Python >= 3.12 that can import cave_agent; {HOW_TO_COMPARE}",
+                python.display()
+            ))
+        };
+    }
+    ["python3.14", "python3.13", "python3.12", "python3"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| has_caveagent(p))
+        .ok_or_else(|| format!("no Python >= 3.12 with CaveAgent on the PATH; {HOW_TO_COMPARE}"))
+}
+
+/// Runs the comparison script with `python`.
+fn peer_figures(root: &Path, python: &Path, quick: bool) -> Result<Peer, String> {
+    let script = root.join("xtask").join("compare").join("caveagent.py");
+    println!("xtask: measuring CaveAgent with {}", python.display());
+    let mut command = Command::new(python);
+    command.arg(&script);
+    if quick {
+        command.arg("--quick");
+    }
+    let out = command
+        .output()
+        .map_err(|e| format!("could not run {}: {e}", python.display()))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(15).collect();
+        return Err(format!(
+            "the comparison script failed ({}):\n{}",
+            out.status,
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+        ));
+    }
+    Peer::parse(&stdout)
+}
+
 /// Runs the benchmarks and writes the report.
-pub(crate) fn run(root: &Path, quick: bool) -> Result<PathBuf, String> {
+pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf, String> {
+    // Decided first, so that a wrong path fails before the long run.
+    let python = match compare {
+        Compare::No => None,
+        _ => match peer_python(
+            compare,
+            std::env::var("CAVE_COMPARE_PYTHON").ok().as_deref(),
+        ) {
+            Ok(python) => Some(python),
+            Err(why) if matches!(compare, Compare::With(_)) => return Err(why),
+            Err(why) => {
+                println!("xtask: no comparison: {why}; our figures alone follow");
+                None
+            }
+        },
+    };
     // Bench targets only: library harnesses reject criterion's options.
     let mut args = vec![
         "bench",
@@ -106,11 +340,25 @@ pub(crate) fn run(root: &Path, quick: bool) -> Result<PathBuf, String> {
     if figures.is_empty() {
         return Err("criterion left no estimates under target/criterion".to_owned());
     }
+    let memory: BTreeMap<String, u64> =
+        std::fs::read_to_string(root.join("target").join("tmp").join("memory-figures.json"))
+            .ok()
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default();
+    let peer = match python {
+        Some(python) => Some(peer_figures(root, &python, quick)?),
+        None => None,
+    };
     let report = format!(
-        "# Benchmarks\n\nMedians of `cargo xtask bench{}` on this machine ({} cores); see docs/PERFORMANCE.md.\n\n{}",
+        "# Benchmarks\n\nMedians of `cargo xtask bench{}` on this machine ({} cores); see docs/PERFORMANCE.md.{}\n\n{}",
         if quick { " --quick" } else { "" },
         std::thread::available_parallelism().map_or(0, |n| n.get()),
-        table(&figures)
+        if peer.is_some() {
+            " Ratios are the peer's figure over ours (above 1×: we are faster or smaller)."
+        } else {
+            ""
+        },
+        table(&figures, &memory, peer.as_ref())
     );
     let path = root.join("target").join("bench-report.md");
     std::fs::write(&path, &report)
@@ -142,11 +390,93 @@ mod tests {
         let figures = figures(&dir);
         assert_eq!(figures.len(), 1);
         assert_eq!(
-            table(&figures),
+            table(&figures, &BTreeMap::new(), None),
             "| benchmark | median | 95% interval |\n|---|---:|---|\n| kernel/execute | 283.00 µs | 270.00 µs – 300.00 µs |\n"
         );
         assert_eq!(human(2.5e9), "2.50 s");
         assert_eq!(human(750.0), "750 ns");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn peer_figures_stand_beside_ours_with_ratios_and_notes() {
+        let peer = Peer::parse(concat!(
+            "{\"peer\": \"CaveAgent\", \"version\": \"0.8.0\", \"python\": \"3.12.1\"}\n",
+            "{\"id\": \"kernel/execute\", \"median_ns\": 6900000.0, \"samples\": 30, \"note\": \"\"}\n",
+            "{\"id\": \"million\", \"median_ns\": 33000, \"samples\": 3, \"note\": \"no conversion\"}\n",
+            "{\"id\": \"memory/host\", \"bytes\": 41943040}\n",
+        ))
+        .unwrap();
+        assert_eq!(peer.name, "CaveAgent 0.8.0 (Python 3.12.1)");
+        let ours = [
+            Figure {
+                id: "kernel/execute".into(),
+                median: 300_000.0,
+                low: 290_000.0,
+                high: 310_000.0,
+            },
+            Figure {
+                id: "million".into(),
+                median: 100e6,
+                low: 99e6,
+                high: 101e6,
+            },
+            Figure {
+                id: "only_ours".into(),
+                median: 1000.0,
+                low: 900.0,
+                high: 1100.0,
+            },
+        ];
+        let memory = BTreeMap::from([("memory/host".to_owned(), 6 * 1_048_576)]);
+        let table = table(&ours, &memory, Some(&peer));
+        assert!(
+            table
+                .contains("| kernel/execute | 300.00 µs | 290.00 µs – 310.00 µs | 6.90 ms | 23× |"),
+            "{table}"
+        );
+        assert!(
+            table.contains(
+                "| million | 100.00 ms | 99.00 ms – 101.00 ms | 33.00 µs [1] | 0.00033× |"
+            ),
+            "{table}"
+        );
+        assert!(
+            table.contains("| only_ours | 1.00 µs | 900 ns – 1.10 µs | | |"),
+            "{table}"
+        );
+        assert!(
+            table.contains("| memory/host | 6.0 MiB | 40.0 MiB | 6.7× |"),
+            "{table}"
+        );
+        assert!(table.contains("[1] no conversion"), "{table}");
+        assert!(Peer::parse("{\"id\": \"x\", \"median_ns\": 1}").is_err());
+        assert!(Peer::parse("not json").is_err());
+    }
+
+    #[test]
+    fn the_comparison_is_asked_on_the_command_line() {
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            Compare::from_args(&args(&["bench", "--quick"])),
+            Compare::No
+        );
+        assert_eq!(
+            Compare::from_args(&args(&["bench", "--compare-python", "--quick"])),
+            Compare::Find
+        );
+        assert_eq!(
+            Compare::from_args(&args(&["bench", "--compare-python", "/opt/py/bin/python"])),
+            Compare::With(PathBuf::from("/opt/py/bin/python"))
+        );
+        // A path that is no interpreter is refused with the way to give one.
+        let missing = PathBuf::from("/nonexistent/python3.12");
+        let err = peer_python(&Compare::With(missing), None).unwrap_err();
+        assert!(
+            err.contains("/nonexistent/python3.12") && err.contains("CAVE_COMPARE_PYTHON"),
+            "{err}"
+        );
+        let err = peer_python(&Compare::Find, Some("/nonexistent/python")).unwrap_err();
+        assert!(err.contains("pip install"), "{err}");
     }
 }

@@ -1,38 +1,37 @@
 //! Project chores: `cargo xtask test` (the workspace tests, with the Python packages they
-//! need), `cargo xtask bench`, `cargo xtask soak [N]` (N random inputs through the fence
+//! need), `cargo xtask bench`, `cargo xtask test-live` (the live suite against a real model),
+//! `cargo xtask local-llm start|stop|status` (a local one), `cargo xtask soak [N]` (N random inputs through the fence
 //! parser, then N random model replies through the whole agent). Tidy checks are its tests
 //! (`cargo test -p xtask`), run by the workspace test command.
 
 mod bench;
+mod live;
+mod local_llm;
 mod test_env;
 
 use std::process::{Command, ExitCode};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_owned();
     let result = match args.first().map(String::as_str) {
-        Some("test") => {
-            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .unwrap_or(std::path::Path::new("."))
-                .to_owned();
-            test_env::prepare(&root).and_then(|mut env| {
-                env.extend(test_env::litellm(&root));
-                let env: Vec<(&str, &str)> =
-                    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-                let mut test_args = vec!["test", "--workspace", "--all-features"];
-                test_args.extend(args[1..].iter().map(String::as_str));
-                cargo(&test_args, &env)
-            })
-        }
+        Some("test") => test_env::prepare(&root).and_then(|mut env| {
+            env.extend(test_env::litellm(&root));
+            let env: Vec<(&str, &str)> =
+                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let mut test_args = vec!["test", "--workspace", "--all-features"];
+            test_args.extend(args[1..].iter().map(String::as_str));
+            cargo(&test_args, &env)
+        }),
         Some("bench") => {
-            let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .parent()
-                .unwrap_or(std::path::Path::new("."))
-                .to_owned();
             let quick = args.iter().any(|a| a == "--quick");
-            bench::run(&root, quick).map(drop)
+            bench::run(&root, quick, &bench::Compare::from_args(&args)).map(drop)
         }
+        Some("test-live") => live::provider(&args).and_then(|provider| live::run(&root, provider)),
+        Some("local-llm") => local_llm::run(&root, args.get(1).map(String::as_str)),
         Some("soak") => {
             let cases = args.get(1).cloned().unwrap_or_else(|| "1000000".to_owned());
             cargo(
@@ -69,7 +68,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask bench [--quick] | cargo xtask soak [CASES]"
+                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES]"
             );
             return ExitCode::from(2);
         }

@@ -16,7 +16,7 @@ const PACKAGES: &[&str] = &["pandas"];
 const LITELLM: &str = "litellm[proxy]==1.108.7";
 
 /// The interpreter the runtime would select, as it selects it (`cave_python`'s discovery).
-fn selected_python() -> PathBuf {
+pub(crate) fn selected_python() -> PathBuf {
     cave_python::find_interpreter()
         .map(|i| i.executable)
         .unwrap_or_else(|| PathBuf::from("python3"))
@@ -34,7 +34,20 @@ fn imports(python: &Path, packages: &[&str]) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
-fn run(command: &mut Command) -> Result<(), String> {
+/// `python -m pip install --quiet`, to which the packages are added.
+pub(crate) fn pip_install(python: &Path) -> Command {
+    let mut command = Command::new(python);
+    command.args([
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--disable-pip-version-check",
+    ]);
+    command
+}
+
+pub(crate) fn run(command: &mut Command) -> Result<(), String> {
     let shown = format!("{command:?}");
     let status = command
         .status()
@@ -56,16 +69,7 @@ pub(crate) fn litellm(root: &Path) -> Vec<(String, String)> {
         let installed = run(Command::new(selected_python())
             .args(["-m", "venv"])
             .arg(&venv))
-        .and_then(|()| {
-            run(Command::new(venv.join("bin").join("python")).args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-                LITELLM,
-            ]))
-        });
+        .and_then(|()| run(pip_install(&venv.join("bin").join("python")).arg(LITELLM)));
         if let Err(e) = installed {
             println!("xtask: could not install the LiteLLM proxy ({e}); its test will skip");
             return Vec::new();
@@ -94,15 +98,7 @@ pub(crate) fn prepare(root: &Path) -> Result<Vec<(String, String)>, String> {
         run(Command::new(&python).args(["-m", "venv"]).arg(&venv))?;
     }
     if !imports(&venv_python, PACKAGES) {
-        run(Command::new(&venv_python)
-            .args([
-                "-m",
-                "pip",
-                "install",
-                "--quiet",
-                "--disable-pip-version-check",
-            ])
-            .args(PACKAGES))?;
+        run(pip_install(&venv_python).args(PACKAGES))?;
     }
     let path = std::env::var_os("PATH").unwrap_or_default();
     let mut dirs = vec![venv.join("bin")];

@@ -373,8 +373,15 @@ impl ContextCompactor {
             )));
         }
         if finish != Some(FinishReason::Stop) {
+            let why = match &finish {
+                Some(FinishReason::Length) => "it was cut off by the output limit".to_owned(),
+                Some(FinishReason::ContentFilter) => "the provider filtered it".to_owned(),
+                Some(FinishReason::Other(reason)) => format!("it ended with \"{reason}\""),
+                Some(other) => format!("it ended with {other:?}"),
+                None => "the stream ended without a reason".to_owned(),
+            };
             return Err(SummaryError::Unusable(format!(
-                "the summary did not finish normally ({finish:?})"
+                "the summary did not finish normally: {why}"
             )));
         }
         let summary = match (text.find("<summary>"), text.find("</summary>")) {
