@@ -4,28 +4,22 @@
 //! Run with `cargo run -p cave-agent --example hello --features testing`.
 
 use cave_agent::testing::{Reply, ScriptedModel};
-use cave_agent::{
-    Agent, Args, Event, Function, InProcRuntime, Param, Resources, Runtime, RuntimeExt, Signature,
-    Value, Variable,
-};
+use cave_agent::{Agent, Event, InProcRuntime, Resources, Runtime, RuntimeExt, Value, Variable};
 use futures_util::StreamExt;
+
+/// Reverse a string.
+#[cave_agent::function]
+fn reverse(text: String) -> String {
+    text.chars().rev().collect()
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runtime = InProcRuntime::new()?;
-    let reverse = Function::host(
-        "reverse",
-        Signature::new([Param::new("text").annotated("str")]).returns("str"),
-        |args: Args| async move {
-            let text: String = args.get("text")?;
-            Ok(Value::Str(text.chars().rev().collect()))
-        },
-    )
-    .with_doc("Reverse a string.");
     runtime
         .register(
             Resources::new()
-                .function(reverse)
+                .function(reverse::function())
                 .variable(
                     Variable::new("secret", "!dlrow olleH".into()).with_description("the secret"),
                 )

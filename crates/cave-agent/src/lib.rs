@@ -4,6 +4,11 @@
 
 pub use cave_core::*;
 
+/// Rust functions, structs and impl blocks as host resources (feature `macros`, on by
+/// default): see [`function`], [`object`] and [`PythonType`](derive@PythonType).
+#[cfg(feature = "macros")]
+pub use cave_macros::{PythonType, function, object};
+
 /// The in-process runtime: CPython embedded in this process (feature `inproc`, on by default).
 #[cfg(feature = "inproc")]
 pub mod inproc {
@@ -78,6 +83,6 @@ pub fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> 
 }
 
 /// The workspace README's hello world, compiled and run as a doctest.
-#[cfg(all(doctest, feature = "inproc", feature = "testing"))]
+#[cfg(all(doctest, feature = "inproc", feature = "testing", feature = "macros"))]
 #[doc = include_str!("../../../README.md")]
 struct WorkspaceReadme;

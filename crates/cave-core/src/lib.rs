@@ -44,6 +44,8 @@
 mod agent;
 mod compact;
 mod event;
+#[doc(hidden)]
+pub mod macro_support;
 mod message;
 mod model;
 mod parser;
@@ -78,8 +80,9 @@ pub use policy::{CodePolicy, Violation, ViolationKind};
 pub use registry::{Entry, Registry, unique_prefix};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
-    NameKind, NameProblem, ObjectBinding, Param, ParamDefault, ParamKind, Resource, Resources,
-    Signature, TypeSchema, TypeShape, Variable, is_identifier, normalize_name, validate_name,
+    NameKind, NameProblem, ObjectBinding, ObjectClass, ObjectMethods, Param, ParamDefault,
+    ParamKind, PythonType, Resource, Resources, Shared, Signature, TypeSchema, TypeShape, Variable,
+    is_identifier, normalize_name, validate_name,
 };
 pub use runtime::{
     Description, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, OutputSink,

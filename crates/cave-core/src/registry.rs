@@ -51,6 +51,16 @@ impl Registry {
         let mut claimed: Vec<Entry> = Vec::with_capacity(items.len());
         for resource in items {
             let name = validate_name(resource.kind(), resource.name())?;
+            if let Resource::Type(t) = &resource {
+                // A type a function or object brought along, registered before in the same
+                // form (another function using the same record): nothing to do.
+                let same = |e: &Entry| {
+                    e.name == name && matches!(&e.resource, Resource::Type(o) if o == t)
+                };
+                if t.hidden && (self.entries.iter().any(same) || claimed.iter().any(same)) {
+                    continue;
+                }
+            }
             let taken = self.is_bound(&name) || claimed.iter().any(|e| e.name == name);
             if taken {
                 let problem = if name != resource.name() {
@@ -392,6 +402,21 @@ fn describe_type(t: &TypeSchema) -> String {
             if public.is_empty() {
                 // A class with nothing to call has nothing to show.
                 return String::new();
+            }
+            let (properties, public): (Vec<_>, Vec<_>) =
+                public.into_iter().partition(|m| m.property);
+            if !properties.is_empty() {
+                out.push_str("\n  properties (read-only):");
+                for p in properties {
+                    let annotation = p.signature.returns.as_deref().unwrap_or("Any");
+                    let _ = write!(out, "\n    - {}: {annotation}", p.name);
+                    if let Some(doc) = p.doc.as_deref().filter(|d| !d.trim().is_empty()) {
+                        push_doc(&mut out, "        ", doc);
+                    }
+                }
+            }
+            if public.is_empty() {
+                return out;
             }
             out.push_str("\n  methods:");
             for m in public {

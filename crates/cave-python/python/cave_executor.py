@@ -373,10 +373,14 @@ def make_enum(name, doc, members):
 def make_object(type_name, doc, methods, call):
     """A proxy for a host object: each method calls `call(method, [(param, value), ...])`.
 
-    `methods` are `(name, params, doc)`. Returns the instance; its class is `type_name`.
+    `methods` are `(name, params, doc, is_property)`; a property calls `call(name, [])` when
+    read, and cannot be set. Returns the instance; its class is `type_name`.
     """
     body = {"__doc__": doc, "__slots__": (), "__module__": "__main__"}
-    for method, params, method_doc in methods:
+    for method, params, method_doc, is_property in methods:
+        if is_property:
+            body[method] = property(lambda self, m=method: call(m, []), doc=method_doc)
+            continue
         body[method] = make_function(method, params, method_doc, False, lambda bound, m=method: call(m, bound), "self")
     body["__repr__"] = lambda self: f"<{type_name} object (host)>"
     return type(type_name, (), body)()

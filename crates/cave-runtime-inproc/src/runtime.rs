@@ -874,6 +874,7 @@ impl Inner {
                 m.name.as_str(),
                 params_list(py, &m.signature.params)?,
                 m.doc.as_deref(),
+                m.property,
             ))?;
         }
         executor(py)

@@ -108,6 +108,7 @@ pub(crate) fn spec<'a>(
                     text(&m.name),
                     params(&entry.name, &m.signature.params)?,
                     optional(m.doc.as_deref()),
+                    Value::Bool(m.property),
                 ]));
             }
             (

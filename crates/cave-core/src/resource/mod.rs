@@ -1,8 +1,10 @@
 //! What a host injects into a runtime: variables, functions, types, host objects, bindings.
 
 mod name;
+mod pytype;
 
 pub use name::{NameError, NameKind, NameProblem, is_identifier, normalize_name, validate_name};
+pub use pytype::{ObjectClass, ObjectMethods, PythonType, Shared, push_schema};
 
 use crate::{Value, ValueError, from_value, to_value};
 use async_trait::async_trait;
@@ -28,9 +30,12 @@ impl Resources {
         self.items.push(Resource::Variable(variable));
         self
     }
-    /// Adds a function.
+    /// Adds a function, and the record and enum types its signature uses (hidden: the model
+    /// sees them in the signature, and can construct them).
     pub fn function(mut self, function: Function) -> Self {
+        let types = function.types.clone();
         self.items.push(Resource::Function(function));
+        self.add_types(types);
         self
     }
     /// Adds a type.
@@ -38,10 +43,25 @@ impl Resources {
         self.items.push(Resource::Type(schema));
         self
     }
-    /// Adds a host object.
+    /// Adds a host object, and the record and enum types its methods use (hidden).
     pub fn object(mut self, object: ObjectBinding) -> Self {
+        let types = object.object.types();
         self.items.push(Resource::Object(object));
+        self.add_types(types);
         self
+    }
+    /// Adds types a resource uses, hidden, each once per batch (the registry skips those
+    /// already registered the same way).
+    fn add_types(&mut self, types: Vec<TypeSchema>) {
+        for schema in types {
+            let present = self
+                .items
+                .iter()
+                .any(|r| matches!(r, Resource::Type(t) if t.name == schema.name));
+            if !present {
+                self.items.push(Resource::Type(schema.hidden()));
+            }
+        }
     }
     /// Adds a hidden binding: bound in the namespace, absent from the prompt.
     pub fn binding(mut self, name: impl Into<String>, value: Value) -> Self {
@@ -482,6 +502,9 @@ pub struct Function {
     pub body: FunctionBody,
     /// Bound for code to use, but not shown in the prompt.
     pub hidden: bool,
+    /// Record and enum types its signature uses; [`Resources::function`] registers them
+    /// (hidden) with it.
+    pub types: Vec<TypeSchema>,
 }
 
 impl Function {
@@ -499,6 +522,7 @@ impl Function {
             is_async: false,
             body: FunctionBody::Host(Arc::new(f)),
             hidden: false,
+            types: Vec::new(),
         }
     }
     /// A function defined by Python source (`def name(...): ...`).
@@ -515,6 +539,7 @@ impl Function {
             is_async: false,
             body: FunctionBody::Python(source.into()),
             hidden: false,
+            types: Vec::new(),
         }
     }
     /// A function that is already a Python object in the runtime (loaded by the runtime, e.g.
@@ -528,6 +553,7 @@ impl Function {
             is_async: false,
             body: FunctionBody::Bound,
             hidden: false,
+            types: Vec::new(),
         }
     }
     /// Sets the docstring.
@@ -548,6 +574,11 @@ impl Function {
     /// Hides it from the prompt (code can still call it).
     pub fn hidden(mut self) -> Self {
         self.hidden = true;
+        self
+    }
+    /// The record and enum types its signature uses, registered with it.
+    pub fn with_types(mut self, types: impl IntoIterator<Item = TypeSchema>) -> Self {
+        self.types.extend(types);
         self
     }
 }
@@ -603,6 +634,9 @@ pub struct Method {
     pub signature: Signature,
     /// Its docstring.
     pub doc: Option<String>,
+    /// A read-only property rather than a method: read as `obj.name`, it calls the host with
+    /// no arguments; its signature's return annotation is its type.
+    pub property: bool,
 }
 
 impl Method {
@@ -612,6 +646,16 @@ impl Method {
             name: name.into(),
             signature,
             doc: None,
+            property: false,
+        }
+    }
+    /// A read-only property of this type (`int`, `list[str]`, …).
+    pub fn property(name: impl Into<String>, annotation: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            signature: Signature::default().returns(annotation),
+            doc: None,
+            property: true,
         }
     }
     /// Sets the docstring.
@@ -704,6 +748,11 @@ pub trait HostObject: Any + Send + Sync {
     /// The class docstring.
     fn doc(&self) -> Option<String> {
         None
+    }
+    /// Record and enum types its methods use; [`Resources::object`] registers them (hidden)
+    /// with it.
+    fn types(&self) -> Vec<TypeSchema> {
+        Vec::new()
     }
 }
 

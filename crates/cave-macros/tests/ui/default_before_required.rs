@@ -1,0 +1,6 @@
+#[cave_macros::function(crate = "cave_core")]
+fn greet(#[cave(default = 1)] times: u32, name: String) -> String {
+    name.repeat(times as usize)
+}
+
+fn main() {}

@@ -1,0 +1,6 @@
+#[cave_macros::function(crate = "cave_core")]
+fn first<T: Clone>(items: Vec<T>) -> Option<T> {
+    items.first().cloned()
+}
+
+fn main() {}

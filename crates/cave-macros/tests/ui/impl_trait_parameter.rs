@@ -1,0 +1,6 @@
+#[cave_macros::function(crate = "cave_core")]
+fn count(items: impl IntoIterator<Item = i64>) -> usize {
+    items.into_iter().count()
+}
+
+fn main() {}

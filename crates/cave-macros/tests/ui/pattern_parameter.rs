@@ -1,0 +1,6 @@
+#[cave_macros::function(crate = "cave_core")]
+fn add((a, b): (i64, i64)) -> i64 {
+    a + b
+}
+
+fn main() {}

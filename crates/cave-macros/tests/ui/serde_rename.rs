@@ -1,0 +1,8 @@
+#[derive(serde::Serialize, serde::Deserialize, cave_macros::PythonType)]
+#[cave(crate = "cave_core")]
+struct Order {
+    #[serde(rename = "qty")]
+    quantity: u32,
+}
+
+fn main() {}

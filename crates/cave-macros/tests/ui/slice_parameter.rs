@@ -1,0 +1,6 @@
+#[cave_macros::function(crate = "cave_core")]
+fn sum(values: &[i64]) -> i64 {
+    values.iter().sum()
+}
+
+fn main() {}

@@ -1,0 +1,5 @@
+#[derive(serde::Serialize, serde::Deserialize, cave_macros::PythonType)]
+#[cave(crate = "cave_core")]
+struct Point(i64, i64);
+
+fn main() {}
