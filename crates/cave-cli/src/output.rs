@@ -321,6 +321,97 @@ impl<W: Write> Human<W> {
 }
 
 impl<W: Write> Human<W> {
+    /// A sub-agent's event, compact and indented under the execution that runs it: its
+    /// prompt, code, result, answer and stop (its streaming prose is left to its answer).
+    fn nested(&mut self, agent: &str, event: &Event) -> io::Result<()> {
+        if let Event::SubAgent {
+            agent: inner,
+            event,
+        } = event
+        {
+            return self.nested(&format!("{agent} › {inner}"), event);
+        }
+        if std::mem::take(&mut self.live_mid_line) {
+            writeln!(self.out)?;
+        }
+        let bar = self.paint(DIM, "     ┆");
+        let head = format!("{bar} {}", self.paint(BOLD, agent));
+        let lines = |text: &str, max: usize| -> Vec<String> {
+            let all: Vec<&str> = text.lines().collect();
+            let mut shown: Vec<String> = all
+                .iter()
+                .take(max)
+                .map(|l| l.chars().take(SHOWN_CHARS).collect())
+                .collect();
+            if all.len() > max {
+                shown.push(format!("… {} more lines", all.len() - max));
+            }
+            shown
+        };
+        match event {
+            Event::UserPrompt { content, .. } => {
+                writeln!(
+                    self.out,
+                    "{head} {}",
+                    self.paint(BLUE, &format!("> {content}"))
+                )?;
+            }
+            Event::Code { code, .. } => {
+                writeln!(self.out, "{head} {}", self.paint(GREEN, "runs"))?;
+                for line in lines(code, SHOWN_LINES) {
+                    writeln!(self.out, "{bar}     {line}")?;
+                }
+            }
+            Event::ExecutionResult {
+                output, success, ..
+            } => {
+                let (style, label) = if *success {
+                    (DIM, "output")
+                } else {
+                    (RED, "error")
+                };
+                if !output.trim().is_empty() {
+                    writeln!(self.out, "{head} {}", self.paint(style, label))?;
+                    for line in lines(output, 4) {
+                        writeln!(self.out, "{bar}     {line}")?;
+                    }
+                }
+            }
+            Event::SecurityError { message } => {
+                writeln!(self.out, "{head} {}", self.paint(RED, message))?;
+            }
+            Event::ExecutionTimeout { timeout, .. } => {
+                let text = format!("execution stopped after {timeout}s");
+                writeln!(self.out, "{head} {}", self.paint(YELLOW, &text))?;
+            }
+            Event::FinalResponse { content } => {
+                writeln!(self.out, "{head} answers")?;
+                for line in lines(content, SHOWN_LINES) {
+                    writeln!(self.out, "{bar}     {line}")?;
+                }
+            }
+            Event::Stopped {
+                stop_reason,
+                steps,
+                elapsed,
+                ..
+            } => {
+                let text = format!(
+                    "{stop_reason} · {steps} step{} · {elapsed:.1}s",
+                    if *steps == 1 { "" } else { "s" }
+                );
+                let style = if *stop_reason == StopReason::Completed {
+                    DIM
+                } else {
+                    YELLOW
+                };
+                writeln!(self.out, "{head} {}", self.paint(style, &text))?;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
     fn clear_spinner(&mut self) -> io::Result<()> {
         if std::mem::take(&mut self.spinner_drawn) {
             write!(self.out, "\r\x1b[K")?;
@@ -520,6 +611,7 @@ impl<W: Write> Output for Human<W> {
                     &format!("↻ The model call failed{why}; retrying in {delay:.1}s"),
                 )?;
             }
+            Event::SubAgent { agent, event } => self.nested(agent, event)?,
             Event::FinalResponse { .. } => self.flush_prose()?,
             Event::Stopped {
                 stop_reason,

@@ -42,6 +42,62 @@ fn transcript() -> Vec<Event> {
             chunk: ", 3]".into(),
         },
         Event::ExecutionOutput { chunk: "\n".into() },
+        Event::SubAgent {
+            agent: "cleaner".into(),
+            event: Box::new(Event::UserPrompt {
+                content: "Drop the missing values.".into(),
+                format_version: cave_agent::EVENT_FORMAT_VERSION,
+            }),
+        },
+        Event::SubAgent {
+            agent: "cleaner".into(),
+            event: Box::new(Event::Text {
+                content: "I will filter.".into(),
+            }),
+        },
+        Event::SubAgent {
+            agent: "cleaner".into(),
+            event: Box::new(Event::Code {
+                code: "cleaned = [x for x in data if x]\nprint(len(cleaned))".into(),
+                unclosed: false,
+            }),
+        },
+        Event::SubAgent {
+            agent: "cleaner".into(),
+            event: Box::new(Event::ExecutionResult {
+                output: "4\n".into(),
+                success: true,
+                persisted: false,
+                persisted_variable: None,
+                state_lost: false,
+            }),
+        },
+        Event::SubAgent {
+            agent: "cleaner".into(),
+            event: Box::new(Event::SubAgent {
+                agent: "checker".into(),
+                event: Box::new(Event::FinalResponse {
+                    content: "Looks clean.".into(),
+                }),
+            }),
+        },
+        Event::SubAgent {
+            agent: "cleaner".into(),
+            event: Box::new(Event::FinalResponse {
+                content: "Kept 4 values.".into(),
+            }),
+        },
+        Event::SubAgent {
+            agent: "cleaner".into(),
+            event: Box::new(Event::Stopped {
+                content: "Kept 4 values.".into(),
+                stop_reason: StopReason::Completed,
+                steps: 2,
+                elapsed: 0.5,
+                usage: Usage::new(10, 5),
+                error: None,
+            }),
+        },
         Event::ExecutionResult {
             output: "[1, 2, 3]\n".into(),
             success: true,
@@ -297,5 +353,30 @@ fn a_multi_line_string_in_code_stays_a_string() {
     assert!(
         last.contains(&format!("{dim}# a comment")),
         "a real comment: {last:?}"
+    );
+}
+
+#[test]
+fn a_sub_agents_events_are_nested_json_naming_it() {
+    let mut lines = cave_cli::output::JsonLines::new(Vec::new());
+    lines
+        .event(&Event::SubAgent {
+            agent: "analyzer".into(),
+            event: Box::new(Event::Code {
+                code: "print(1)".into(),
+                unclosed: false,
+            }),
+        })
+        .unwrap();
+    let text = String::from_utf8(lines.into_inner()).unwrap();
+    let value: serde_json::Value = serde_json::from_str(text.trim_end()).unwrap();
+    assert_eq!(
+        value,
+        serde_json::json!({"type": "sub_agent", "agent": "analyzer", "event": {"type": "code", "code": "print(1)"}})
+    );
+    // And back: a reader of the stream gets the same event.
+    let back: Event = serde_json::from_value(value).unwrap();
+    assert!(
+        matches!(back, Event::SubAgent { agent, event } if agent == "analyzer" && matches!(*event, Event::Code { .. }))
     );
 }

@@ -283,6 +283,15 @@ pub enum Event {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         reason: Option<String>,
     },
+    /// An event of a sub-agent the model's code is running (see
+    /// [`SubAgent`](crate::SubAgent)), while this agent's execution waits for it. In JSON:
+    /// `{"type": "sub_agent", "agent": "cleaner", "event": {...}}`.
+    SubAgent {
+        /// The sub-agent's name.
+        agent: String,
+        /// Its event (which may itself be a sub-agent's).
+        event: Box<Event>,
+    },
     /// The model's final answer.
     FinalResponse {
         /// The answer (all fragments, when it was resumed after a cut).

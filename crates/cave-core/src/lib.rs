@@ -62,6 +62,7 @@ mod value;
 
 pub use agent::{
     Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES, RunHandle,
+    SubAgent,
 };
 pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, Summarized, TokenAnchor, TokenEstimator,

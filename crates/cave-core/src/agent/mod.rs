@@ -4,9 +4,11 @@
 mod emit;
 mod run;
 mod spawned;
+mod sub;
 
 pub use emit::EventStream;
 pub use spawned::RunHandle;
+pub use sub::SubAgent;
 
 use crate::prompt::{self, TemplateError};
 use crate::{
@@ -39,6 +41,9 @@ pub struct Agent {
     history: Vec<Message>,
     persisted_floor: u64,
     anchor: Option<TokenAnchor>,
+    sub_agents: Vec<Arc<SubAgent>>,
+    /// The sub-agents are bound in the runtime (done at the first run).
+    sub_agents_registered: bool,
 }
 
 /// The agent's resolved settings (see [`AgentBuilder`] for each).
@@ -122,6 +127,11 @@ impl Agent {
         &self.runtime
     }
 
+    /// The sub-agents its code can drive.
+    pub fn sub_agents(&self) -> &[Arc<SubAgent>] {
+        &self.sub_agents
+    }
+
     /// What the model declared about itself.
     pub fn model_info(&self) -> &ModelInfo {
         &self.model_info
@@ -190,6 +200,7 @@ pub struct AgentBuilder {
     python_block_identifier: String,
     skills: Option<String>,
     history: Vec<Message>,
+    sub_agents: Vec<Arc<SubAgent>>,
 }
 
 impl AgentBuilder {
@@ -216,7 +227,16 @@ impl AgentBuilder {
             python_block_identifier: "python".to_owned(),
             skills: None,
             history: Vec::new(),
+            sub_agents: Vec::new(),
         }
+    }
+
+    /// Gives the agent's code another agent to drive (see [`SubAgent`]): bound in the runtime
+    /// under its name at the first run, its events shown nested while this agent's code runs,
+    /// its run cancelled with this agent's execution.
+    pub fn sub_agent(&mut self, sub_agent: Arc<SubAgent>) -> &mut Self {
+        self.sub_agents.push(sub_agent);
+        self
     }
 
     /// The `<skills>` section of the system prompt (a `- name: description` line per skill,
@@ -400,6 +420,8 @@ impl AgentBuilder {
             },
             history: self.history.clone(),
             anchor: None,
+            sub_agents: self.sub_agents.clone(),
+            sub_agents_registered: self.sub_agents.is_empty(),
         })
     }
 }

@@ -71,6 +71,11 @@ impl Resources {
         });
         self
     }
+    /// Adds every resource of `other`.
+    pub fn with(mut self, other: Resources) -> Self {
+        self.items.extend(other.items);
+        self
+    }
     /// The resources, in the order they were added.
     pub fn items(&self) -> &[Resource] {
         &self.items

@@ -1,6 +1,7 @@
 //! Running the model's code: the policy, the runtime, the time limit, and shaping output.
 
 use super::*;
+use crate::agent::sub::LinkScope;
 
 /// Forwards live output into the run as `ExecutionOutput` events.
 pub(super) struct ChannelSink(mpsc::UnboundedSender<String>);
@@ -42,6 +43,11 @@ impl Run<'_> {
             .config
             .max_exec_timeout
             .map(|t| tokio::time::Instant::now() + t);
+        // Sub-agents the code runs send their events here; they are cancelled when this
+        // execution ends, however it ends.
+        let (nested_sender, mut nested) = mpsc::unbounded_channel();
+        let _links = (!self.agent.sub_agents.is_empty())
+            .then(|| LinkScope::new(&self.agent.sub_agents, nested_sender));
         self.executing = true;
         let execution = runtime.execute(code, &sink);
         tokio::pin!(execution);
@@ -50,6 +56,7 @@ impl Run<'_> {
                 biased;
                 result = &mut execution => break Some(result),
                 Some(chunk) = live.recv() => self.emit.emit(Event::ExecutionOutput { chunk }).await,
+                Some(event) = nested.recv() => self.emit.emit(event).await,
                 () = sleep_until(deadline) => break None,
             }
         };
@@ -59,6 +66,9 @@ impl Run<'_> {
         self.executing = false;
         while let Ok(chunk) = live.try_recv() {
             self.emit.emit(Event::ExecutionOutput { chunk }).await;
+        }
+        while let Ok(event) = nested.try_recv() {
+            self.emit.emit(event).await;
         }
         let execution = result.map_err(Failure::Runtime)?;
         let success = execution.success();

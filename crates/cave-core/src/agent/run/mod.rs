@@ -16,8 +16,8 @@ use crate::prompt;
 use crate::shape::persisted_marker;
 use crate::{
     ChatMessage, ChatRequest, ChatRole, Event, FenceParser, FinishReason, Interruption, Message,
-    ModelError, ModelErrorKind, OutputSink, PersistedOutput, RuntimeError, Status, StopError,
-    StopErrorKind, StopReason, TokenAnchor, Usage, Value,
+    ModelError, ModelErrorKind, OutputSink, PersistedOutput, Resources, RuntimeError, Status,
+    StopError, StopErrorKind, StopReason, TokenAnchor, Usage, Value,
 };
 use futures_util::{FutureExt, StreamExt};
 use std::panic::AssertUnwindSafe;
@@ -171,6 +171,24 @@ impl<'a> Run<'a> {
         }
     }
 
+    /// Binds the sub-agents in the runtime, once (before the first prompt, which lists them).
+    async fn register_sub_agents(&mut self) -> Result<(), Failure> {
+        if self.agent.sub_agents_registered {
+            return Ok(());
+        }
+        let mut batch = Resources::new();
+        for sub in &self.agent.sub_agents {
+            batch = batch.with(sub.binding());
+        }
+        self.agent
+            .runtime
+            .register(batch)
+            .await
+            .map_err(Failure::Runtime)?;
+        self.agent.sub_agents_registered = true;
+        Ok(())
+    }
+
     fn interrupt_execution(&mut self) -> Option<Interruption> {
         if !std::mem::take(&mut self.executing) {
             return None;
@@ -181,6 +199,7 @@ impl<'a> Run<'a> {
     }
 
     async fn body(&mut self, prompt: String) -> Result<StopReason, Failure> {
+        self.register_sub_agents().await?;
         let system = self.agent.system_prompt();
         let history = &mut self.agent.history;
         match history.first_mut() {
