@@ -1,11 +1,19 @@
 //! The README's hello world: the model reverses a secret with a host function, in a real
-//! embedded Python, with a scripted model so it runs offline.
+//! embedded Python.
 //!
-//! Run with `cargo run -p cave-agent --example hello --features testing`.
+//! Offline, with the model's answers scripted: `cargo run -p cave-agent --example hello
+//! --features testing`. With `LLM_MODEL_ID` (and `LLM_BASE_URL`, `LLM_API_KEY`) set, a real
+//! model does it.
 
-use cave_agent::testing::{Reply, ScriptedModel};
-use cave_agent::{Agent, Event, InProcRuntime, Resources, Runtime, RuntimeExt, Value, Variable};
+#[path = "common/mod.rs"]
+mod common;
+
+use cave_agent::testing::Reply;
+use cave_agent::{
+    Agent, Event, InProcRuntime, Model, Resources, Runtime, RuntimeExt, Value, Variable,
+};
 use futures_util::StreamExt;
+use std::sync::Arc;
 
 /// Reverse a string.
 #[cave_agent::function]
@@ -13,8 +21,18 @@ fn reverse(text: String) -> String {
     text.chars().rev().collect()
 }
 
-#[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// What a model would write.
+fn script() -> Vec<Reply> {
+    vec![
+        Reply::text(
+            "I'll use the host function.\n```python\nanswer = reverse(secret)\nprint(answer)\n```",
+        ),
+        Reply::text("The secret reads: Hello world!"),
+    ]
+}
+
+/// Runs the request; returns what the host reads back from `answer`.
+async fn run(model: Arc<dyn Model>) -> Result<String, Box<dyn std::error::Error>> {
     let runtime = InProcRuntime::new()?;
     runtime
         .register(
@@ -30,14 +48,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ),
         )
         .await?;
-
-    // What a model would write; a real one comes from cave-models.
-    let model = ScriptedModel::new([
-        Reply::text(
-            "I'll use the host function.\n```python\nanswer = reverse(secret)\nprint(answer)\n```",
-        ),
-        Reply::text("The secret reads: Hello world!"),
-    ]);
     let mut agent = Agent::builder(model, runtime.clone()).build()?;
     let mut events = agent.stream("Reverse the secret and store it in `answer`.");
     while let Some(event) = events.next().await {
@@ -48,8 +58,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     drop(events);
-    let answer: String = runtime.retrieve_as("answer").await?;
+    Ok(runtime.retrieve_as("answer").await?)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let answer = run(common::model(script)).await?;
     eprintln!("the host reads back: {answer}");
-    assert_eq!(answer, "Hello world!");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_host_reads_the_reversed_secret() {
+        let model = Arc::new(cave_agent::testing::ScriptedModel::new(script()));
+        assert_eq!(run(model).await.unwrap(), "Hello world!");
+    }
 }

@@ -64,3 +64,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn runs_offline() {
+        // Its own assertions: the first run's answer, the cancelled second run.
+        super::main().unwrap();
+    }
+}
