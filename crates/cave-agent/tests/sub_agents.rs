@@ -270,3 +270,49 @@ async fn a_sub_agent_sharing_the_in_process_runtime_fails_clearly() {
         "{outer}"
     );
 }
+
+/// The other way round: the orchestrator's code runs in a child process, the sub-agent's in
+/// this one; the call crosses the process boundary and the events still arrive nested.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_orchestrator_drives_an_in_process_sub_agent() {
+    let helper_runtime = InProcRuntime::new().expect("python");
+    let helper = SubAgent::new(
+        "helper",
+        "Squares numbers.",
+        Agent::builder(
+            ScriptedModel::new([
+                code("squares = [n * n for n in numbers]\nprint(squares)"),
+                Reply::text("Squared them."),
+            ]),
+            helper_runtime.clone(),
+        )
+        .build()
+        .expect("builds"),
+    );
+    let runtime = KernelRuntime::new().expect("python");
+    let mut orchestrator = Agent::builder(
+        ScriptedModel::new([
+            code("helper.set('numbers', [1, 2, 3])\nprint(helper.run('Square the numbers.'), helper.get('squares'))"),
+            Reply::text("Done."),
+        ]),
+        runtime.clone(),
+    )
+    .sub_agent(helper)
+    .build()
+    .expect("builds");
+    let events: Vec<Event> = orchestrator.stream("Square 1, 2, 3.").collect().await;
+    let output = events
+        .iter()
+        .find_map(|e| match e {
+            Event::ExecutionResult { output, .. } => Some(output.as_str()),
+            _ => None,
+        })
+        .expect("the orchestrator's execution");
+    assert_eq!(output, "Squared them. [1, 4, 9]\n");
+    assert!(events.iter().any(|e| matches!(e, Event::SubAgent { agent, event } if agent == "helper" && matches!(&**event, Event::Code { .. }))));
+    assert_eq!(
+        helper_runtime.get("squares").await.expect("bound"),
+        Value::List(vec![1.into(), 4.into(), 9.into()])
+    );
+    runtime.stop().await;
+}

@@ -3,7 +3,7 @@
 use super::Agent;
 use crate::{
     Args, Event, HostError, HostObject, Method, ObjectBinding, Param, Resources, Runtime,
-    Signature, StopReason, Value, Variable,
+    RuntimeError, Signature, StopReason, Value, Variable,
 };
 use std::sync::{Arc, Mutex, PoisonError};
 use tokio::sync::mpsc;
@@ -152,16 +152,16 @@ impl SubAgent {
     }
 
     async fn set(&self, name: String, value: Value) -> Result<Value, HostError> {
-        let registered = self.runtime.update(&name, value.clone()).await;
-        match registered {
+        match self.runtime.update(&name, value.clone()).await {
             Ok(()) => Ok(Value::None),
             // Not one of its variables yet: it becomes one, described in its prompt.
-            Err(_) => self
+            Err(RuntimeError::UnknownVariable { .. }) => self
                 .runtime
                 .register(Resources::new().variable(Variable::new(name, value)))
                 .await
                 .map(|()| Value::None)
                 .map_err(|e| HostError::new("ValueError", e.to_string())),
+            Err(e) => Err(HostError::new("ValueError", e.to_string())),
         }
     }
 
