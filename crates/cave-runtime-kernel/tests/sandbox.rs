@@ -1,0 +1,227 @@
+//! The escape corpus: each attempt fails in the strict sandbox (and the failure is the
+//! sandbox's), and the same cells succeed with the sandbox off where doing so is harmless to
+//! the machine. Layers this machine lacks are reported unavailable, and their cases skip with
+//! the reason printed.
+
+use cave_core::testing::contract::run;
+use cave_runtime_kernel::{
+    KernelConfig, KernelRuntime, LayerState, Limits, Sandbox, sandbox_support,
+};
+use std::io::Write;
+
+/// Why a layer cannot be tested here, if it cannot.
+fn unavailable(name: &str) -> Option<String> {
+    sandbox_support()
+        .into_iter()
+        .find(|l| l.name == name)
+        .and_then(|l| match l.state {
+            LayerState::Unavailable(why) => Some(why),
+            _ => None,
+        })
+}
+
+fn skip(name: &str) -> bool {
+    match unavailable(name) {
+        Some(why) => {
+            eprintln!("skipped: the {name} layer is unavailable here: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+fn strict() -> KernelRuntime {
+    KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .sandbox(Sandbox::strict())
+            .limits(Limits::default().processes(32).memory(512 << 20)),
+    )
+    .expect("python")
+}
+
+fn open() -> KernelRuntime {
+    KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python")
+}
+
+/// A file outside any directory the sandbox allows.
+struct Outside {
+    dir: std::path::PathBuf,
+}
+
+impl Outside {
+    fn new(tag: &str) -> Outside {
+        let dir = std::env::temp_dir().join(format!("cave-escape-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut file = std::fs::File::create(dir.join("secret.txt")).unwrap();
+        file.write_all(b"the host's secret").unwrap();
+        Outside { dir }
+    }
+    fn secret(&self) -> String {
+        self.dir.join("secret.txt").display().to_string()
+    }
+    fn target(&self) -> String {
+        self.dir.join("written.txt").display().to_string()
+    }
+}
+
+impl Drop for Outside {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Runs `code`, which prints one word: what happened.
+async fn outcome(rt: &KernelRuntime, code: &str) -> String {
+    let out = run(rt, code).await;
+    assert!(
+        out.error.is_none(),
+        "the probe itself failed: {}",
+        out.output
+    );
+    out.output.trim().to_owned()
+}
+
+const CONNECT: &str = "import socket\ntry:\n    s = socket.create_connection(('127.0.0.1', PORT), timeout=2)\n    s.close()\n    print('connected')\nexcept OSError as e:\n    print('refused', type(e).__name__)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_tcp_connection_to_the_host() {
+    if skip("network") {
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port().to_string();
+    let code = CONNECT.replace("PORT", &port);
+    let rt = strict();
+    assert!(outcome(&rt, &code).await.starts_with("refused"));
+    rt.stop().await;
+    let rt = open();
+    assert_eq!(outcome(&rt, &code).await, "connected");
+    rt.stop().await;
+}
+
+const READ: &str = "try:\n    print(open(PATH).read()[:3])\nexcept OSError as e:\n    print('denied', type(e).__name__)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_reading_outside_the_work_directory() {
+    if skip("filesystem") {
+        return;
+    }
+    let outside = Outside::new("read");
+    let code = READ.replace("PATH", &format!("{:?}", outside.secret()));
+    let rt = strict();
+    assert_eq!(outcome(&rt, &code).await, "denied PermissionError");
+    let shadow = READ.replace("PATH", "'/etc/shadow'");
+    assert_eq!(outcome(&rt, &shadow).await, "denied PermissionError");
+    // The host's environment, through /proc, is out of reach too.
+    let environ = READ.replace("PATH", "f'/proc/{__import__(\"os\").getppid()}/environ'");
+    assert!(outcome(&rt, &environ).await.starts_with("denied"));
+    // Its own directory works.
+    let own = run(
+        &rt,
+        "open('notes.txt', 'w').write('mine')\nprint(open('notes.txt').read())",
+    )
+    .await;
+    assert_eq!(own.output, "mine\n", "{}", own.output);
+    rt.stop().await;
+    let rt = open();
+    assert_eq!(outcome(&rt, &code).await, "the");
+    rt.stop().await;
+}
+
+const WRITE: &str = "try:\n    open(PATH, 'w').write('x')\n    print('written')\nexcept OSError as e:\n    print('denied', type(e).__name__)";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_writing_outside_the_work_directory() {
+    if skip("filesystem") {
+        return;
+    }
+    let outside = Outside::new("write");
+    let code = WRITE.replace("PATH", &format!("{:?}", outside.target()));
+    let rt = strict();
+    assert_eq!(outcome(&rt, &code).await, "denied PermissionError");
+    assert!(!std::path::Path::new(&outside.target()).exists());
+    rt.stop().await;
+    let rt = open();
+    assert_eq!(outcome(&rt, &code).await, "written");
+    rt.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_ptrace_no_mount() {
+    if skip("syscalls") {
+        return;
+    }
+    let rt = strict();
+    let code = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nr = libc.ptrace(16, os.getppid(), None, None)\nprint('ptrace', r, os.strerror(ctypes.get_errno()))\nr = libc.mount(b'none', b'.', b'tmpfs', 0, None)\nprint('mount', r, os.strerror(ctypes.get_errno()))";
+    let out = run(&rt, code).await;
+    assert_eq!(
+        out.output, "ptrace -1 Operation not permitted\nmount -1 Operation not permitted\n",
+        "{}",
+        out.output
+    );
+    rt.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_raising_a_limit() {
+    let rt = strict();
+    let code = "import resource\nsoft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\ntry:\n    resource.setrlimit(resource.RLIMIT_NOFILE, (hard + 1, hard + 1))\n    print('raised')\nexcept (ValueError, OSError) as e:\n    print('refused', type(e).__name__)";
+    assert!(outcome(&rt, code).await.starts_with("refused"));
+    rt.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_forking_past_the_process_limit() {
+    let rt = strict();
+    let code = "import os, time\nkids = []\ntry:\n    for _ in range(100):\n        pid = os.fork()\n        if pid == 0:\n            time.sleep(5)\n            os._exit(0)\n        kids.append(pid)\n    print('forked', len(kids))\nexcept OSError as e:\n    print('stopped', type(e).__name__)\nfinally:\n    for pid in kids:\n        os.kill(pid, 9)\n        os.waitpid(pid, 0)";
+    assert_eq!(outcome(&rt, code).await, "stopped BlockingIOError");
+    rt.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_allocating_past_the_memory_limit() {
+    let rt = strict();
+    let out = run(&rt, "block = bytearray(2 << 30)\nprint('allocated')").await;
+    let error = out.error.expect("the allocation fails");
+    assert!(
+        error.python_type == "MemoryError" || error.message.contains("out of memory"),
+        "{error:?}"
+    );
+    rt.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_api_key_in_the_child() {
+    let rt = strict();
+    let code = "import os\nprint(sorted(k for k in os.environ if 'KEY' in k or 'TOKEN' in k))";
+    assert_eq!(outcome(&rt, code).await, "[]");
+    rt.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_layer_is_reported() {
+    let rt = strict();
+    rt.start().await.expect("starts");
+    let layers = rt.sandbox_layers().await.expect("started");
+    let names: Vec<&str> = layers.iter().map(|l| l.name).collect();
+    assert_eq!(names, ["network", "filesystem", "syscalls", "no_new_privs"]);
+    for layer in &layers {
+        eprintln!("{layer}");
+        assert!(!matches!(layer.state, LayerState::Off), "{layer}");
+    }
+    // Python works as usual inside.
+    let out = run(&rt, "import json, decimal, sqlite3\nprint(json.dumps({'a': decimal.Decimal('1.5').as_integer_ratio()}))").await;
+    assert_eq!(out.output, "{\"a\": [3, 2]}\n", "{}", out.output);
+    rt.stop().await;
+    let rt = open();
+    rt.start().await.expect("starts");
+    assert!(
+        rt.sandbox_layers()
+            .await
+            .expect("started")
+            .iter()
+            .all(|l| l.state == LayerState::Off)
+    );
+    rt.stop().await;
+}
