@@ -18,7 +18,12 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 
 /// Runs the command; returns how `cave` exits.
-pub fn run(cli: Cli, api_key: Option<ApiKey>, key_text: Option<String>) -> Exit {
+pub fn run(
+    cli: Cli,
+    api_key: Option<ApiKey>,
+    key_text: Option<String>,
+    secrets: config::TakenSecrets,
+) -> Exit {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -33,9 +38,10 @@ pub fn run(cli: Cli, api_key: Option<ApiKey>, key_text: Option<String>) -> Exit 
         Command::Run(args) => (&args.common, Some(args.prompts.clone())),
         Command::Chat(args) => (&args.common, None),
         Command::Skills(command) => return skills_command(command),
+        Command::Doctor => return doctor(),
     };
     let redactor = Redactor(key_text);
-    let session = config::resolve(common, api_key)
+    let session = config::resolve(common, api_key, &secrets)
         .and_then(|config| rt.block_on(Session::build(config, &redactor)));
     let mut session = match session {
         Ok(session) => session,
@@ -173,10 +179,20 @@ impl Session {
             RuntimeChoice::InProc => Backend::InProc(
                 InProcRuntime::new().context("the in-process Python runtime could not start")?,
             ),
-            RuntimeChoice::Kernel(config) => Backend::Kernel(
-                KernelRuntime::with_config(*config)
-                    .context("the kernel runtime could not be set up")?,
-            ),
+            RuntimeChoice::Kernel(config) => {
+                let sandboxed = !config.sandbox.is_off();
+                let rt = KernelRuntime::with_config(*config)
+                    .context("the kernel runtime could not be set up")?;
+                if sandboxed {
+                    // Started now, so that every layer is reported before the model runs.
+                    rt.start()
+                        .await
+                        .context("the sandboxed kernel runtime could not start")?;
+                    let layers = rt.sandbox_layers().await.unwrap_or_default();
+                    eprintln!("cave: sandbox: {}", sandbox_summary(&layers));
+                }
+                Backend::Kernel(rt)
+            }
         };
         let resources = variables
             .into_iter()
@@ -448,6 +464,38 @@ impl Session {
 }
 
 /// `cave skills list|validate PATH`: reads and checks skills, runs nothing.
+/// `network active, filesystem unavailable (why), …`.
+fn sandbox_summary(layers: &[cave_agent::kernel::Layer]) -> String {
+    use cave_agent::kernel::LayerState;
+    layers
+        .iter()
+        .map(|layer| match &layer.state {
+            LayerState::Active(_) => format!("{} active", layer.name),
+            LayerState::Unavailable(why) => format!("{} UNAVAILABLE ({why})", layer.name),
+            _ => format!("{} off", layer.name),
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `cave doctor`.
+fn doctor() -> Exit {
+    println!("Sandbox layers of the kernel runtime on this machine (--sandbox strict):");
+    for layer in cave_agent::kernel::sandbox_support() {
+        match &layer.state {
+            cave_agent::kernel::LayerState::Active(how) => {
+                println!("  {}: supported ({how})", layer.name);
+            }
+            _ => println!("  {layer}"),
+        }
+    }
+    match KernelRuntime::new() {
+        Ok(rt) => println!("Python: {}", rt.python().display()),
+        Err(e) => println!("Python: {e}"),
+    }
+    Exit::Completed
+}
+
 fn skills_command(command: &SkillsCommand) -> Exit {
     let (path, list) = match command {
         SkillsCommand::List { path } => (path, true),

@@ -24,6 +24,9 @@ pub enum Command {
     /// Inspect Agent Skills (SKILL.md) without running anything.
     #[command(subcommand)]
     Skills(SkillsCommand),
+    /// Say what this machine supports: the kernel runtime's sandbox layers (with the reason
+    /// for each one it lacks) and the Python found.
+    Doctor,
 }
 
 /// `cave skills`.
@@ -76,6 +79,16 @@ pub enum Provider {
 pub enum PolicyPreset {
     /// `SecurityPolicy::strict()`.
     Strict,
+}
+
+/// How the kernel runtime's child is isolated.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SandboxMode {
+    /// Every layer this machine supports: no network, files only in its work directory
+    /// (read-only where Python lives), dangerous system calls refused, no new privileges.
+    Strict,
+    /// No sandbox: the child can do what this user can.
+    Off,
 }
 
 /// Where the model's code runs.
@@ -137,6 +150,11 @@ pub struct CommonArgs {
     /// A variable's description for the model: NAME=TEXT (repeatable).
     #[arg(long = "var-desc", value_name = "NAME=TEXT", help_heading = "Runtime")]
     pub var_descs: Vec<String>,
+    /// A secret for the model's code: NAME=ENVVAR binds the value of the environment variable
+    /// ENVVAR as NAME; every occurrence of it (and of its repr, JSON, base64 and hex forms) is
+    /// shown as [redacted: NAME] (repeatable).
+    #[arg(long = "secret", value_name = "NAME=ENVVAR", help_heading = "Runtime")]
+    pub secrets: Vec<String>,
     /// Agent Skills to offer the model: a SKILL.md, a skill's directory, or a directory of
     /// skills (repeatable).
     #[arg(long = "skills", value_name = "PATH", help_heading = "Runtime")]
@@ -167,6 +185,10 @@ pub struct CommonArgs {
     /// Kernel runtime: no spare process (reset and crash recovery then wait for a cold start).
     #[arg(long, help_heading = "Runtime")]
     pub no_spare: bool,
+    /// Kernel runtime: the child's sandbox [default: strict]; `cave doctor` says which layers
+    /// this machine supports.
+    #[arg(long, value_name = "MODE", help_heading = "Runtime")]
+    pub sandbox: Option<SandboxMode>,
 
     /// Refuse code importing these modules and their submodules (comma-separated, repeatable).
     #[arg(

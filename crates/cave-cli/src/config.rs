@@ -1,10 +1,10 @@
 //! Arguments and environment, resolved into a clap-free configuration. The only place that
 //! reads environment variables and input files.
 
-use crate::args::{CommonArgs, PolicyPreset, Provider, RuntimeKind};
+use crate::args::{CommonArgs, PolicyPreset, Provider, RuntimeKind, SandboxMode};
 use anyhow::{Context, bail};
 use cave_agent::SecurityPolicy;
-use cave_agent::kernel::{KernelConfig, Limits};
+use cave_agent::kernel::{KernelConfig, Limits, Sandbox};
 use cave_agent::models::{ApiKey, ModelConfig};
 use cave_agent::{Value, Variable};
 use std::path::PathBuf;
@@ -110,8 +110,70 @@ pub fn take_api_key() -> Option<String> {
     key
 }
 
-/// Resolves the shared options. `api_key` was taken from the environment at start-up.
-pub fn resolve(args: &CommonArgs, api_key: Option<ApiKey>) -> anyhow::Result<Config> {
+/// The values of the environment variables `--secret NAME=ENVVAR` names, taken out of the
+/// process environment (so that code in the in-process runtime cannot read them there).
+#[derive(Default)]
+pub struct TakenSecrets(Vec<(String, Option<String>)>);
+
+impl std::fmt::Debug for TakenSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.0.iter().map(|(n, _)| n.as_str()).collect();
+        f.debug_tuple("TakenSecrets").field(&names).finish()
+    }
+}
+
+/// Reads and removes the variables `--secret` names. Call it in `main` right after parsing,
+/// while the process has a single thread.
+pub fn take_secrets(cli: &crate::args::Cli) -> TakenSecrets {
+    let common = match &cli.command {
+        crate::args::Command::Run(args) => &args.common,
+        crate::args::Command::Chat(args) => &args.common,
+        _ => return TakenSecrets::default(),
+    };
+    let mut taken = Vec::new();
+    for arg in &common.secrets {
+        let Some((_, env)) = arg.split_once('=') else {
+            continue;
+        };
+        let value = std::env::var(env).ok().filter(|v| !v.is_empty());
+        // SAFETY: called from `main` before any thread starts.
+        unsafe { std::env::remove_var(env) };
+        taken.push((env.to_owned(), value));
+    }
+    TakenSecrets(taken)
+}
+
+/// `--secret NAME=ENVVAR` as secret variables.
+fn secret_variables(args: &CommonArgs, taken: &TakenSecrets) -> anyhow::Result<Vec<Variable>> {
+    args.secrets
+        .iter()
+        .map(|arg| {
+            let (name, env) = arg
+                .split_once('=')
+                .filter(|(n, e)| !n.is_empty() && !e.is_empty())
+                .with_context(|| format!("--secret expects NAME=ENVVAR, got {arg:?}"))?;
+            let value = taken
+                .0
+                .iter()
+                .find(|(e, _)| e == env)
+                .and_then(|(_, v)| v.clone())
+                .with_context(|| {
+                    format!(
+                        "--secret {arg}: the environment variable {env} is not set (or is empty)"
+                    )
+                })?;
+            Ok(Variable::secret(name, value))
+        })
+        .collect()
+}
+
+/// Resolves the shared options. `api_key` and the `--secret` values were taken from the
+/// environment at start-up.
+pub fn resolve(
+    args: &CommonArgs,
+    api_key: Option<ApiKey>,
+    secrets: &TakenSecrets,
+) -> anyhow::Result<Config> {
     let model = match &args.replay {
         Some(path) => ModelSource::Replay(path.clone()),
         None => {
@@ -165,6 +227,7 @@ pub fn resolve(args: &CommonArgs, api_key: Option<ApiKey>) -> anyhow::Result<Con
             .with_context(|| format!("--var-desc names {name:?}, which no --var defines"))?;
         variable.description = Some(text.to_owned());
     }
+    variables.extend(secret_variables(args, secrets)?);
     let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
         Duration::try_from_secs_f64(s)
             .map_err(|_| anyhow::anyhow!("{flag} must be a number of seconds ≥ 0, not {s}"))
@@ -234,6 +297,7 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
         ("--max-processes", args.max_processes.is_some()),
         ("--max-file-size", args.max_file_size.is_some()),
         ("--no-spare", args.no_spare),
+        ("--sandbox", args.sandbox.is_some()),
     ];
     match args.runtime {
         RuntimeKind::Inproc => {
@@ -267,7 +331,14 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
             if let Some(bytes) = args.max_file_size {
                 limits = limits.file_size(bytes);
             }
-            let mut config = KernelConfig::new().limits(limits).spare(!args.no_spare);
+            let sandbox = match args.sandbox.unwrap_or(SandboxMode::Strict) {
+                SandboxMode::Strict => Sandbox::strict(),
+                SandboxMode::Off => Sandbox::off(),
+            };
+            let mut config = KernelConfig::new()
+                .limits(limits)
+                .spare(!args.no_spare)
+                .sandbox(sandbox);
             if let Some(python) = &args.python {
                 config = config.python(python);
             }

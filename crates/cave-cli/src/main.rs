@@ -8,7 +8,10 @@ use std::process::ExitCode;
 fn main() -> ExitCode {
     let key = cave_cli::config::take_api_key();
     let exit = match Cli::try_parse() {
-        Ok(cli) => cave_cli::app::run(cli, key.clone().map(ApiKey::new), key),
+        Ok(cli) => {
+            let secrets = cave_cli::config::take_secrets(&cli);
+            cave_cli::app::run(cli, key.clone().map(ApiKey::new), key, secrets)
+        }
         Err(e) => {
             let _ = e.print();
             if e.use_stderr() {

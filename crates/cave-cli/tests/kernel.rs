@@ -192,3 +192,141 @@ fn kernel_options_need_the_kernel_runtime() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("K, M, G or T"));
 }
+
+/// The kernel runtime is sandboxed by default: the model's code cannot read a file the test
+/// puts outside its work directory; `--sandbox off` lets it. The layers are reported on
+/// stderr, and `cave doctor` lists what the machine supports.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_kernel_is_sandboxed_by_default() {
+    let dir = std::env::temp_dir().join(format!("cave-cli-sandbox-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    let secret = dir.join("secret.txt");
+    std::fs::write(&secret, "hunter2").expect("writes");
+    let code = format!(
+        "try:\n    print(open({:?}).read())\nexcept OSError as e:\n    print(type(e).__name__)",
+        secret.display().to_string()
+    );
+    let mut outputs = Vec::new();
+    for sandbox in [None, Some("off")] {
+        let server =
+            TestServer::start([answer(&block(&code), 8, "stop"), answer("Done.", 8, "stop")]).await;
+        let mut args = vec!["Read it."];
+        if let Some(mode) = sandbox {
+            args.splice(0..0, ["--sandbox", mode]);
+        }
+        let out = cave(&server, &args);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        let events = events(&out);
+        outputs.push((
+            results(&events)[0]["output"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+            stderr,
+        ));
+    }
+    let doctor = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .arg("doctor")
+        .output()
+        .expect("runs");
+    let listed = String::from_utf8_lossy(&doctor.stdout);
+    let filesystem_supported = listed.contains("filesystem: supported");
+    if filesystem_supported {
+        assert_eq!(outputs[0].0, "PermissionError\n");
+        assert!(
+            outputs[0].1.contains("cave: sandbox: network"),
+            "{}",
+            outputs[0].1
+        );
+    } else {
+        eprintln!("skipped the sandboxed read: {listed}");
+    }
+    assert_eq!(outputs[1].0, "hunter2\n");
+    assert!(!outputs[1].1.contains("cave: sandbox"), "{}", outputs[1].1);
+    for layer in ["network", "filesystem", "syscalls", "no_new_privs"] {
+        assert!(listed.contains(&format!("  {layer}: ")), "{listed}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sandbox_is_a_kernel_option() {
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["run", "--sandbox", "off", "--replay", "/nonexistent", "x"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--sandbox applies to the kernel runtime"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `--secret NAME=ENVVAR`: the code uses the value; stdout never shows it; a missing
+/// variable is a usage error naming it. On both runtimes.
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_from_the_environment_are_redacted() {
+    const VALUE: &str = "ghp-0123456789abcdef";
+    for runtime in ["kernel", "inproc"] {
+        let server = TestServer::start([
+            answer(
+                &block("import os\nprint(TOKEN, len(TOKEN), os.environ.get('CAVE_TEST_TOKEN'))"),
+                8,
+                "stop",
+            ),
+            answer("Done.", 8, "stop"),
+        ])
+        .await;
+        let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+            .args([
+                "run",
+                "--json",
+                "--runtime",
+                runtime,
+                "--secret",
+                "TOKEN=CAVE_TEST_TOKEN",
+                "Use it.",
+            ])
+            .env("LLM_MODEL_ID", "test-model")
+            .env("LLM_BASE_URL", server.base_url())
+            .env("LLM_API_KEY", KEY)
+            .env("CAVE_TEST_TOKEN", VALUE)
+            .output()
+            .expect("runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(!stdout.contains(VALUE), "{stdout}");
+        let events = events(&out);
+        // The value, its length known to the code; the variable gone from the environment.
+        assert_eq!(
+            results(&events)[0]["output"],
+            "[redacted: TOKEN] 20 None\n",
+            "{runtime}"
+        );
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args([
+            "run",
+            "--replay",
+            "/nonexistent",
+            "--secret",
+            "TOKEN=CAVE_TEST_UNSET",
+            "x",
+        ])
+        .env_remove("CAVE_TEST_UNSET")
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("CAVE_TEST_UNSET is not set"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -51,6 +51,7 @@ mod model;
 mod parser;
 mod policy;
 pub mod prompt;
+mod redact;
 mod registry;
 mod resource;
 mod runtime;
@@ -78,6 +79,7 @@ pub use model::{
 };
 pub use parser::{FenceParser, Parsed};
 pub use policy::{CodePolicy, Violation, ViolationKind};
+pub use redact::{MIN_SECRET_CHARS, SecretRedactor, StreamRedaction};
 pub use registry::{Entry, Registry, unique_prefix};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,

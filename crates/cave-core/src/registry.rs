@@ -118,6 +118,20 @@ impl Registry {
         Some(self.entries.remove(at))
     }
 
+    /// The `(name, value)` of every secret variable, for redaction.
+    pub fn secrets(&self) -> Vec<(String, String)> {
+        self.entries
+            .iter()
+            .filter_map(|e| match &e.resource {
+                Resource::Variable(v) if v.secret => match &v.value {
+                    Value::Str(text) => Some((e.name.clone(), text.clone())),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Every entry, in registration order.
     pub fn entries(&self) -> &[Entry] {
         &self.entries
@@ -191,6 +205,17 @@ impl Registry {
                     found: found.to_owned(),
                 });
             }
+        }
+        if variable.secret
+            && !matches!(&value, Value::Str(t) if t.chars().count() >= crate::MIN_SECRET_CHARS)
+        {
+            return Err(RuntimeError::InvalidResource {
+                name: name.to_owned(),
+                problem: format!(
+                    "a secret stays a string of at least {} characters",
+                    crate::MIN_SECRET_CHARS
+                ),
+            });
         }
         variable.value = value;
         Ok(key)
@@ -290,6 +315,17 @@ fn check_shape(resource: &Resource) -> Result<(), RuntimeError> {
         Ok(())
     };
     match resource {
+        Resource::Variable(v) if v.secret => match &v.value {
+            Value::Str(text) if text.chars().count() >= crate::MIN_SECRET_CHARS => Ok(()),
+            Value::Str(_) => Err(invalid(format!(
+                "a secret needs at least {} characters to be told apart from ordinary output",
+                crate::MIN_SECRET_CHARS
+            ))),
+            other => Err(invalid(format!(
+                "a secret is a string, not {}",
+                other.python_type()
+            ))),
+        },
         Resource::Function(f) => check_params(&f.signature.params),
         Resource::Object(o) => {
             for m in o.object.methods() {

@@ -43,6 +43,12 @@ pub trait Runtime: Send + Sync {
     /// The value of any bound name (`None` is a value, not absence).
     async fn get(&self, name: &str) -> Result<Value, RuntimeError>;
 
+    /// The `(name, value)` of each registered secret variable ([`Variable::secret`](crate::Variable::secret)),
+    /// for the agent to redact. Default: none (a runtime without a registry keeps no secrets).
+    fn secrets(&self) -> Vec<(String, String)> {
+        Vec::new()
+    }
+
     /// Binds `value` to the first free name `{prefix}_{n}` with `n >= start` that was never
     /// handed out before, and returns it. The check and the binding are one step; the binding
     /// survives `reset`.
@@ -349,6 +355,9 @@ macro_rules! forward_runtime {
             }
             async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
                 (**self).get(name).await
+            }
+            fn secrets(&self) -> Vec<(String, String)> {
+                (**self).secrets()
             }
             async fn bind_unique(&self, prefix: &str, value: Value, start: u64) -> Result<String, RuntimeError> {
                 (**self).bind_unique(prefix, value, start).await

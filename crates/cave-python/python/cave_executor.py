@@ -665,25 +665,38 @@ def _used_classes(exports):
     return usable
 
 
-def load_exports(path):
+def load_exports(path, source=None):
     """Runs a Python file as a module and returns what it exports.
 
-    With `__exports__` (a list of `Function`, `Variable`, `Type` from `cave_agent.runtime`),
-    exactly those; otherwise its public top-level functions and classes defined in it.
+    `source`, when given, is the file's text as the host read it (a sandboxed process may not
+    read the file itself); `path` then only names it in tracebacks. With `__exports__` (a list
+    of `Function`, `Variable`, `Type` from `cave_agent.runtime`), exactly those; otherwise its
+    public top-level functions and classes defined in it.
     """
     import importlib.util
     import os
 
     stem = "".join(c if c.isalnum() else "_" for c in os.path.splitext(os.path.basename(path))[0])
     module_name = f"cave_injection_{stem}"
-    spec = importlib.util.spec_from_file_location(module_name, path)
-    if spec is None or spec.loader is None:
-        raise ImportError(f"{path} is not a Python file")
+    if source is None:
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{path} is not a Python file")
+    else:
+        spec = importlib.util.spec_from_loader(module_name, loader=None, origin=path)
     module = importlib.util.module_from_spec(spec)
     # Registered while it runs, so that dataclasses with postponed annotations resolve.
     sys.modules[module_name] = module
     try:
-        spec.loader.exec_module(module)
+        if source is None:
+            spec.loader.exec_module(module)
+        else:
+            import linecache
+
+            module.__file__ = path
+            # Tracebacks show the lines without reading the file.
+            linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+            exec(compile(source, path, "exec"), module.__dict__)
     finally:
         sys.modules.pop(module_name, None)
     exports = getattr(module, "__exports__", None)

@@ -502,7 +502,7 @@ def _handle(message):
         _reply(request_id, "ok", proxy is not None and _State.namespace.get(name) is proxy)
     elif operation == "load":
         try:
-            exports = executor.load_exports(message[2])
+            exports = executor.load_exports(message[2], message[3])
             _State.owned.update((name, obj) for _kind, name, obj, _description, _details in exports)
             described = executor.describe_exports(exports)
         except BaseException as error:  # the file's own code may raise anything

@@ -346,6 +346,10 @@ impl Runtime for InProcRuntime {
         lock(&self.inner.registry).describe()
     }
 
+    fn secrets(&self) -> Vec<(String, String)> {
+        lock(&self.inner.registry).secrets()
+    }
+
     async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
         {
             let registry = lock(&self.inner.registry);

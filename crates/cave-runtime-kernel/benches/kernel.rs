@@ -4,7 +4,7 @@
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-runtime-kernel`).
 
 use cave_core::{Args, DiscardOutput, Function, Resources, Runtime, Signature, Value, Variable};
-use cave_runtime_kernel::{KernelConfig, KernelRuntime};
+use cave_runtime_kernel::{KernelConfig, KernelRuntime, Sandbox};
 use criterion::{Criterion, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
@@ -26,6 +26,19 @@ fn cold_start(c: &mut Criterion) {
             rt.block_on(async {
                 let runtime =
                     KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
+                let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
+                assert_eq!(out.output, "1\n");
+                runtime.stop().await;
+            })
+        })
+    });
+    group.bench_function("cold_start_to_first_result_strict_sandbox", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                let runtime = KernelRuntime::with_config(
+                    KernelConfig::new().spare(false).sandbox(Sandbox::strict()),
+                )
+                .expect("python");
                 let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
                 assert_eq!(out.output, "1\n");
                 runtime.stop().await;

@@ -1,5 +1,6 @@
 //! How a kernel runtime starts its child: which Python, its limits, its environment.
 
+use crate::sandbox::Sandbox;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -117,8 +118,11 @@ pub struct KernelConfig {
     pub limits: Limits,
     /// Variables added to the child's environment (after the allow-list).
     pub env: Vec<(String, String)>,
-    /// The child's working directory; `None` is the host's.
+    /// The child's working directory; `None` is the host's, or with a sandbox a fresh
+    /// directory made for the runtime (removed with it).
     pub working_dir: Option<PathBuf>,
+    /// The sandbox layers the child runs under. Default: off.
+    pub sandbox: Sandbox,
     pub(crate) pre_exec: Option<PreExec>,
 }
 
@@ -133,6 +137,7 @@ impl Default for KernelConfig {
             limits: Limits::default(),
             env: Vec::new(),
             working_dir: None,
+            sandbox: Sandbox::off(),
             pre_exec: None,
         }
     }
@@ -176,6 +181,11 @@ impl KernelConfig {
     /// Sets the child's working directory.
     pub fn working_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.working_dir = Some(dir.into());
+        self
+    }
+    /// Runs the child under these sandbox layers ([`Sandbox::strict`] for all of them).
+    pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
+        self.sandbox = sandbox;
         self
     }
     /// Adds code to run in the child between `fork` and `exec`.

@@ -28,10 +28,12 @@ mod environment;
 mod marshal;
 mod process;
 mod runtime;
+mod sandbox;
 mod spec;
 
 pub use config::{DEFAULT_MAX_FRAME, KernelConfig, Limits, PreExec};
 pub use runtime::{KernelRuntime, PROCESS_DIED};
+pub use sandbox::{Layer, LayerState, Sandbox, support as sandbox_support};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -9,7 +9,7 @@ use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
+use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -115,6 +115,17 @@ pub(crate) struct Process {
     pub(crate) enforcement: Vec<String>,
     /// Output the child buffered and had not sent when it died.
     shadow: Shadow,
+    /// How each sandbox layer stands in this child.
+    pub(crate) sandbox: Vec<crate::sandbox::Layer>,
+}
+
+/// The interpreter to start and the directories it reads.
+#[derive(Clone, Debug)]
+pub(crate) struct Interpreter {
+    /// The real executable.
+    pub(crate) executable: PathBuf,
+    /// `sys.prefix` and `sys.path`, for the sandbox's read-only rules.
+    pub(crate) dirs: Vec<PathBuf>,
 }
 
 impl std::fmt::Debug for Process {
@@ -130,9 +141,11 @@ impl Process {
     /// Starts an interpreter and waits until it is ready to serve.
     pub(crate) async fn start(
         config: &KernelConfig,
-        python: &Path,
+        interpreter: &Interpreter,
+        work_dir: Option<PathBuf>,
         callables: Callables,
     ) -> Result<Arc<Process>, KernelError> {
+        let python = interpreter.executable.as_path();
         let (host, child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
         let child: OwnedFd = child.into();
         let shadow = Shadow::create().map_err(setup)?;
@@ -151,8 +164,26 @@ impl Process {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if let Some(dir) = &config.working_dir {
+        if let Some(dir) = &work_dir {
             command.current_dir(dir);
+        }
+        let sandbox = (!config.sandbox.is_off()).then(|| {
+            let dir = work_dir
+                .clone()
+                .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+            crate::sandbox::Prepared::new(&config.sandbox, python, &interpreter.dirs, &dir)
+        });
+        let layers = sandbox
+            .as_ref()
+            .map(|s| s.layers.clone())
+            .unwrap_or_default();
+        for layer in &layers {
+            match &layer.state {
+                crate::sandbox::LayerState::Unavailable(_) => {
+                    tracing::warn!(%layer, "sandbox layer")
+                }
+                _ => tracing::info!(%layer, "sandbox layer"),
+            }
         }
         let wanted = crate::cgroup::Wanted {
             memory: config.limits.memory,
@@ -222,8 +253,12 @@ impl Process {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
-                match &hook {
-                    Some(hook) => hook(),
+                if let Some(hook) = &hook {
+                    hook()?;
+                }
+                // Last: the layers restrict what the steps above need.
+                match &sandbox {
+                    Some(sandbox) => sandbox.apply(),
                     None => Ok(()),
                 }
             });
@@ -284,6 +319,7 @@ impl Process {
             group,
             enforcement,
             shadow,
+            sandbox: layers,
         };
         let sources = Value::List(vec![
             Value::Tuple(vec![

@@ -3,7 +3,8 @@
 use crate::KernelError;
 use crate::config::KernelConfig;
 use crate::marshal::Data;
-use crate::process::{Callables, Process, lock};
+use crate::process::{Callables, Interpreter, Process, lock};
+use crate::sandbox::{Layer, WorkDir};
 use crate::spec;
 use async_trait::async_trait;
 use cave_core::{
@@ -42,7 +43,10 @@ struct Inner {
     config: KernelConfig,
     python: PathBuf,
     /// The interpreter behind `python` (a pyenv shim alone doubles the start), found once.
-    resolved: tokio::sync::OnceCell<PathBuf>,
+    resolved: tokio::sync::OnceCell<Interpreter>,
+    /// The child's directory when the sandbox is on and none was given: made for this
+    /// runtime, removed with it.
+    work_dir: Option<WorkDir>,
     registry: Mutex<Registry>,
     callables: Callables,
     /// The handle of each host function and host object, by name.
@@ -50,8 +54,8 @@ struct Inner {
     next_handle: AtomicU64,
     /// Names whose objects the child loaded from a Python file.
     owned: Mutex<HashSet<String>>,
-    /// Python files registered, in order: loaded again in a fresh process.
-    files: Mutex<Vec<String>>,
+    /// Python files registered (path and source), in order: loaded again in a fresh process.
+    files: Mutex<Vec<(String, String)>>,
     current: tokio::sync::Mutex<Option<Arc<Process>>>,
     spare: Mutex<Spare>,
     executions: AtomicU64,
@@ -87,11 +91,19 @@ impl KernelRuntime {
             process: Mutex::new(Weak::new()),
             grace: config.interrupt_grace,
         });
+        let work_dir = if config.sandbox.is_off() || config.working_dir.is_some() {
+            None
+        } else {
+            Some(WorkDir::create().map_err(|e| KernelError::Start {
+                message: format!("could not create the sandbox's work directory: {e}"),
+            })?)
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
                 python,
                 resolved: tokio::sync::OnceCell::new(),
+                work_dir,
                 registry: Mutex::new(Registry::new()),
                 callables: Arc::new(Mutex::new(HashMap::new())),
                 handles: Mutex::new(HashMap::new()),
@@ -146,6 +158,12 @@ impl KernelRuntime {
             .as_ref()
             .filter(|p| p.alive())
             .map(|p| p.pid() as u32)
+    }
+
+    /// How each sandbox layer stands in the running child (`None` before the first start).
+    pub async fn sandbox_layers(&self) -> Option<Vec<Layer>> {
+        let current = self.inner.current.lock().await;
+        current.as_ref().map(|p| p.sandbox.clone())
     }
 
     /// The process id of the spare child, if one is ready.
@@ -280,31 +298,57 @@ impl Inner {
             _ => {}
         }
         let python = self.interpreter().await;
-        Process::start(&self.config, &python, self.callables.clone())
-            .await
-            .map_err(|e| RuntimeError::Backend {
-                operation: "start",
-                message: e.to_string(),
-            })
+        Process::start(
+            &self.config,
+            &python,
+            self.work_dir(),
+            self.callables.clone(),
+        )
+        .await
+        .map_err(|e| RuntimeError::Backend {
+            operation: "start",
+            message: e.to_string(),
+        })
     }
 
     /// The program to start: what the interpreter says `sys.executable` is (cached on disk,
-    /// see `cave_python::report`), or the path as given when it cannot say.
-    async fn interpreter(&self) -> PathBuf {
+    /// see `cave_python::report`), or the path as given when it cannot say; with the
+    /// directories it reads (`sys.prefix`, `sys.path`), for the sandbox.
+    async fn interpreter(&self) -> Interpreter {
         let given = self.python.clone();
         self.resolved
             .get_or_init(|| async move {
                 let asked = given.clone();
-                tokio::task::spawn_blocking(move || cave_python::report::describe(&asked))
-                    .await
-                    .ok()
-                    .and_then(Result::ok)
-                    .map(|reported| reported.executable)
-                    .filter(|path| path.is_file())
-                    .unwrap_or(given)
+                let reported =
+                    tokio::task::spawn_blocking(move || cave_python::report::describe(&asked))
+                        .await
+                        .ok()
+                        .and_then(Result::ok);
+                match reported {
+                    Some(r) if r.executable.is_file() => Interpreter {
+                        dirs: std::iter::once(r.prefix.clone())
+                            .chain(r.sys_path.iter().cloned())
+                            .filter(|p| !p.is_empty())
+                            .map(PathBuf::from)
+                            .collect(),
+                        executable: r.executable,
+                    },
+                    _ => Interpreter {
+                        executable: given,
+                        dirs: Vec::new(),
+                    },
+                }
             })
             .await
             .clone()
+    }
+
+    /// The child's directory: the configured one, or the sandbox's.
+    fn work_dir(&self) -> Option<PathBuf> {
+        self.config
+            .working_dir
+            .clone()
+            .or_else(|| self.work_dir.as_ref().map(|w| w.path().to_owned()))
     }
 
     /// Starts a spare process in the background, if wanted and none is there.
@@ -323,11 +367,12 @@ impl Inner {
         let weak = Arc::downgrade(self);
         let config = self.config.clone();
         let callables = self.callables.clone();
+        let work_dir = self.work_dir();
         let inner = self.clone();
         tokio::spawn(async move {
             let python = inner.interpreter().await;
             drop(inner);
-            let started = Process::start(&config, &python, callables).await;
+            let started = Process::start(&config, &python, work_dir, callables).await;
             let Some(inner) = Weak::upgrade(&weak) else {
                 return;
             };
@@ -349,9 +394,12 @@ impl Inner {
     /// entry that cannot be bound is unregistered (the others stay bound) and reported.
     async fn restore(&self, process: &Arc<Process>) -> Option<RuntimeError> {
         let files = lock(&self.files).clone();
-        for file in files {
+        for (file, source) in files {
             match process
-                .request("load", vec![Data::from(file.as_str())])
+                .request(
+                    "load",
+                    vec![Data::from(file.as_str()), Data::from(source.as_str())],
+                )
                 .await
             {
                 Ok(reply) if reply.status == "ok" => {}
@@ -594,6 +642,10 @@ impl Runtime for KernelRuntime {
         lock(&self.inner.registry).describe()
     }
 
+    fn secrets(&self) -> Vec<(String, String)> {
+        lock(&self.inner.registry).secrets()
+    }
+
     async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
         {
             let registry = lock(&self.inner.registry);
@@ -710,17 +762,25 @@ impl Runtime for KernelRuntime {
         Some(self.inner.interrupt.clone())
     }
 
-    /// In the kernel, the file is loaded in the child (and loaded again in every fresh
-    /// process); the prompt shows what it exports (unless `hidden`).
+    /// In the kernel, the host reads the file and the child runs its source as a module (so a
+    /// sandboxed child needs no access to it; its own imports of files beside it do); it runs
+    /// again in every fresh process. The prompt shows what it exports (unless `hidden`).
     async fn register_python_file(
         &self,
         path: &std::path::Path,
         hidden: bool,
     ) -> Result<Resources, RuntimeError> {
+        let source = std::fs::read_to_string(path).map_err(|e| RuntimeError::InvalidResource {
+            name: path.display().to_string(),
+            problem: format!("could not be read: {e}"),
+        })?;
         let path = path.to_string_lossy().into_owned();
         let process = self.inner.process().await?;
         let reply = process
-            .request("load", vec![Data::from(path.as_str())])
+            .request(
+                "load",
+                vec![Data::from(path.as_str()), Data::from(source.as_str())],
+            )
             .await
             .map_err(|e| died("register_python_file", e))?;
         if reply.status != "ok" {
@@ -737,7 +797,7 @@ impl Runtime for KernelRuntime {
         let entries = lock(&self.inner.registry).claim(resources)?;
         lock(&self.inner.owned).extend(entries.iter().map(|e| e.name.clone()));
         self.inner.bind_claimed(&process, &entries).await?;
-        lock(&self.inner.files).push(path);
+        lock(&self.inner.files).push((path, source));
         Ok(entries.into_iter().map(|e| e.resource).collect())
     }
 }

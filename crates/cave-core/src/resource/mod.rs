@@ -185,6 +185,9 @@ pub struct Variable {
     pub description: Option<String>,
     /// Bound for code to use, but not shown in the prompt.
     pub hidden: bool,
+    /// A secret: code can use it; its value is replaced by `[redacted: NAME]` wherever it
+    /// appears in what the model reads, the events and the logs.
+    pub secret: bool,
 }
 
 impl Variable {
@@ -196,7 +199,17 @@ impl Variable {
             type_name: None,
             description: None,
             hidden: false,
+            secret: false,
         }
+    }
+    /// A secret string (an API token, a password): the model's code can use it, the prompt
+    /// names it without its value, and any occurrence of the value (or of its `repr`, JSON,
+    /// base64 and hex forms) in execution output, events and history becomes
+    /// `[redacted: NAME]`. At least [`MIN_SECRET_CHARS`](crate::MIN_SECRET_CHARS) characters.
+    pub fn secret(name: impl Into<String>, value: impl Into<String>) -> Self {
+        let mut variable = Self::new(name, Value::Str(value.into()));
+        variable.secret = true;
+        variable.with_description("a secret: use it in code; its value is never shown to you")
     }
     /// Hides it from the prompt (code can still use it).
     pub fn hidden(mut self) -> Self {

@@ -1,6 +1,7 @@
 //! Running the model's code: the policy, the runtime, the time limit, and shaping output.
 
 use super::*;
+use crate::SecretRedactor;
 use crate::agent::sub::LinkScope;
 
 /// Forwards live output into the run as `ExecutionOutput` events.
@@ -48,6 +49,10 @@ impl Run<'_> {
         let (nested_sender, mut nested) = mpsc::unbounded_channel();
         let _links = (!self.agent.sub_agents.is_empty())
             .then(|| LinkScope::new(&self.agent.sub_agents, nested_sender));
+        // Secrets never leave as they are: live output is redacted as it streams (a piece
+        // that could be the start of one waits), the whole output once more at the end.
+        let redactor = SecretRedactor::new(runtime.secrets());
+        let mut shown = redactor.stream();
         self.executing = true;
         let execution = runtime.execute(code, &sink);
         tokio::pin!(execution);
@@ -55,7 +60,12 @@ impl Run<'_> {
             tokio::select! {
                 biased;
                 result = &mut execution => break Some(result),
-                Some(chunk) = live.recv() => self.emit.emit(Event::ExecutionOutput { chunk }).await,
+                Some(chunk) = live.recv() => {
+                    let chunk = shown.push(&chunk);
+                    if !chunk.is_empty() {
+                        self.emit.emit(Event::ExecutionOutput { chunk }).await;
+                    }
+                }
                 Some(event) = nested.recv() => self.emit.emit(event).await,
                 () = sleep_until(deadline) => break None,
             }
@@ -65,7 +75,14 @@ impl Run<'_> {
         };
         self.executing = false;
         while let Ok(chunk) = live.try_recv() {
-            self.emit.emit(Event::ExecutionOutput { chunk }).await;
+            let chunk = shown.push(&chunk);
+            if !chunk.is_empty() {
+                self.emit.emit(Event::ExecutionOutput { chunk }).await;
+            }
+        }
+        let tail = shown.finish();
+        if !tail.is_empty() {
+            self.emit.emit(Event::ExecutionOutput { chunk: tail }).await;
         }
         while let Ok(event) = nested.try_recv() {
             self.emit.emit(event).await;
@@ -78,6 +95,7 @@ impl Run<'_> {
             (true, Some(error)) => format!("{}: {}", error.python_type, error.message),
             (true, None) => prompt::EMPTY_OUTPUT.to_owned(),
         };
+        let output = redactor.redact(&output);
         let (body, persisted) = self.shape_output(&output).await?;
         let mut result = prompt::execution_output(&body);
         if state_lost {

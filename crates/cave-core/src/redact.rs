@@ -1,0 +1,258 @@
+//! Secrets kept out of what the model reads and what events and logs show: every occurrence of
+//! a secret's value, and of the forms code most often prints it in (Python's `repr`, JSON,
+//! base64, hex), becomes `[redacted: NAME]`.
+//!
+//! This stops accidental disclosure (a traceback, a debug print, a config dump). Code written
+//! to leak a secret (one character per line, reversed, encrypted) is not recognised: keep
+//! secrets out of runtimes whose code you do not trust, or give it functions that use them
+//! instead.
+
+/// The shortest secret that can be told apart from ordinary output.
+pub const MIN_SECRET_CHARS: usize = 4;
+
+/// Replaces secrets in text.
+#[derive(Clone, Default)]
+pub struct SecretRedactor {
+    /// `(form, marker)`, longest form first.
+    forms: Vec<(String, String)>,
+    /// Characters in the longest form.
+    longest: usize,
+}
+
+impl std::fmt::Debug for SecretRedactor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The forms are the secrets: never shown.
+        f.debug_struct("SecretRedactor")
+            .field("forms", &self.forms.len())
+            .finish()
+    }
+}
+
+impl SecretRedactor {
+    /// A redactor for these `(name, value)` pairs (values shorter than
+    /// [`MIN_SECRET_CHARS`] are ignored: registration refuses them).
+    pub fn new(secrets: impl IntoIterator<Item = (String, String)>) -> Self {
+        let mut forms: Vec<(String, String)> = Vec::new();
+        for (name, value) in secrets {
+            if value.chars().count() < MIN_SECRET_CHARS {
+                continue;
+            }
+            let marker = format!("[redacted: {name}]");
+            for form in forms_of(&value) {
+                if form.chars().count() >= MIN_SECRET_CHARS
+                    && !forms.iter().any(|(f, _)| *f == form)
+                {
+                    forms.push((form, marker.clone()));
+                }
+            }
+        }
+        forms.sort_by_key(|(form, _)| std::cmp::Reverse(form.len()));
+        let longest = forms
+            .iter()
+            .map(|(f, _)| f.chars().count())
+            .max()
+            .unwrap_or(0);
+        Self { forms, longest }
+    }
+
+    /// Returns true if and only if there is nothing to redact.
+    pub fn is_empty(&self) -> bool {
+        self.forms.is_empty()
+    }
+
+    /// `text` with every form of every secret replaced by its marker.
+    pub fn redact(&self, text: &str) -> String {
+        let mut out = text.to_owned();
+        for (form, marker) in &self.forms {
+            if out.contains(form.as_str()) {
+                out = out.replace(form.as_str(), marker);
+            }
+        }
+        out
+    }
+
+    /// A redaction of text that arrives in pieces: what [`StreamRedaction::push`] returns is
+    /// safe to show, the rest waits until it cannot be the start of a secret.
+    pub fn stream(&self) -> StreamRedaction<'_> {
+        StreamRedaction {
+            redactor: self,
+            pending: String::new(),
+        }
+    }
+}
+
+/// Redaction of streamed text (see [`SecretRedactor::stream`]).
+#[derive(Debug)]
+pub struct StreamRedaction<'a> {
+    redactor: &'a SecretRedactor,
+    pending: String,
+}
+
+impl StreamRedaction<'_> {
+    /// Adds a piece; returns what can be shown now, redacted.
+    pub fn push(&mut self, chunk: &str) -> String {
+        if self.redactor.is_empty() {
+            return chunk.to_owned();
+        }
+        self.pending.push_str(chunk);
+        // Keep back what could still be the start of a secret: fewer characters than the
+        // longest form, moved back to the start of any form the cut would split.
+        let keep = self.redactor.longest.saturating_sub(1);
+        let chars = self.pending.chars().count();
+        if chars <= keep {
+            return String::new();
+        }
+        let mut cut = self
+            .pending
+            .char_indices()
+            .nth(chars - keep)
+            .map_or(self.pending.len(), |(i, _)| i);
+        for (form, _) in &self.redactor.forms {
+            let mut from = 0;
+            while let Some(at) = self.pending[from..].find(form.as_str()) {
+                let start = from + at;
+                let end = start + form.len();
+                if start < cut && end > cut {
+                    cut = start;
+                }
+                from = start + 1;
+                while !self.pending.is_char_boundary(from) {
+                    from += 1;
+                }
+                if from >= self.pending.len() {
+                    break;
+                }
+            }
+        }
+        let rest = self.pending.split_off(cut);
+        let ready = std::mem::replace(&mut self.pending, rest);
+        self.redactor.redact(&ready)
+    }
+
+    /// The rest, redacted, once nothing more comes.
+    pub fn finish(self) -> String {
+        self.redactor.redact(&self.pending)
+    }
+}
+
+/// The value, and how code commonly prints it.
+fn forms_of(value: &str) -> Vec<String> {
+    let mut forms = vec![value.to_owned(), python_repr_body(value)];
+    if let Ok(json) = serde_json::to_string(value) {
+        forms.push(json[1..json.len() - 1].to_owned());
+    }
+    let bytes = value.as_bytes();
+    let standard = base64(bytes, STANDARD);
+    forms.push(standard.trim_end_matches('=').to_owned());
+    forms.push(standard);
+    let url = base64(bytes, URL_SAFE);
+    forms.push(url.trim_end_matches('=').to_owned());
+    forms.push(url);
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    forms.push(hex.to_uppercase());
+    forms.push(hex);
+    forms
+}
+
+/// What Python's `repr` of the string puts between the quotes.
+fn python_repr_body(value: &str) -> String {
+    let mut out = String::new();
+    for c in value.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\'' if value.contains('"') => out.push_str("\\'"),
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+const STANDARD: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+const URL_SAFE: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+
+fn base64(bytes: &[u8], alphabet: &[u8; 64]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(alphabet[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn redactor() -> SecretRedactor {
+        SecretRedactor::new([("TOKEN".to_owned(), "s3cr3t-ab'c\\d".to_owned())])
+    }
+
+    #[test]
+    fn every_form_is_redacted() {
+        let r = redactor();
+        let value = "s3cr3t-ab'c\\d";
+        for text in [
+            value.to_owned(),
+            "s3cr3t-ab\\'c\\\\d".to_owned().replace("\\'", "'"),
+            "czNjcjN0LWFiJ2NcZA==".to_owned(),
+            "czNjcjN0LWFiJ2NcZA".to_owned(),
+            value
+                .bytes()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>(),
+            value
+                .bytes()
+                .map(|b| format!("{b:02X}"))
+                .collect::<String>(),
+        ] {
+            assert_eq!(
+                r.redact(&format!("before {text} after")),
+                "before [redacted: TOKEN] after",
+                "{text}"
+            );
+        }
+        assert_eq!(base64(b"ab", STANDARD), "YWI=");
+        assert_eq!(base64(b"abc", STANDARD), "YWJj");
+        assert_eq!(r.redact("nothing here"), "nothing here");
+        assert!(!format!("{r:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn a_secret_split_across_pieces_is_still_redacted() {
+        let r = SecretRedactor::new([("KEY".to_owned(), "hunter2-xyz".to_owned())]);
+        let text = "log: hunter2-xyz done, again hunter2-xyz.\n";
+        for size in 1..text.len() {
+            let mut stream = r.stream();
+            let mut shown = String::new();
+            let mut rest = text;
+            while !rest.is_empty() {
+                let at = rest.char_indices().nth(size).map_or(rest.len(), |(i, _)| i);
+                shown.push_str(&stream.push(&rest[..at]));
+                rest = &rest[at..];
+            }
+            shown.push_str(&stream.finish());
+            assert_eq!(
+                shown, "log: [redacted: KEY] done, again [redacted: KEY].\n",
+                "pieces of {size}"
+            );
+        }
+        // Nothing to redact: pieces pass straight through.
+        let none = SecretRedactor::default();
+        assert_eq!(none.stream().push("abc"), "abc");
+    }
+}
