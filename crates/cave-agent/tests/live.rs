@@ -195,7 +195,11 @@ fn check_structure(events: &[Event], history: &[Message]) {
             let outcome = events[i + 1..].iter().find(|e| {
                 !matches!(
                     e,
-                    Event::ExecutionOutput { .. } | Event::Status(_) | Event::Backoff { .. }
+                    Event::ExecutionOutput { .. }
+                        | Event::Status(_)
+                        | Event::Backoff { .. }
+                        | Event::ApprovalRequested { .. }
+                        | Event::SubAgent { .. }
                 )
             });
             assert!(
@@ -205,6 +209,7 @@ fn check_structure(events: &[Event], history: &[Message]) {
                         Event::ExecutionResult { .. }
                             | Event::ExecutionTimeout { .. }
                             | Event::SecurityError { .. }
+                            | Event::ExecutionRefused { .. }
                     )
                 ),
                 "a code block is followed by its execution: {outcome:?}"

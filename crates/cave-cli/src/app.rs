@@ -158,6 +158,7 @@ impl Session {
             agent: settings,
             output,
             retrieve,
+            approve_cells,
             api_key: _,
         } = config;
         let model: Box<dyn Model> = open_model(model)?;
@@ -219,6 +220,12 @@ impl Session {
         builder.estimator(cave_agent::compact::estimator_for(&info.id));
         if let Some(policy) = policy {
             builder.policy(policy);
+        }
+        if approve_cells {
+            builder.approver(Arc::new(crate::approve::Prompted::new(matches!(
+                output,
+                OutputMode::Json
+            ))));
         }
         if let Some(v) = settings.max_steps {
             builder.max_steps(v);

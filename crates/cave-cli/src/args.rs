@@ -81,6 +81,13 @@ pub enum PolicyPreset {
     Strict,
 }
 
+/// What `--approve` asks about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ApproveWhat {
+    /// Each cell, before it runs.
+    Cells,
+}
+
 /// How the kernel runtime's child is isolated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SandboxMode {
@@ -221,6 +228,11 @@ pub struct CommonArgs {
     /// interpreter internals).
     #[arg(long, value_enum, help_heading = "Code policy")]
     pub policy: Option<PolicyPreset>,
+    /// Ask before running each cell: on the terminal (y, n, or a for always), or with
+    /// --json as a JSON line on stdin answering each `approval_requested` event
+    /// (`{"approve": true}`; see docs/FORMATS.md). No answer refuses.
+    #[arg(long, value_enum, value_name = "WHAT", help_heading = "Code policy")]
+    pub approve: Option<ApproveWhat>,
 
     /// Model calls per run.
     #[arg(long, help_heading = "Limits")]

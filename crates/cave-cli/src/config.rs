@@ -95,6 +95,8 @@ pub struct Config {
     pub output: OutputMode,
     /// `--retrieve`.
     pub retrieve: Vec<String>,
+    /// `--approve cells`.
+    pub approve_cells: bool,
     /// The key, for redacting anything printed.
     pub api_key: Option<ApiKey>,
 }
@@ -281,6 +283,7 @@ pub fn resolve(
         agent,
         output,
         retrieve: args.retrieve.clone(),
+        approve_cells: args.approve.is_some(),
         api_key,
     })
 }

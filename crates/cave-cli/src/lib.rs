@@ -7,6 +7,7 @@
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 pub mod app;
+mod approve;
 pub mod args;
 pub mod config;
 pub mod exit;

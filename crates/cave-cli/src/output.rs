@@ -423,7 +423,10 @@ impl<W: Write> Human<W> {
     fn waiting_after(event: &Event) -> Option<&'static str> {
         match event {
             Event::Code { .. } | Event::ExecutionOutput { .. } => Some("running"),
-            Event::FinalResponse { .. } | Event::Stopped { .. } => None,
+            // The approval question is on the terminal: no spinner over it.
+            Event::FinalResponse { .. }
+            | Event::Stopped { .. }
+            | Event::ApprovalRequested { .. } => None,
             _ => Some("thinking"),
         }
     }
@@ -612,6 +615,14 @@ impl<W: Write> Output for Human<W> {
                 )?;
             }
             Event::SubAgent { agent, event } => self.nested(agent, event)?,
+            Event::ApprovalRequested { .. } => {}
+            Event::ExecutionRefused { reason } => {
+                let why = reason
+                    .as_deref()
+                    .map(|r| format!(": {r}"))
+                    .unwrap_or_default();
+                self.note(YELLOW, &format!("  ⎿  not approved{why}; nothing ran"))?;
+            }
             Event::FinalResponse { .. } => self.flush_prose()?,
             Event::Stopped {
                 stop_reason,

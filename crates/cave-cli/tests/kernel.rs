@@ -330,3 +330,97 @@ async fn secrets_from_the_environment_are_redacted() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `--approve cells` with `--json`: each `approval_requested` event is answered by a JSON line
+/// on stdin; a refusal (with its reason) reaches the model; closed stdin refuses.
+#[tokio::test(flavor = "multi_thread")]
+async fn cells_wait_for_approval_on_stdin() {
+    use std::io::Write as _;
+    let server = TestServer::start([
+        answer(&block("print('first')"), 8, "stop"),
+        answer(&block("print('second')"), 8, "stop"),
+        answer("Done.", 8, "stop"),
+    ])
+    .await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["run", "--json", "--approve", "cells", "Go."])
+        .env("LLM_MODEL_ID", "test-model")
+        .env("LLM_BASE_URL", server.base_url())
+        .env("LLM_API_KEY", KEY)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"{\"approve\": false, \"reason\": \"print less\"}\n{\"approve\": true}\n")
+        .expect("writes");
+    let out = child.wait_with_output().expect("ends");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let first = events(&out);
+    let kinds: Vec<&str> = first
+        .iter()
+        .filter_map(|e| e["type"].as_str())
+        .filter(|t| {
+            [
+                "approval_requested",
+                "execution_refused",
+                "execution_result",
+            ]
+            .contains(t)
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "approval_requested",
+            "execution_refused",
+            "approval_requested",
+            "execution_result"
+        ]
+    );
+    let refused = first
+        .iter()
+        .find(|e| e["type"] == "execution_refused")
+        .unwrap();
+    assert_eq!(refused["reason"], "print less");
+    let asked = first
+        .iter()
+        .find(|e| e["type"] == "approval_requested")
+        .unwrap();
+    assert_eq!(
+        asked["request"],
+        json!({"kind": "cell", "code": "print('first')"})
+    );
+    assert_eq!(results(&first)[0]["output"], "second\n");
+
+    // Nobody answers: refused, and the run goes on without running anything.
+    let server = TestServer::start([
+        answer(&block("print('x')"), 8, "stop"),
+        answer("Fine.", 8, "stop"),
+    ])
+    .await;
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["run", "--json", "--approve", "cells", "Go."])
+        .env("LLM_MODEL_ID", "test-model")
+        .env("LLM_BASE_URL", server.base_url())
+        .env("LLM_API_KEY", KEY)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("runs");
+    let second = events(&out);
+    let refused = second
+        .iter()
+        .find(|e| e["type"] == "execution_refused")
+        .expect("refused");
+    assert_eq!(refused["reason"], "no answer: stdin is closed");
+    assert!(!second.iter().any(|e| e["type"] == "execution_result"));
+}

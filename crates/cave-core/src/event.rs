@@ -267,6 +267,18 @@ pub enum Event {
         /// Stopping it lost the runtime's non-registered state.
         state_lost: bool,
     },
+    /// The host's approver is asked whether this may happen (the answer follows: the cell's
+    /// result, or `execution_refused`).
+    ApprovalRequested {
+        /// What is asked about.
+        request: crate::ApprovalRequest,
+    },
+    /// The host's approver refused the cell; nothing ran, and the model is told.
+    ExecutionRefused {
+        /// The reason given, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<String>,
+    },
     /// The code policy refused the code; nothing ran.
     SecurityError {
         /// What was refused, as told to the model.

@@ -42,6 +42,7 @@
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 mod agent;
+mod approval;
 mod compact;
 mod event;
 #[doc(hidden)]
@@ -65,6 +66,7 @@ pub use agent::{
     Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES, RunHandle,
     SubAgent,
 };
+pub use approval::{Approval, ApprovalRequest, Approver, requiring_approval};
 pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, Summarized, TokenAnchor, TokenEstimator,
     estimate_history,

@@ -86,6 +86,18 @@ still available.\n"
 }
 
 /// Tells the model its code was refused by the code policy.
+/// What the model reads when the host's approver refused its cell.
+pub fn cell_refused(reason: Option<&str>) -> String {
+    let why = reason
+        .filter(|r| !r.trim().is_empty())
+        .map(|r| format!(" The reason given: {r}"))
+        .unwrap_or_default();
+    format!(
+        "\n<not_approved>\nThe user did not approve running this code, so nothing ran.{why}\n</not_approved>\nDo not retry the same code: ask the user, or find another way they would approve.\n"
+    )
+}
+
+/// What the model reads when the code policy refused its cell.
 pub fn security_error(message: &str) -> String {
     format!(
         "\n<security_error>\n{message}\n</security_error>\nThis code was not run because it breaks the code \

@@ -44,6 +44,7 @@ pub struct Agent {
     sub_agents: Vec<Arc<SubAgent>>,
     /// The sub-agents are bound in the runtime (done at the first run).
     sub_agents_registered: bool,
+    approver: Option<Arc<dyn crate::Approver>>,
 }
 
 /// The agent's resolved settings (see [`AgentBuilder`] for each).
@@ -201,6 +202,7 @@ pub struct AgentBuilder {
     skills: Option<String>,
     history: Vec<Message>,
     sub_agents: Vec<Arc<SubAgent>>,
+    approver: Option<Arc<dyn crate::Approver>>,
 }
 
 impl AgentBuilder {
@@ -228,7 +230,16 @@ impl AgentBuilder {
             skills: None,
             history: Vec::new(),
             sub_agents: Vec::new(),
+            approver: None,
         }
+    }
+
+    /// Asks `approver` before running each cell the code policy let through (an
+    /// `approval_requested` event first); a refusal is told to the model, which can react.
+    /// Guard host functions with [`requiring_approval`](crate::requiring_approval).
+    pub fn approver(&mut self, approver: Arc<dyn crate::Approver>) -> &mut Self {
+        self.approver = Some(approver);
+        self
     }
 
     /// Gives the agent's code another agent to drive (see [`SubAgent`]): bound in the runtime
@@ -422,6 +433,7 @@ impl AgentBuilder {
             anchor: None,
             sub_agents: self.sub_agents.clone(),
             sub_agents_registered: self.sub_agents.is_empty(),
+            approver: self.approver.clone(),
         })
     }
 }

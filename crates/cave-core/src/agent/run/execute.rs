@@ -1,8 +1,8 @@
 //! Running the model's code: the policy, the runtime, the time limit, and shaping output.
 
 use super::*;
-use crate::SecretRedactor;
 use crate::agent::sub::LinkScope;
+use crate::{Approval, ApprovalRequest, SecretRedactor};
 
 /// Forwards live output into the run as `ExecutionOutput` events.
 pub(super) struct ChannelSink(mpsc::UnboundedSender<String>);
@@ -33,6 +33,24 @@ impl Run<'_> {
                 return Ok((
                     Event::SecurityError { message },
                     Message::execution_result(result),
+                ));
+            }
+        }
+        if let Some(approver) = self.agent.approver.clone() {
+            let request = ApprovalRequest::Cell {
+                code: code.to_owned(),
+            };
+            self.emit
+                .emit(Event::ApprovalRequested {
+                    request: request.clone(),
+                })
+                .await;
+            if let Approval::Refused(reason) = approver.approve(&request).await {
+                tracing::info!(?reason, "the approver refused the cell");
+                let message = prompt::cell_refused(reason.as_deref());
+                return Ok((
+                    Event::ExecutionRefused { reason },
+                    Message::execution_result(message),
                 ));
             }
         }

@@ -1,0 +1,133 @@
+//! Approvals through the agent: a refused cell is told to the model, which carries on; an
+//! approved one runs; a guarded host function raises PermissionError when refused.
+
+use cave_agent::testing::{Reply, ScriptedModel};
+use cave_agent::{
+    Agent, Approval, ApprovalRequest, Approver, Event, InProcRuntime, Resources, Runtime,
+    StopReason, async_trait, requiring_approval,
+};
+use futures_util::StreamExt;
+use std::sync::{Arc, Mutex};
+
+/// Answers from a list, and remembers what it was asked.
+struct Scripted {
+    answers: Mutex<Vec<Approval>>,
+    asked: Mutex<Vec<ApprovalRequest>>,
+}
+
+#[async_trait]
+impl Approver for Scripted {
+    async fn approve(&self, request: &ApprovalRequest) -> Approval {
+        self.asked.lock().unwrap().push(request.clone());
+        self.answers.lock().unwrap().remove(0)
+    }
+}
+
+fn scripted(answers: Vec<Approval>) -> Arc<Scripted> {
+    Arc::new(Scripted {
+        answers: Mutex::new(answers),
+        asked: Mutex::new(Vec::new()),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_cell_is_told_to_the_model_and_an_approved_one_runs() {
+    let runtime = InProcRuntime::new().expect("python");
+    let approver = scripted(vec![
+        Approval::Refused(Some("not the production database".into())),
+        Approval::Approved,
+    ]);
+    let model = Arc::new(ScriptedModel::new([
+        Reply::text("```python\nprint('drop everything')\n```"),
+        Reply::text("```python\nprint('a dry run')\n```"),
+        Reply::text("Did the dry run."),
+    ]));
+    let mut agent = Agent::builder(model.clone(), runtime)
+        .approver(approver.clone())
+        .build()
+        .expect("builds");
+    let events: Vec<Event> = agent.stream("Clean up.").collect().await;
+    let Some(Event::Stopped { stop_reason, .. }) = events.last() else {
+        panic!("{events:?}")
+    };
+    assert_eq!(*stop_reason, StopReason::Completed);
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ApprovalRequested { .. } => Some("asked"),
+            Event::ExecutionRefused { .. } => Some("refused"),
+            Event::ExecutionResult { .. } => Some("ran"),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["asked", "refused", "asked", "ran"]);
+    assert!(events.iter().any(|e| matches!(e, Event::ExecutionRefused { reason: Some(r) } if r == "not the production database")));
+    // The model read the refusal and its reason; nothing of the refused cell ran.
+    let second: String = model.requests()[1]
+        .messages
+        .iter()
+        .map(|m| m.content.as_str())
+        .collect();
+    assert!(
+        second.contains("did not approve") && second.contains("not the production database"),
+        "{second}"
+    );
+    assert!(!second.contains("drop everything\n"), "{second}");
+    let asked = approver.asked.lock().unwrap().clone();
+    assert_eq!(
+        asked[0],
+        ApprovalRequest::Cell {
+            code: "print('drop everything')".into()
+        }
+    );
+}
+
+/// Sends an email (in a test, it only counts).
+#[cave_agent::function]
+fn send_email(to: String) -> String {
+    format!("sent to {to}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_host_function_asks_first() {
+    let runtime = InProcRuntime::new().expect("python");
+    let approver = scripted(vec![Approval::Refused(None), Approval::Approved]);
+    runtime
+        .register(
+            Resources::new().function(requiring_approval(send_email::function(), approver.clone())),
+        )
+        .await
+        .expect("registers");
+    let out = runtime
+        .execute(
+            "try:\n    send_email('a@example.org')\nexcept PermissionError as e:\n    print('refused:', e)\nprint(send_email(to='b@example.org'))",
+            &cave_agent::DiscardOutput,
+        )
+        .await
+        .expect("runs");
+    assert_eq!(
+        out.output,
+        "refused: the user did not approve calling send_email\nsent to b@example.org\n"
+    );
+    let asked = approver.asked.lock().unwrap().clone();
+    assert_eq!(
+        asked,
+        [
+            ApprovalRequest::Call {
+                function: "send_email".into(),
+                arguments: "to='a@example.org'".into()
+            },
+            ApprovalRequest::Call {
+                function: "send_email".into(),
+                arguments: "to='b@example.org'".into()
+            }
+        ]
+    );
+    // The signature the model reads is the function's own.
+    assert!(
+        runtime
+            .describe()
+            .functions
+            .contains("send_email(to: str) -> str")
+    );
+}
