@@ -131,3 +131,66 @@ async fn a_guarded_host_function_asks_first() {
             .contains("send_email(to: str) -> str")
     );
 }
+
+/// The audit trail of a session: its prompt, each cell and outcome, the approval asked and
+/// refused, the host call with its arguments, and the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_audit_trail_records_the_session() {
+    let path = std::env::temp_dir().join(format!("cave-audit-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let log = cave_agent::AuditLog::append(&path).expect("opens");
+    let runtime = InProcRuntime::new().expect("python");
+    runtime
+        .register(
+            Resources::new().function(cave_agent::audited(send_email::function(), log.clone())),
+        )
+        .await
+        .expect("registers");
+    let approver = scripted(vec![Approval::Approved, Approval::Refused(None)]);
+    let model = ScriptedModel::new([
+        Reply::text("```python\nprint(send_email('ops@example.org'))\n```"),
+        Reply::text("```python\nprint('again')\n```"),
+        Reply::text("Sent."),
+    ]);
+    let mut agent = Agent::builder(model, runtime)
+        .approver(approver)
+        .audit(log)
+        .build()
+        .expect("builds");
+    let response = agent.run("Mail ops.").await;
+    assert_eq!(response.stop_reason, StopReason::Completed);
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&path)
+        .expect("written")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "run",
+            "cell",
+            "approval_asked",
+            "host_call",
+            "cell_result",
+            "cell",
+            "approval_asked",
+            "approval_refused",
+            "stop"
+        ]
+    );
+    assert_eq!(records[0]["prompt"], "Mail ops.");
+    assert_eq!(records[3]["function"], "send_email");
+    assert_eq!(records[3]["arguments"], "to='ops@example.org'");
+    assert_eq!(records[4]["output"], "sent to ops@example.org\n");
+    assert_eq!(records[8]["reason"], "completed");
+    assert!(
+        records
+            .iter()
+            .all(|r| r["time"].as_str().is_some_and(|t| t.ends_with('Z')))
+    );
+    let _ = std::fs::remove_file(&path);
+}

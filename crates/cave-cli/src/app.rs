@@ -159,6 +159,7 @@ impl Session {
             output,
             retrieve,
             approve_cells,
+            audit,
             api_key: _,
         } = config;
         let model: Box<dyn Model> = open_model(model)?;
@@ -191,6 +192,10 @@ impl Session {
                         .context("the sandboxed kernel runtime could not start")?;
                     let layers = rt.sandbox_layers().await.unwrap_or_default();
                     eprintln!("cave: sandbox: {}", sandbox_summary(&layers));
+                    if let Some(audit) = &audit {
+                        let layers: Vec<String> = layers.iter().map(ToString::to_string).collect();
+                        audit.record("sandbox", serde_json::json!({ "layers": layers }));
+                    }
                 }
                 Backend::Kernel(rt)
             }
@@ -220,6 +225,9 @@ impl Session {
         builder.estimator(cave_agent::compact::estimator_for(&info.id));
         if let Some(policy) = policy {
             builder.policy(policy);
+        }
+        if let Some(audit) = audit {
+            builder.audit(audit);
         }
         if approve_cells {
             builder.approver(Arc::new(crate::approve::Prompted::new(matches!(

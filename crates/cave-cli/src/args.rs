@@ -233,6 +233,10 @@ pub struct CommonArgs {
     /// (`{"approve": true}`; see docs/FORMATS.md). No answer refuses.
     #[arg(long, value_enum, value_name = "WHAT", help_heading = "Code policy")]
     pub approve: Option<ApproveWhat>,
+    /// Append an audit trail to FILE (JSON Lines, timestamped): prompts, cells and their
+    /// outcomes, policy refusals, approvals, sandbox layers, stop reasons.
+    #[arg(long, value_name = "FILE", help_heading = "Code policy")]
+    pub audit: Option<PathBuf>,
 
     /// Model calls per run.
     #[arg(long, help_heading = "Limits")]

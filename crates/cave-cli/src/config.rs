@@ -97,6 +97,8 @@ pub struct Config {
     pub retrieve: Vec<String>,
     /// `--approve cells`.
     pub approve_cells: bool,
+    /// `--audit FILE`, opened.
+    pub audit: Option<std::sync::Arc<cave_agent::AuditLog>>,
     /// The key, for redacting anything printed.
     pub api_key: Option<ApiKey>,
 }
@@ -284,6 +286,13 @@ pub fn resolve(
         output,
         retrieve: args.retrieve.clone(),
         approve_cells: args.approve.is_some(),
+        audit: match &args.audit {
+            Some(path) => Some(
+                cave_agent::AuditLog::append(path)
+                    .with_context(|| format!("--audit {}: cannot open it", path.display()))?,
+            ),
+            None => None,
+        },
         api_key,
     })
 }

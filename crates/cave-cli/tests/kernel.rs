@@ -424,3 +424,43 @@ async fn cells_wait_for_approval_on_stdin() {
     assert_eq!(refused["reason"], "no answer: stdin is closed");
     assert!(!second.iter().any(|e| e["type"] == "execution_result"));
 }
+
+/// `--audit FILE` through the binary: the sandbox layers, the run, its cell and result, the stop.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_audit_trail_is_appended_to_a_file() {
+    let path = std::env::temp_dir().join(format!("cave-cli-audit-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let server = TestServer::start([
+        answer(&block("print(6 * 7)"), 8, "stop"),
+        answer("42.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(
+        &server,
+        &["--audit", path.to_str().expect("utf-8"), "Compute."],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let records: Vec<Json> = std::fs::read_to_string(&path)
+        .expect("written")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let kinds: Vec<&str> = records
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap_or("?"))
+        .collect();
+    assert_eq!(kinds, ["sandbox", "run", "cell", "cell_result", "stop"]);
+    assert!(
+        records[0]["layers"][0]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("network: ")
+    );
+    assert_eq!(records[3]["output"], "42\n");
+    let _ = std::fs::remove_file(&path);
+}

@@ -42,39 +42,18 @@ pub trait Approver: Send + Sync {
     async fn approve(&self, request: &ApprovalRequest) -> Approval;
 }
 
-/// Arguments as the model would read them: `name=value, ...`, at most 1000 characters.
-fn summary(args: &Args) -> String {
-    let mut text = args
-        .values()
-        .iter()
-        .map(|(name, value)| format!("{name}={value}"))
-        .collect::<Vec<_>>()
-        .join(", ");
-    if text.chars().count() > 1000 {
-        text = text.chars().take(1000).collect::<String>() + "…";
-    }
-    text
-}
-
 /// `function`, asking `approver` before each call; a refusal raises `PermissionError` (with
 /// the reason) in the model's code. Only host functions can be guarded.
 pub fn requiring_approval(function: Function, approver: Arc<dyn Approver>) -> Function {
     let FunctionBody::Host(inner) = function.body.clone() else {
         return function;
     };
-    let name = function.name.clone();
     let guarded = Guarded {
-        name,
+        name: function.name.clone(),
         inner,
         approver,
     };
-    let mut wrapped = Function::host(function.name.clone(), function.signature.clone(), guarded);
-    wrapped.doc = function.doc;
-    wrapped.description = function.description;
-    wrapped.is_async = function.is_async;
-    wrapped.hidden = function.hidden;
-    wrapped.types = function.types;
-    wrapped
+    function.with_body(guarded)
 }
 
 struct Guarded {
@@ -88,7 +67,7 @@ impl HostFunction for Guarded {
     async fn call(&self, args: Args) -> Result<Value, HostError> {
         let request = ApprovalRequest::Call {
             function: self.name.clone(),
-            arguments: summary(&args),
+            arguments: args.summary(1000),
         };
         match self.approver.approve(&request).await {
             Approval::Approved => self.inner.call(args).await,

@@ -43,6 +43,7 @@
 
 mod agent;
 mod approval;
+mod audit;
 mod compact;
 mod event;
 #[doc(hidden)]
@@ -67,6 +68,7 @@ pub use agent::{
     SubAgent,
 };
 pub use approval::{Approval, ApprovalRequest, Approver, requiring_approval};
+pub use audit::{AUDIT_TEXT_CHARS, AuditLog, audited};
 pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, Summarized, TokenAnchor, TokenEstimator,
     estimate_history,

@@ -239,20 +239,25 @@ struct UtcHour(u64);
 
 impl fmt::Display for UtcHour {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // Civil date from days since the epoch (Howard Hinnant's algorithm).
-        let days = (self.0 / 86_400) as i64;
+        let (year, month, day) = civil_date(self.0);
         let hour = (self.0 % 86_400) / 3600;
-        let z = days + 719_468;
-        let era = z.div_euclid(146_097);
-        let doe = z - era * 146_097;
-        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-        let mp = (5 * doy + 2) / 153;
-        let day = doy - (153 * mp + 2) / 5 + 1;
-        let month = if mp < 10 { mp + 3 } else { mp - 9 };
-        let year = yoe + era * 400 + i64::from(month <= 2);
         write!(f, "{year:04}-{month:02}-{day:02} {hour:02}:00")
     }
+}
+
+/// The UTC date of `secs` since the epoch (Howard Hinnant's civil-from-days algorithm).
+pub(crate) fn civil_date(secs: u64) -> (i64, i64, i64) {
+    let days = (secs / 86_400) as i64;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 #[cfg(test)]

@@ -12,11 +12,24 @@ use std::task::{Context, Poll};
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Emitter {
     slot: Arc<Mutex<Option<Event>>>,
+    /// Where the events an audit keeps are recorded as they happen.
+    audit: Option<Arc<crate::AuditLog>>,
 }
 
 impl Emitter {
+    /// An emitter that records to `audit`, if any.
+    pub(crate) fn new(audit: Option<Arc<crate::AuditLog>>) -> Self {
+        Self {
+            slot: Arc::default(),
+            audit,
+        }
+    }
+
     /// Hands `event` to the consumer; resolves once the consumer asks for the next one.
     pub(crate) async fn emit(&self, event: Event) {
+        if let Some(audit) = &self.audit {
+            audit.event(&event);
+        }
         *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(event);
         YieldOnce(false).await;
     }

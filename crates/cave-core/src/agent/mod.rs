@@ -45,6 +45,7 @@ pub struct Agent {
     /// The sub-agents are bound in the runtime (done at the first run).
     sub_agents_registered: bool,
     approver: Option<Arc<dyn crate::Approver>>,
+    audit: Option<Arc<crate::AuditLog>>,
 }
 
 /// The agent's resolved settings (see [`AgentBuilder`] for each).
@@ -89,7 +90,7 @@ impl Agent {
         prompt: impl Into<String>,
         cancel: CancellationToken,
     ) -> EventStream<'_> {
-        let emitter = emit::Emitter::default();
+        let emitter = emit::Emitter::new(self.audit.clone());
         let prompt = prompt.into();
         EventStream::new(emitter.clone(), run::drive(self, prompt, cancel, emitter))
     }
@@ -203,6 +204,7 @@ pub struct AgentBuilder {
     history: Vec<Message>,
     sub_agents: Vec<Arc<SubAgent>>,
     approver: Option<Arc<dyn crate::Approver>>,
+    audit: Option<Arc<crate::AuditLog>>,
 }
 
 impl AgentBuilder {
@@ -231,7 +233,15 @@ impl AgentBuilder {
             history: Vec::new(),
             sub_agents: Vec::new(),
             approver: None,
+            audit: None,
         }
+    }
+
+    /// Records each run's prompt, cells and their outcomes, approvals and stop in `log`
+    /// (host calls: wrap the functions with [`audited`](crate::audited)).
+    pub fn audit(&mut self, log: Arc<crate::AuditLog>) -> &mut Self {
+        self.audit = Some(log);
+        self
     }
 
     /// Asks `approver` before running each cell the code policy let through (an
@@ -434,6 +444,7 @@ impl AgentBuilder {
             sub_agents: self.sub_agents.clone(),
             sub_agents_registered: self.sub_agents.is_empty(),
             approver: self.approver.clone(),
+            audit: self.audit.clone(),
         })
     }
 }

@@ -433,6 +433,21 @@ impl Args {
     pub fn values(&self) -> &[(String, Value)] {
         &self.values
     }
+    /// `name=value, ...` as Python would show the values, at most `max_chars` characters (for
+    /// approvals and audit records).
+    pub fn summary(&self, max_chars: usize) -> String {
+        let text = self
+            .values
+            .iter()
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if text.chars().count() > max_chars {
+            text.chars().take(max_chars).collect::<String>() + "…"
+        } else {
+            text
+        }
+    }
 }
 
 /// An error a host function or method raises; the model sees it as a Python exception of
@@ -592,6 +607,12 @@ impl Function {
     /// Hides it from the prompt (code can still call it).
     pub fn hidden(mut self) -> Self {
         self.hidden = true;
+        self
+    }
+    /// The same function (name, signature, docs, types) with another host implementation:
+    /// how a function is wrapped (an approval, an audit record).
+    pub fn with_body(mut self, body: impl HostFunction + 'static) -> Self {
+        self.body = FunctionBody::Host(Arc::new(body));
         self
     }
     /// The record and enum types its signature uses, registered with it.
