@@ -599,6 +599,25 @@ impl<W: Write> Output for Human<W> {
                         recovery,
                         max_recoveries,
                     } => format!("● Answer cut off; resuming ({recovery}/{max_recoveries})"),
+                    Status::Isolation { layers } => {
+                        // Said on stderr when the runtime starts; unavailable layers are the
+                        // ones worth repeating.
+                        let missing: Vec<&String> = layers
+                            .iter()
+                            .filter(|l| l.contains("unavailable"))
+                            .collect();
+                        if missing.is_empty() {
+                            return self.out.flush();
+                        }
+                        format!(
+                            "● Sandbox layers unavailable: {}",
+                            missing
+                                .iter()
+                                .map(|l| l.as_str())
+                                .collect::<Vec<_>>()
+                                .join("; ")
+                        )
+                    }
                     _ => format!("● {status:?}"),
                 };
                 self.warn(YELLOW, &text)?;

@@ -218,6 +218,19 @@ async fn the_kernel_is_sandboxed_by_default() {
         let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(out.status.code(), Some(0), "{stderr}");
         let events = events(&out);
+        // The layers are said once in the stream too, after the prompt.
+        let isolation = events
+            .iter()
+            .find(|e| e["type"] == "status" && e["status"] == "isolation");
+        assert_eq!(isolation.is_some(), sandbox.is_none(), "{events:?}");
+        if let Some(isolation) = isolation {
+            assert!(
+                isolation["layers"][0]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("network: ")
+            );
+        }
         outputs.push((
             results(&events)[0]["output"]
                 .as_str()

@@ -189,6 +189,12 @@ pub enum Status {
         /// Why.
         message: String,
     },
+    /// How the runtime isolates the model's code, one line per layer (`network: active
+    /// (...)`): said at the start of a run when it is new (the first run, a new process).
+    Isolation {
+        /// The layers.
+        layers: Vec<String>,
+    },
     /// The answer was cut off; the model is asked to resume.
     OutputRecovery {
         /// This recovery's number (from 1).

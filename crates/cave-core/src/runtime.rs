@@ -43,6 +43,12 @@ pub trait Runtime: Send + Sync {
     /// The value of any bound name (`None` is a value, not absence).
     async fn get(&self, name: &str) -> Result<Value, RuntimeError>;
 
+    /// How the model's code is isolated, one line per layer (`network: active (...)`); empty
+    /// when the runtime does not say (the agent reports it as a status when it changes).
+    fn isolation(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// The `(name, value)` of each registered secret variable ([`Variable::secret`](crate::Variable::secret)),
     /// for the agent to redact. Default: none (a runtime without a registry keeps no secrets).
     fn secrets(&self) -> Vec<(String, String)> {
@@ -358,6 +364,9 @@ macro_rules! forward_runtime {
             }
             fn secrets(&self) -> Vec<(String, String)> {
                 (**self).secrets()
+            }
+            fn isolation(&self) -> Vec<String> {
+                (**self).isolation()
             }
             async fn bind_unique(&self, prefix: &str, value: Value, start: u64) -> Result<String, RuntimeError> {
                 (**self).bind_unique(prefix, value, start).await

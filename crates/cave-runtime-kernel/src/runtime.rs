@@ -646,6 +646,19 @@ impl Runtime for KernelRuntime {
         lock(&self.inner.registry).secrets()
     }
 
+    /// The sandbox layers of the running child (none before it starts, or with the sandbox
+    /// off).
+    fn isolation(&self) -> Vec<String> {
+        match self.inner.current.try_lock() {
+            Ok(current) => current
+                .as_ref()
+                .filter(|p| p.sandbox.iter().any(|l| l.state != crate::LayerState::Off))
+                .map(|p| p.sandbox.iter().map(ToString::to_string).collect())
+                .unwrap_or_default(),
+            Err(_) => Vec::new(),
+        }
+    }
+
     async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
         {
             let registry = lock(&self.inner.registry);

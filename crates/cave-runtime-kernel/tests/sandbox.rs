@@ -225,3 +225,32 @@ async fn every_layer_is_reported() {
     );
     rt.stop().await;
 }
+
+/// The agent says the layers once, at the start of the first run after the child started.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_agent_reports_the_isolation_once() {
+    use cave_core::testing::{Reply, ScriptedModel};
+    use cave_core::{Agent, Event, Status};
+    use futures_util::StreamExt;
+    let rt = strict();
+    rt.start().await.expect("starts");
+    let model = ScriptedModel::new([Reply::text("One."), Reply::text("Two.")]);
+    let mut agent = Agent::builder(model, rt.clone()).build().expect("builds");
+    let isolation = |events: &[Event]| -> Vec<Vec<String>> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                Event::Status(Status::Isolation { layers }) => Some(layers.clone()),
+                _ => None,
+            })
+            .collect()
+    };
+    let first: Vec<Event> = agent.stream("First.").collect().await;
+    let said = isolation(&first);
+    assert_eq!(said.len(), 1, "{first:?}");
+    assert_eq!(said[0].len(), 4);
+    assert!(said[0][0].starts_with("network: "), "{:?}", said[0]);
+    let second: Vec<Event> = agent.stream("Second.").collect().await;
+    assert!(isolation(&second).is_empty(), "said once");
+    rt.stop().await;
+}

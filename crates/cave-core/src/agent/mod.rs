@@ -46,6 +46,8 @@ pub struct Agent {
     sub_agents_registered: bool,
     approver: Option<Arc<dyn crate::Approver>>,
     audit: Option<Arc<crate::AuditLog>>,
+    /// The isolation last reported (a status when it changes).
+    isolation: Vec<String>,
 }
 
 /// The agent's resolved settings (see [`AgentBuilder`] for each).
@@ -445,6 +447,7 @@ impl AgentBuilder {
             sub_agents_registered: self.sub_agents.is_empty(),
             approver: self.approver.clone(),
             audit: self.audit.clone(),
+            isolation: Vec::new(),
         })
     }
 }

@@ -200,6 +200,13 @@ impl<'a> Run<'a> {
 
     async fn body(&mut self, prompt: String) -> Result<StopReason, Failure> {
         self.register_sub_agents().await?;
+        let isolation = self.agent.runtime.isolation();
+        if !isolation.is_empty() && isolation != self.agent.isolation {
+            self.agent.isolation = isolation.clone();
+            self.emit
+                .emit(Event::Status(Status::Isolation { layers: isolation }))
+                .await;
+        }
         let system = self.agent.system_prompt();
         let history = &mut self.agent.history;
         match history.first_mut() {
