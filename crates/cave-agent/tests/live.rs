@@ -53,28 +53,12 @@ fn model(max_output_tokens: u32) -> Arc<dyn Model> {
 
 /// The facade's builder (compaction on), with the suite's limits.
 fn builder(model: Arc<dyn Model>, runtime: impl Runtime + 'static) -> AgentBuilder {
-    let mut builder = cave_agent::builder(ArcModel(model), runtime);
+    let mut builder = cave_agent::builder(model, runtime);
     builder
         .max_steps(MAX_STEPS)
         .max_run_time(Duration::from_secs(300))
         .max_exec_timeout(Duration::from_secs(30));
     builder
-}
-
-/// `cave_agent::builder` takes a model by value; the suite shares one.
-struct ArcModel(Arc<dyn Model>);
-
-#[async_trait::async_trait]
-impl Model for ArcModel {
-    async fn stream(
-        &self,
-        request: cave_agent::ChatRequest,
-    ) -> Result<cave_agent::DeltaStream, cave_agent::ModelError> {
-        self.0.stream(request).await
-    }
-    fn info(&self) -> cave_agent::ModelInfo {
-        self.0.info()
-    }
 }
 
 /// One test's transcript and result line.
@@ -651,7 +635,11 @@ async fn skills_activation() {
 #[ignore = "live: needs an endpoint; run with cargo xtask test-live"]
 async fn kernel_runtime() {
     let mut live = Live::new("kernel_runtime");
-    let runtime = KernelRuntime::new().expect("a Python interpreter");
+    // Sandboxed, as `cave --runtime kernel` runs it: host calls still cross.
+    let runtime = KernelRuntime::with_config(
+        cave_agent::kernel::KernelConfig::new().sandbox(cave_agent::kernel::Sandbox::strict()),
+    )
+    .expect("a Python interpreter");
     let (greet, greeted) = recording("greet", "name", "str", |name, _| {
         Value::Str(format!("Hello, {name}!"))
     });
