@@ -10,13 +10,20 @@ fn block(code: &str) -> String {
     format!("```python\n{code}\n```")
 }
 
-fn cave(server: &TestServer, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cave"))
-        .args(["run", "--json", "--runtime", "kernel"])
+/// `cave run --json --runtime RUNTIME ARGS` against the test server.
+fn command(server: &TestServer, runtime: &str, args: &[&str]) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cave"));
+    command
+        .args(["run", "--json", "--runtime", runtime])
         .args(args)
         .env("LLM_MODEL_ID", "test-model")
         .env("LLM_BASE_URL", server.base_url())
-        .env("LLM_API_KEY", KEY)
+        .env("LLM_API_KEY", KEY);
+    command
+}
+
+fn cave(server: &TestServer, args: &[&str]) -> Output {
+    command(server, "kernel", args)
         .output()
         .expect("the binary runs")
 }
@@ -292,22 +299,14 @@ async fn secrets_from_the_environment_are_redacted() {
             answer("Done.", 8, "stop"),
         ])
         .await;
-        let out = Command::new(env!("CARGO_BIN_EXE_cave"))
-            .args([
-                "run",
-                "--json",
-                "--runtime",
-                runtime,
-                "--secret",
-                "TOKEN=CAVE_TEST_TOKEN",
-                "Use it.",
-            ])
-            .env("LLM_MODEL_ID", "test-model")
-            .env("LLM_BASE_URL", server.base_url())
-            .env("LLM_API_KEY", KEY)
-            .env("CAVE_TEST_TOKEN", VALUE)
-            .output()
-            .expect("runs");
+        let out = command(
+            &server,
+            runtime,
+            &["--secret", "TOKEN=CAVE_TEST_TOKEN", "Use it."],
+        )
+        .env("CAVE_TEST_TOKEN", VALUE)
+        .output()
+        .expect("runs");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert_eq!(
             out.status.code(),
@@ -355,11 +354,7 @@ async fn cells_wait_for_approval_on_stdin() {
         answer("Done.", 8, "stop"),
     ])
     .await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cave"))
-        .args(["run", "--json", "--approve", "cells", "Go."])
-        .env("LLM_MODEL_ID", "test-model")
-        .env("LLM_BASE_URL", server.base_url())
-        .env("LLM_API_KEY", KEY)
+    let mut child = command(&server, "inproc", &["--approve", "cells", "Go."])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -421,11 +416,7 @@ async fn cells_wait_for_approval_on_stdin() {
         answer("Fine.", 8, "stop"),
     ])
     .await;
-    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
-        .args(["run", "--json", "--approve", "cells", "Go."])
-        .env("LLM_MODEL_ID", "test-model")
-        .env("LLM_BASE_URL", server.base_url())
-        .env("LLM_API_KEY", KEY)
+    let out = command(&server, "inproc", &["--approve", "cells", "Go."])
         .stdin(std::process::Stdio::null())
         .output()
         .expect("runs");
