@@ -107,21 +107,28 @@ impl StreamRedaction<'_> {
             .char_indices()
             .nth(chars - keep)
             .map_or(self.pending.len(), |(i, _)| i);
-        for (form, _) in &self.redactor.forms {
-            let mut from = 0;
-            while let Some(at) = self.pending[from..].find(form.as_str()) {
-                let start = from + at;
-                let end = start + form.len();
-                if start < cut && end > cut {
-                    cut = start;
+        // Moving the cut back can make another form straddle it: repeat until none does
+        // (the cut only moves back, so this ends).
+        loop {
+            let before = cut;
+            for (form, _) in &self.redactor.forms {
+                let mut from = 0;
+                while let Some(at) = self.pending[from..].find(form.as_str()) {
+                    let start = from + at;
+                    if start < cut && start + form.len() > cut {
+                        cut = start;
+                    }
+                    from = start + 1;
+                    while !self.pending.is_char_boundary(from) {
+                        from += 1;
+                    }
+                    if from >= self.pending.len() {
+                        break;
+                    }
                 }
-                from = start + 1;
-                while !self.pending.is_char_boundary(from) {
-                    from += 1;
-                }
-                if from >= self.pending.len() {
-                    break;
-                }
+            }
+            if cut == before {
+                break;
             }
         }
         let rest = self.pending.split_off(cut);
@@ -248,6 +255,24 @@ mod tests {
             shown.push_str(&stream.finish());
             assert_eq!(
                 shown, "log: [redacted: KEY] done, again [redacted: KEY].\n",
+                "pieces of {size}"
+            );
+        }
+        // Two secrets, one inside the other's neighbourhood: both redacted at every split.
+        let two = SecretRedactor::new([
+            ("A".to_owned(), "abcdefgh".to_owned()),
+            ("B".to_owned(), "ghijklmnop".to_owned()),
+        ]);
+        for size in 1..12 {
+            let text = "xxabcdefgh yy ghijklmnop zz";
+            let mut stream = two.stream();
+            let mut shown = String::new();
+            for piece in text.as_bytes().chunks(size) {
+                shown.push_str(&stream.push(std::str::from_utf8(piece).unwrap()));
+            }
+            shown.push_str(&stream.finish());
+            assert_eq!(
+                shown, "xx[redacted: A] yy [redacted: B] zz",
                 "pieces of {size}"
             );
         }
