@@ -189,7 +189,9 @@ impl Session {
                     // Started now, so that every layer is reported before the model runs.
                     rt.start()
                         .await
-                        .context("the sandboxed kernel runtime could not start")?;
+                        .context(
+                            "the sandboxed kernel runtime could not start (`cave doctor` lists the layers this machine supports; --sandbox off runs without them)",
+                        )?;
                     let layers = rt.sandbox_layers().await.unwrap_or_default();
                     eprintln!("cave: sandbox: {}", sandbox_summary(&layers));
                     if let Some(audit) = &audit {
