@@ -110,34 +110,15 @@ async fn run_with_skills_lets_the_model_activate_one() {
         answer("50.0 inches.", 8, "stop"),
     ])
     .await;
-    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
-        .args([
-            "run",
-            "--json",
+    let outputs = run_json(
+        &server,
+        &[
             "--skills",
             root.to_str().unwrap(),
             "How many inches is 127 cm?",
-        ])
-        .env("LLM_MODEL_ID", "test-model")
-        .env("LLM_BASE_URL", server.base_url())
-        .env("LLM_API_KEY", "sk-skills-test")
-        .output()
-        .expect("cave runs");
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        ],
     );
-    let events: Vec<Json> = String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let outputs: Vec<&str> = events
-        .iter()
-        .filter(|e| e["type"] == "execution_result")
-        .map(|e| e["output"].as_str().unwrap())
-        .collect();
+    let outputs: Vec<&str> = outputs.iter().map(String::as_str).collect();
     assert!(outputs[0].starts_with("Divide by 2.54."), "{outputs:?}");
     assert!(outputs[0].contains("- references/table.md"), "{outputs:?}");
     assert_eq!(outputs[1], "50.0\n");
@@ -189,40 +170,45 @@ async fn the_example_skill_runs_through_cave() {
             answer("989.70 EUR.", 8, "stop"),
         ])
         .await;
-        let out = Command::new(env!("CARGO_BIN_EXE_cave"))
-            .args([
-                "run",
-                "--json",
+        let outputs = run_json(
+            &server,
+            &[
                 "--runtime",
                 runtime,
                 "--skills",
                 examples,
                 "What are the orders worth?",
-            ])
-            .env("LLM_MODEL_ID", "test-model")
-            .env("LLM_BASE_URL", server.base_url())
-            .env("LLM_API_KEY", "sk-skills-test")
-            .output()
-            .expect("cave runs");
-        assert_eq!(
-            out.status.code(),
-            Some(0),
-            "{runtime}: {}",
-            String::from_utf8_lossy(&out.stderr)
+            ],
         );
-        let events: Vec<Json> = String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        let outputs: Vec<&str> = events
-            .iter()
-            .filter(|e| e["type"] == "execution_result")
-            .map(|e| e["output"].as_str().unwrap())
-            .collect();
+        let outputs: Vec<&str> = outputs.iter().map(String::as_str).collect();
         assert!(
             outputs[0].contains("total(orders: list[Order]) -> int"),
             "{runtime}: {outputs:?}"
         );
         assert_eq!(outputs[1], "98970\n", "{runtime}");
     }
+}
+
+/// `cave run --json ARGS` against `server`: the outputs of its executions (it must exit 0).
+fn run_json(server: &TestServer, args: &[&str]) -> Vec<String> {
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["run", "--json"])
+        .args(args)
+        .env("LLM_MODEL_ID", "test-model")
+        .env("LLM_BASE_URL", server.base_url())
+        .env("LLM_API_KEY", "sk-skills-test")
+        .output()
+        .expect("cave runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Json>(l).unwrap())
+        .filter(|e| e["type"] == "execution_result")
+        .map(|e| e["output"].as_str().unwrap().to_owned())
+        .collect()
 }

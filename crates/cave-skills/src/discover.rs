@@ -291,25 +291,15 @@ fn text_field(
     file: &Path,
     errors: &mut Vec<SkillError>,
 ) -> Option<String> {
-    match fields.remove(key) {
-        Some(Json::String(s)) => Some(s),
-        Some(other) => {
-            errors.push(SkillError::new(
-                file,
-                Some(key),
-                format!("field `{key}` must be text, not {}", kind(&other)),
-            ));
-            None
-        }
-        None => {
-            errors.push(SkillError::new(
-                file,
-                Some(key),
-                format!("field `{key}` is missing"),
-            ));
-            None
-        }
+    if matches!(fields.get(key), None | Some(Json::Null)) {
+        errors.push(SkillError::new(
+            file,
+            Some(key),
+            format!("field `{key}` is missing"),
+        ));
+        return None;
     }
+    optional_text(fields, key, file, errors)
 }
 
 fn optional_text(
