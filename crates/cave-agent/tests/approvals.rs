@@ -194,3 +194,172 @@ async fn the_audit_trail_records_the_session() {
     );
     let _ = std::fs::remove_file(&path);
 }
+
+/// A door lock: opening needs approval, reading its state does not.
+#[cave_agent::object]
+#[derive(Debug, Default)]
+struct Door {
+    /// Whether it is open.
+    #[cave(get)]
+    open: bool,
+}
+
+#[cave_agent::object]
+impl Door {
+    /// Opens the door for `who`.
+    pub fn unlock(&mut self, who: String) -> String {
+        self.open = true;
+        format!("open for {who}")
+    }
+    /// Whether the door is open.
+    pub fn is_open(&self) -> bool {
+        self.open
+    }
+}
+
+/// One method of a host object guarded and every call audited, on either runtime: the refusal
+/// raises `PermissionError` in the cell, the unguarded method is not asked about, the audit
+/// names `door.method`, and the host gets its own object back with the state the approved
+/// call left.
+async fn guarded_object_on(runtime: &impl Runtime) -> Arc<cave_agent::Shared<Door>> {
+    let door = cave_agent::Shared::new(Door::default());
+    let approver = scripted(vec![
+        Approval::Refused(Some("at night".into())),
+        Approval::Approved,
+    ]);
+    let buffer = SharedBuffer(Arc::new(Mutex::new(Vec::new())));
+    let log = cave_agent::AuditLog::to_writer(buffer.clone());
+    let binding = cave_agent::ObjectBinding::new("door", door.clone());
+    let binding = cave_agent::audited_object(binding, log, cave_agent::MethodFilter::All);
+    let binding = cave_agent::object_requiring_approval(
+        binding,
+        approver.clone(),
+        cave_agent::MethodFilter::only(["unlock"]),
+    );
+    runtime
+        .register(Resources::new().object(binding))
+        .await
+        .expect("registers");
+    let out = runtime
+        .execute(
+            "try:\n    door.unlock('a stranger')\nexcept PermissionError as e:\n    print('refused:', e)\nprint(door.is_open())\nprint(door.unlock(who='the owner'))\nprint(door.open)",
+            &cave_agent::DiscardOutput,
+        )
+        .await
+        .expect("runs");
+    assert_eq!(
+        out.output,
+        "refused: the user did not approve calling door.unlock: at night\nFalse\nopen for the owner\nTrue\n"
+    );
+    assert_eq!(
+        approver.asked.lock().unwrap().clone(),
+        [
+            ApprovalRequest::Call {
+                function: "door.unlock".into(),
+                arguments: "who='a stranger'".into()
+            },
+            ApprovalRequest::Call {
+                function: "door.unlock".into(),
+                arguments: "who='the owner'".into()
+            }
+        ]
+    );
+    let records: Vec<serde_json::Value> = String::from_utf8(buffer.0.lock().unwrap().clone())
+        .expect("UTF-8")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect();
+    let calls: Vec<&str> = records
+        .iter()
+        .filter(|r| r["kind"] == "host_call")
+        .map(|r| r["function"].as_str().unwrap())
+        .collect();
+    // The refused call never reached the door, so the audit (inside the guard) did not see it;
+    // reading a property is a host call too.
+    assert_eq!(
+        calls,
+        ["door.is_open", "door.unlock", "door.open"],
+        "{records:?}"
+    );
+    assert!(door.read().await.open);
+    door
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_object_in_process() {
+    let runtime = InProcRuntime::new().expect("python");
+    let door = guarded_object_on(&runtime).await;
+    let retrieved = runtime
+        .retrieve_object::<cave_agent::Shared<Door>>("door")
+        .await
+        .expect("the original");
+    assert!(Arc::ptr_eq(&retrieved, &door));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_object_across_the_process_boundary() {
+    let runtime = cave_agent::KernelRuntime::new().expect("python");
+    let door = guarded_object_on(&runtime).await;
+    let retrieved = runtime
+        .retrieve_object::<cave_agent::Shared<Door>>("door")
+        .await
+        .expect("the original");
+    assert!(Arc::ptr_eq(&retrieved, &door));
+    runtime.stop().await;
+}
+
+#[derive(Clone)]
+struct SharedBuffer(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for SharedBuffer {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A host function guarded with the agent's call approver: its request shows in the run's
+/// events between the cell and its result; with `approve_cells(false)`, cells are not asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn call_approvals_are_announced_in_the_events() {
+    let runtime = InProcRuntime::new().expect("python");
+    let approver = scripted(vec![Approval::Refused(None)]);
+    let model = ScriptedModel::new([
+        Reply::text(
+            "```python\ntry:\n    send_email('ops@example.org')\nexcept PermissionError as e:\n    print(e)\n```",
+        ),
+        Reply::text("Not sent."),
+    ]);
+    let mut builder = Agent::builder(model, runtime.clone());
+    builder.approver(approver.clone()).approve_cells(false);
+    let guard = builder.call_approver().expect("an approver is set");
+    runtime
+        .register(Resources::new().function(requiring_approval(send_email::function(), guard)))
+        .await
+        .expect("registers");
+    let mut agent = builder.build().expect("builds");
+    let events: Vec<Event> = agent.stream("Mail ops.").collect().await;
+    let kinds: Vec<&str> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Code { .. } => Some("code"),
+            Event::ApprovalRequested {
+                request: ApprovalRequest::Call { function, .. },
+            } => {
+                assert_eq!(function, "send_email");
+                Some("asked about the call")
+            }
+            Event::ApprovalRequested { .. } => Some("asked about something else"),
+            Event::ExecutionResult { output, .. } => {
+                assert_eq!(output, "the user did not approve calling send_email\n");
+                Some("ran")
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(kinds, ["code", "asked about the call", "ran"]);
+    assert_eq!(approver.asked.lock().unwrap().len(), 1);
+}

@@ -9,8 +9,8 @@ use cave_agent::ContextCompactor;
 use cave_agent::inproc::{CapturedStreams, StdioCapture};
 use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};
 use cave_agent::{
-    Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, KernelRuntime, Model, Resources,
-    Runtime, RuntimeError, StopReason,
+    Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, KernelRuntime, MethodFilter,
+    Model, Resource, Resources, Runtime, RuntimeError, StopReason,
 };
 use futures_util::StreamExt;
 use std::io::{self, Write};
@@ -158,7 +158,7 @@ impl Session {
             agent: settings,
             output,
             retrieve,
-            approve_cells,
+            approve,
             audit,
             api_key: _,
         } = config;
@@ -218,8 +218,46 @@ impl Session {
             Backend::InProc(rt) => Agent::builder(model, rt.clone()),
             Backend::Kernel(rt) => Agent::builder(model, rt.clone()),
         };
+        if let Some(approve) = approve {
+            builder
+                .approver(Arc::new(crate::approve::Prompted::new(matches!(
+                    output,
+                    OutputMode::Json
+                ))))
+                .approve_cells(approve.cells());
+        }
+        // Every call into the host is audited, and asked about with `--approve calls|all`.
+        let call_approver = builder
+            .call_approver()
+            .filter(|_| approve.is_some_and(|a| a.calls()));
+        let call_audit = audit.clone();
+        let guard = move |resource: Resource| match resource {
+            Resource::Function(mut function) => {
+                if let Some(approver) = &call_approver {
+                    function = cave_agent::requiring_approval(function, approver.clone());
+                }
+                if let Some(log) = &call_audit {
+                    function = cave_agent::audited(function, log.clone());
+                }
+                Resource::Function(function)
+            }
+            Resource::Object(mut object) => {
+                if let Some(approver) = &call_approver {
+                    object = cave_agent::object_requiring_approval(
+                        object,
+                        approver.clone(),
+                        MethodFilter::All,
+                    );
+                }
+                if let Some(log) = &call_audit {
+                    object = cave_agent::audited_object(object, log.clone(), MethodFilter::All);
+                }
+                Resource::Object(object)
+            }
+            other => other,
+        };
         skills
-            .install(runtime.runtime(), &mut builder)
+            .install_with(runtime.runtime(), &mut builder, |batch| batch.map(&guard))
             .await
             .context("--skills")?;
         builder.compactor(compactor);
@@ -230,12 +268,6 @@ impl Session {
         }
         if let Some(audit) = audit {
             builder.audit(audit);
-        }
-        if approve_cells {
-            builder.approver(Arc::new(crate::approve::Prompted::new(matches!(
-                output,
-                OutputMode::Json
-            ))));
         }
         if let Some(v) = settings.max_steps {
             builder.max_steps(v);

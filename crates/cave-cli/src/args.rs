@@ -86,6 +86,23 @@ pub enum PolicyPreset {
 pub enum ApproveWhat {
     /// Each cell, before it runs.
     Cells,
+    /// Each call into the host (the skills' functions; Python functions from `--py` run
+    /// inside the runtime, with the same powers as the model's own code, so they are covered
+    /// by `cells`).
+    Calls,
+    /// Cells and calls.
+    All,
+}
+
+impl ApproveWhat {
+    /// Whether cells are asked about.
+    pub fn cells(self) -> bool {
+        matches!(self, ApproveWhat::Cells | ApproveWhat::All)
+    }
+    /// Whether host calls are asked about.
+    pub fn calls(self) -> bool {
+        matches!(self, ApproveWhat::Calls | ApproveWhat::All)
+    }
 }
 
 /// How the kernel runtime's child is isolated.
@@ -228,9 +245,10 @@ pub struct CommonArgs {
     /// interpreter internals).
     #[arg(long, value_enum, help_heading = "Code policy")]
     pub policy: Option<PolicyPreset>,
-    /// Ask before running each cell: on the terminal (y, n, or a for always), or with
-    /// --json as a JSON line on stdin answering each `approval_requested` event
-    /// (`{"approve": true}`; see docs/FORMATS.md). No answer refuses.
+    /// Ask before running each cell (`cells`), calling into the host (`calls`), or both
+    /// (`all`): on the terminal (y, n, or a for always), or with --json as a JSON line on
+    /// stdin answering each `approval_requested` event (`{"approve": true}`; see
+    /// docs/FORMATS.md). No answer refuses.
     #[arg(long, value_enum, value_name = "WHAT", help_heading = "Code policy")]
     pub approve: Option<ApproveWhat>,
     /// Append an audit trail to FILE (JSON Lines, timestamped): prompts, cells and their

@@ -95,8 +95,8 @@ pub struct Config {
     pub output: OutputMode,
     /// `--retrieve`.
     pub retrieve: Vec<String>,
-    /// `--approve cells`.
-    pub approve_cells: bool,
+    /// `--approve`: what is asked about.
+    pub approve: Option<crate::args::ApproveWhat>,
     /// `--audit FILE`, opened.
     pub audit: Option<std::sync::Arc<cave_agent::AuditLog>>,
     /// The key, for redacting anything printed.
@@ -285,7 +285,7 @@ pub fn resolve(
         agent,
         output,
         retrieve: args.retrieve.clone(),
-        approve_cells: args.approve.is_some(),
+        approve: args.approve,
         audit: match &args.audit {
             Some(path) => Some(
                 cave_agent::AuditLog::append(path)

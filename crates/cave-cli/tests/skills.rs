@@ -212,3 +212,90 @@ fn run_json(server: &TestServer, args: &[&str]) -> Vec<String> {
         .map(|e| e["output"].as_str().unwrap().to_owned())
         .collect()
 }
+
+/// `--approve calls --json --audit FILE`: calling into the host (a skill's function) waits for
+/// an answer on stdin, announced by an `approval_requested` event of kind `call`; cells are not
+/// asked about; a refusal is a `PermissionError` in the cell; the audit records both calls.
+#[tokio::test(flavor = "multi_thread")]
+async fn host_calls_wait_for_approval() {
+    use std::io::Write as _;
+    let root = dir("approve");
+    valid_skills(&root);
+    let audit = root.join("audit.jsonl");
+    let server = TestServer::start([
+        answer(
+            "```python\ntry:\n    activate_skill('inches')\nexcept PermissionError as e:\n    print(e)\nprint(activate_skill('greet'))\n```",
+            8,
+            "stop",
+        ),
+        answer("Greeted.", 8, "stop"),
+    ])
+    .await;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["run", "--json", "--approve", "calls", "--skills"])
+        .arg(&root)
+        .arg("--audit")
+        .arg(&audit)
+        .arg("Greet.")
+        .env("LLM_MODEL_ID", "test-model")
+        .env("LLM_BASE_URL", server.base_url())
+        .env("LLM_API_KEY", "sk-skills-test")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cave runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"{\"approve\": false, \"reason\": \"not that one\"}\n{\"approve\": true}\n")
+        .expect("writes");
+    let out = child.wait_with_output().expect("ends");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events: Vec<Json> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let asked: Vec<&Json> = events
+        .iter()
+        .filter(|e| e["type"] == "approval_requested")
+        .map(|e| &e["request"])
+        .collect();
+    assert_eq!(
+        asked,
+        [
+            &serde_json::json!({"kind": "call", "function": "activate_skill", "arguments": "name='inches'"}),
+            &serde_json::json!({"kind": "call", "function": "activate_skill", "arguments": "name='greet'"}),
+        ]
+    );
+    let output = events
+        .iter()
+        .find(|e| e["type"] == "execution_result")
+        .expect("the cell ran")["output"]
+        .as_str()
+        .unwrap();
+    assert!(
+        output.starts_with(
+            "the user did not approve calling activate_skill: not that one\nSay hello."
+        ),
+        "{output}"
+    );
+    let records: Vec<Json> = std::fs::read_to_string(&audit)
+        .expect("the audit trail")
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let calls: Vec<(&str, bool)> = records
+        .iter()
+        .filter(|r| r["kind"] == "host_call")
+        .map(|r| (r["arguments"].as_str().unwrap(), r["error"].is_null()))
+        .collect();
+    assert_eq!(calls, [("name='inches'", false), ("name='greet'", true)]);
+    assert!(records.iter().any(|r| r["kind"] == "approval_asked"));
+}

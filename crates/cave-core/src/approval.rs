@@ -1,10 +1,13 @@
 //! Approvals: the host decides, before it happens, whether a cell runs or a host function is
 //! called. A refusal reaches the model as a refusal it can react to, not as an error.
 
-use crate::{Args, Function, FunctionBody, HostError, HostFunction, Value};
+use crate::Event;
+use crate::gate::{CallGate, MethodFilter, Proceed, gate_function, gate_object};
+use crate::{Args, Function, HostError, ObjectBinding, Value};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
+use tokio::sync::mpsc;
 
 /// What the agent asks about.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -16,9 +19,9 @@ pub enum ApprovalRequest {
         /// The code.
         code: String,
     },
-    /// Calling a host function that needs approval.
+    /// Calling a host function, or a host object's method, that needs approval.
     Call {
-        /// The function's name.
+        /// The function's name, or `object.method`.
         function: String,
         /// Its arguments, as Python would show them (shortened past 1000 characters).
         arguments: String,
@@ -43,41 +46,99 @@ pub trait Approver: Send + Sync {
 }
 
 /// `function`, asking `approver` before each call; a refusal raises `PermissionError` (with
-/// the reason) in the model's code. Only host functions can be guarded.
+/// the reason) in the model's code. Only host functions can be guarded: a Python function runs
+/// with the same powers as the model's own code, so there is nothing for a guard to hold back.
 pub fn requiring_approval(function: Function, approver: Arc<dyn Approver>) -> Function {
-    let FunctionBody::Host(inner) = function.body.clone() else {
-        return function;
-    };
-    let guarded = Guarded {
-        name: function.name.clone(),
-        inner,
-        approver,
-    };
-    function.with_body(guarded)
+    gate_function(function, Asking(approver))
 }
 
-struct Guarded {
-    name: String,
-    inner: Arc<dyn HostFunction>,
+/// `object`, asking `approver` before each call of the methods `methods` covers (the request
+/// names the call `object.method`); a refusal raises `PermissionError` in the model's code.
+/// The runtime still hands back the original object when the host retrieves it.
+pub fn object_requiring_approval(
+    object: ObjectBinding,
     approver: Arc<dyn Approver>,
+    methods: MethodFilter,
+) -> ObjectBinding {
+    gate_object(object, Asking(approver), methods)
 }
+
+struct Asking(Arc<dyn Approver>);
 
 #[async_trait]
-impl HostFunction for Guarded {
-    async fn call(&self, args: Args) -> Result<Value, HostError> {
+impl CallGate for Asking {
+    async fn pass(&self, name: &str, args: Args, proceed: Proceed<'_>) -> Result<Value, HostError> {
         let request = ApprovalRequest::Call {
-            function: self.name.clone(),
+            function: name.to_owned(),
             arguments: args.summary(1000),
         };
-        match self.approver.approve(&request).await {
-            Approval::Approved => self.inner.call(args).await,
+        match self.0.approve(&request).await {
+            Approval::Approved => proceed(args).await,
             Approval::Refused(reason) => Err(HostError::new(
                 "PermissionError",
                 match reason {
-                    Some(why) => format!("the user did not approve calling {}: {why}", self.name),
-                    None => format!("the user did not approve calling {}", self.name),
+                    Some(why) => format!("the user did not approve calling {name}: {why}"),
+                    None => format!("the user did not approve calling {name}"),
                 },
             )),
         }
+    }
+}
+
+/// The agent's approver as host-call guards reach it: while the agent's code runs, each request
+/// is also announced as an `approval_requested` event of the run.
+pub(crate) struct Announcing {
+    inner: Arc<dyn Approver>,
+    events: Mutex<Option<mpsc::UnboundedSender<Event>>>,
+}
+
+impl Announcing {
+    pub(crate) fn new(inner: Arc<dyn Approver>) -> Self {
+        Self {
+            inner,
+            events: Mutex::new(None),
+        }
+    }
+
+    /// The approver itself, for the requests the run announces on its own (cells).
+    pub(crate) fn inner(&self) -> &Arc<dyn Approver> {
+        &self.inner
+    }
+
+    /// Announces into `events` until the returned guard is dropped (the end of an execution,
+    /// however it ends).
+    pub(crate) fn announce_to(
+        self: &Arc<Self>,
+        events: mpsc::UnboundedSender<Event>,
+    ) -> AnnounceScope {
+        *self.events.lock().unwrap_or_else(PoisonError::into_inner) = Some(events);
+        AnnounceScope(self.clone())
+    }
+}
+
+/// Ends an [`Announcing::announce_to`].
+pub(crate) struct AnnounceScope(Arc<Announcing>);
+
+impl Drop for AnnounceScope {
+    fn drop(&mut self) {
+        *self.0.events.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
+#[async_trait]
+impl Approver for Announcing {
+    async fn approve(&self, request: &ApprovalRequest) -> Approval {
+        let events = self
+            .events
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        if let Some(events) = events {
+            // The run forwards it before the answer matters; a finished run has no reader.
+            let _ = events.send(Event::ApprovalRequested {
+                request: request.clone(),
+            });
+        }
+        self.inner.approve(request).await
     }
 }

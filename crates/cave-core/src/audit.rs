@@ -4,7 +4,8 @@
 //! [`audited`]), sandbox layers, and why each run stopped. Text fields are bounded; secrets are
 //! already redacted from events.
 
-use crate::{Args, Event, Function, FunctionBody, HostError, HostFunction, Value};
+use crate::gate::{CallGate, MethodFilter, Proceed, gate_function, gate_object};
+use crate::{Args, Event, Function, HostError, ObjectBinding, Value};
 use async_trait::async_trait;
 use serde_json::{Value as Json, json};
 use std::io::Write;
@@ -155,34 +156,33 @@ fn timestamp() -> String {
 }
 
 /// `function`, recording each call (its name and a bounded summary of its arguments) and
-/// whether it raised. Only host functions can be audited.
+/// whether it raised. Only host functions can be audited: the calls of a Python function never
+/// leave the runtime.
 pub fn audited(function: Function, log: Arc<AuditLog>) -> Function {
-    let FunctionBody::Host(inner) = function.body.clone() else {
-        return function;
-    };
-    let recorded = Recorded {
-        name: function.name.clone(),
-        inner,
-        log,
-    };
-    function.with_body(recorded)
+    gate_function(function, Recording(log))
 }
 
-struct Recorded {
-    name: String,
-    inner: Arc<dyn HostFunction>,
+/// `object`, recording each call of the methods `methods` covers as a `host_call` record
+/// naming `object.method`. The runtime still hands back the original object on retrieval.
+pub fn audited_object(
+    object: ObjectBinding,
     log: Arc<AuditLog>,
+    methods: MethodFilter,
+) -> ObjectBinding {
+    gate_object(object, Recording(log), methods)
 }
+
+struct Recording(Arc<AuditLog>);
 
 #[async_trait]
-impl HostFunction for Recorded {
-    async fn call(&self, args: Args) -> Result<Value, HostError> {
+impl CallGate for Recording {
+    async fn pass(&self, name: &str, args: Args, proceed: Proceed<'_>) -> Result<Value, HostError> {
         let arguments = args.summary(1000);
-        let result = self.inner.call(args).await;
-        self.log.record(
+        let result = proceed(args).await;
+        self.0.record(
             "host_call",
             json!({
-                "function": self.name,
+                "function": name,
                 "arguments": arguments,
                 "error": result.as_ref().err().map(ToString::to_string),
             }),

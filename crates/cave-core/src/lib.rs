@@ -46,6 +46,7 @@ mod approval;
 mod audit;
 mod compact;
 mod event;
+mod gate;
 #[doc(hidden)]
 pub mod macro_support;
 mod message;
@@ -67,13 +68,16 @@ pub use agent::{
     Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES, RunHandle,
     SubAgent,
 };
-pub use approval::{Approval, ApprovalRequest, Approver, requiring_approval};
-pub use audit::{AUDIT_TEXT_CHARS, AuditLog, audited};
+pub use approval::{
+    Approval, ApprovalRequest, Approver, object_requiring_approval, requiring_approval,
+};
+pub use audit::{AUDIT_TEXT_CHARS, AuditLog, audited, audited_object};
 pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, Summarized, TokenAnchor, TokenEstimator,
     estimate_history,
 };
 pub use event::{EVENT_FORMAT_VERSION, Event, Status, StopError, StopErrorKind, StopReason};
+pub use gate::MethodFilter;
 pub use message::{
     ChatMessage, ChatRole, HISTORY_FORMAT_VERSION, HistoryError, Message, PersistedOutput,
     SavedHistory,

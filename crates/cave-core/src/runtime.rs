@@ -328,13 +328,25 @@ pub enum RuntimeError {
     },
 }
 
-/// Hands back a host object as the concrete type it was registered with.
+/// Hands back a host object as the concrete type it was registered with, through the
+/// wrappers around it (approval guards, audit records).
 pub fn downcast_object<T: HostObject>(
     name: &str,
     object: Arc<dyn HostObject>,
 ) -> Result<Arc<T>, RuntimeError> {
-    let any: Arc<dyn std::any::Any + Send + Sync> = object;
-    any.downcast::<T>().map_err(|_| RuntimeError::NotAnObject {
+    let mut object = object;
+    // Bounded: wrappers are stacked by the host, a few at most.
+    for _ in 0..64 {
+        let any: Arc<dyn std::any::Any + Send + Sync> = object.clone();
+        if let Ok(found) = any.downcast::<T>() {
+            return Ok(found);
+        }
+        match object.wrapped() {
+            Some(inner) => object = inner,
+            None => break,
+        }
+    }
+    Err(RuntimeError::NotAnObject {
         name: name.to_owned(),
         expected: std::any::type_name::<T>(),
     })

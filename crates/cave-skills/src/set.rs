@@ -227,6 +227,18 @@ impl SkillSet {
         runtime: &dyn Runtime,
         builder: &mut AgentBuilder,
     ) -> Result<(), RuntimeError> {
+        self.install_with(runtime, builder, |batch| batch).await
+    }
+
+    /// [`install`](Self::install), each batch passed through `wrap` before it is registered:
+    /// how the host guards or audits the skills' host calls (see
+    /// [`Resources::map`](cave_core::Resources::map)).
+    pub async fn install_with(
+        &self,
+        runtime: &dyn Runtime,
+        builder: &mut AgentBuilder,
+        wrap: impl Fn(Resources) -> Resources,
+    ) -> Result<(), RuntimeError> {
         if self.is_empty() {
             return Ok(());
         }
@@ -242,7 +254,7 @@ impl SkillSet {
             }
             if !skill.resources.is_empty() {
                 runtime
-                    .register(skill.resources.clone().with_hidden(true))
+                    .register(wrap(skill.resources.clone().with_hidden(true)))
                     .await
                     .map_err(|e| in_skill(&skill.name, e))?;
                 given.extend(skill.resources.items().iter().cloned());
@@ -252,7 +264,7 @@ impl SkillSet {
                     .insert(skill.name.clone(), describe(given.into_iter().collect()));
             }
         }
-        runtime.register(set.resources()).await?;
+        runtime.register(wrap(set.resources())).await?;
         builder.skills(set.listing());
         Ok(())
     }

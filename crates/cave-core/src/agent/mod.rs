@@ -44,7 +44,9 @@ pub struct Agent {
     sub_agents: Vec<Arc<SubAgent>>,
     /// The sub-agents are bound in the runtime (done at the first run).
     sub_agents_registered: bool,
-    approver: Option<Arc<dyn crate::Approver>>,
+    approver: Option<Arc<crate::approval::Announcing>>,
+    /// Whether the approver is asked before each cell.
+    approve_cells: bool,
     audit: Option<Arc<crate::AuditLog>>,
     /// The isolation last reported (a status when it changes).
     isolation: Vec<String>,
@@ -205,7 +207,8 @@ pub struct AgentBuilder {
     skills: Option<String>,
     history: Vec<Message>,
     sub_agents: Vec<Arc<SubAgent>>,
-    approver: Option<Arc<dyn crate::Approver>>,
+    approver: Option<Arc<crate::approval::Announcing>>,
+    approve_cells: bool,
     audit: Option<Arc<crate::AuditLog>>,
 }
 
@@ -235,6 +238,7 @@ impl AgentBuilder {
             history: Vec::new(),
             sub_agents: Vec::new(),
             approver: None,
+            approve_cells: true,
             audit: None,
         }
     }
@@ -248,10 +252,26 @@ impl AgentBuilder {
 
     /// Asks `approver` before running each cell the code policy let through (an
     /// `approval_requested` event first); a refusal is told to the model, which can react.
-    /// Guard host functions with [`requiring_approval`](crate::requiring_approval).
+    /// Guard host functions and objects with [`requiring_approval`](crate::requiring_approval)
+    /// and [`object_requiring_approval`](crate::object_requiring_approval), given
+    /// [`call_approver`](Self::call_approver), so that their requests show in the events too.
     pub fn approver(&mut self, approver: Arc<dyn crate::Approver>) -> &mut Self {
-        self.approver = Some(approver);
+        self.approver = Some(Arc::new(crate::approval::Announcing::new(approver)));
         self
+    }
+
+    /// Whether the approver is asked before each cell (default `true`); `false` leaves it to
+    /// the guarded host calls alone.
+    pub fn approve_cells(&mut self, ask: bool) -> &mut Self {
+        self.approve_cells = ask;
+        self
+    }
+
+    /// The approver to guard host calls with: the one given to [`approver`](Self::approver),
+    /// announcing each request as an `approval_requested` event while this agent's code runs.
+    /// `None` before an approver is set.
+    pub fn call_approver(&self) -> Option<Arc<dyn crate::Approver>> {
+        self.approver.clone().map(|a| a as Arc<dyn crate::Approver>)
     }
 
     /// Gives the agent's code another agent to drive (see [`SubAgent`]): bound in the runtime
@@ -446,6 +466,7 @@ impl AgentBuilder {
             sub_agents: self.sub_agents.clone(),
             sub_agents_registered: self.sub_agents.is_empty(),
             approver: self.approver.clone(),
+            approve_cells: self.approve_cells,
             audit: self.audit.clone(),
             isolation: Vec::new(),
         })

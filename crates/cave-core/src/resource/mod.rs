@@ -92,6 +92,14 @@ impl Resources {
     pub fn names(&self) -> Vec<&str> {
         self.items.iter().map(Resource::name).collect()
     }
+    /// The same batch, each resource passed through `f`: how a host wraps every host call of a
+    /// batch (with [`requiring_approval`](crate::requiring_approval),
+    /// [`audited`](crate::audited) and their object forms).
+    pub fn map(self, f: impl FnMut(Resource) -> Resource) -> Self {
+        Self {
+            items: self.items.into_iter().map(f).collect(),
+        }
+    }
     /// The same batch, every resource hidden from the prompt (`true`) or shown (`false`).
     /// Objects are always shown; hidden bindings stay hidden.
     pub fn with_hidden(self, hidden: bool) -> Self {
@@ -792,6 +800,12 @@ pub trait HostObject: Any + Send + Sync {
     /// with it.
     fn types(&self) -> Vec<TypeSchema> {
         Vec::new()
+    }
+    /// The object this one forwards to, when it is a wrapper (an approval guard, an audit
+    /// record), so that retrieving the binding hands back the original. `None` for the
+    /// original itself.
+    fn wrapped(&self) -> Option<Arc<dyn HostObject>> {
+        None
     }
 }
 

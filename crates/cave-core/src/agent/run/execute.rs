@@ -36,7 +36,12 @@ impl Run<'_> {
                 ));
             }
         }
-        if let Some(approver) = self.agent.approver.clone() {
+        if let Some(approver) = self
+            .agent
+            .approver
+            .clone()
+            .filter(|_| self.agent.approve_cells)
+        {
             let request = ApprovalRequest::Cell {
                 code: code.to_owned(),
             };
@@ -45,7 +50,7 @@ impl Run<'_> {
                     request: request.clone(),
                 })
                 .await;
-            if let Approval::Refused(reason) = approver.approve(&request).await {
+            if let Approval::Refused(reason) = approver.inner().approve(&request).await {
                 tracing::info!(?reason, "the approver refused the cell");
                 let message = prompt::cell_refused(reason.as_deref());
                 return Ok((
@@ -66,7 +71,13 @@ impl Run<'_> {
         // execution ends, however it ends.
         let (nested_sender, mut nested) = mpsc::unbounded_channel();
         let _links = (!self.agent.sub_agents.is_empty())
-            .then(|| LinkScope::new(&self.agent.sub_agents, nested_sender));
+            .then(|| LinkScope::new(&self.agent.sub_agents, nested_sender.clone()));
+        // Guarded host calls announce their approval requests there too.
+        let _announcing = self
+            .agent
+            .approver
+            .as_ref()
+            .map(|approver| approver.announce_to(nested_sender));
         // Secrets never leave as they are: live output is redacted as it streams (a piece
         // that could be the start of one waits), the whole output once more at the end.
         let redactor = SecretRedactor::new(runtime.secrets());
