@@ -141,7 +141,13 @@ struct Session {
     session_capture: Option<StdioCapture>,
     output: Box<dyn Output>,
     retrieve: Vec<String>,
+    /// `cave chat` on the kernel runtime: a checkpoint before each turn, with the length the
+    /// conversation had, for `/undo` (the newest last).
+    undo: Vec<(cave_agent::kernel::Checkpoint, usize)>,
 }
+
+/// How many turns `/undo` can take back; older checkpoints are let go (each is a process).
+const UNDO_DEPTH: usize = 16;
 
 impl Session {
     async fn build(config: Config, redactor: &Redactor) -> anyhow::Result<Self> {
@@ -340,6 +346,7 @@ impl Session {
             session_capture,
             output,
             retrieve,
+            undo: Vec::new(),
         })
     }
 
@@ -408,13 +415,62 @@ impl Session {
         loop {
             match editor.readline("you › ") {
                 Ok(line) if line.trim().is_empty() => continue,
+                Ok(line) if line.trim() == "/undo" => {
+                    let _ = editor.add_history_entry(line.as_str());
+                    rt.block_on(self.undo());
+                }
                 Ok(line) => {
                     let _ = editor.add_history_entry(line.as_str());
+                    rt.block_on(self.mark_turn());
                     last = rt.block_on(self.turn(line))?;
                 }
                 Err(rustyline::error::ReadlineError::Interrupted) => continue,
                 Err(rustyline::error::ReadlineError::Eof) => return Ok(last),
                 Err(e) => return Err(io::Error::other(e)),
+            }
+        }
+    }
+
+    /// Before a chat turn on the kernel runtime: a checkpoint for `/undo`.
+    async fn mark_turn(&mut self) {
+        let Backend::Kernel(runtime) = &self.runtime else {
+            return;
+        };
+        match runtime.checkpoint().await {
+            Ok(checkpoint) => {
+                if self.undo.len() == UNDO_DEPTH {
+                    self.undo.remove(0);
+                }
+                self.undo.push((checkpoint, self.agent.history().len()));
+            }
+            Err(error) => eprintln!("cave: /undo will not reach before this turn: {error}"),
+        }
+    }
+
+    /// `/undo`: the last turn taken back, in the conversation and in the namespace.
+    async fn undo(&mut self) {
+        let Backend::Kernel(runtime) = &self.runtime else {
+            eprintln!(
+                "cave: /undo needs --runtime kernel (a checkpoint is a paused copy of its process)"
+            );
+            return;
+        };
+        let Some((checkpoint, len)) = self.undo.pop() else {
+            eprintln!("cave: nothing to undo");
+            return;
+        };
+        match runtime.rollback(&checkpoint).await {
+            Ok(()) => {
+                self.agent.truncate_history(len);
+                eprintln!(
+                    "cave: undone: the last turn, and what its code did to the namespace ({} more /undo available)",
+                    self.undo.len()
+                );
+            }
+            Err(error) => {
+                // The checkpoints belonged to a process that is gone: none of them can work.
+                self.undo.clear();
+                eprintln!("cave: could not undo: {error}");
             }
         }
     }

@@ -19,7 +19,8 @@ pub struct Cli {
 pub enum Command {
     /// Run a task: each PROMPT is one turn of the same session.
     Run(RunArgs),
-    /// Chat interactively (Ctrl-C cancels the running turn, Ctrl-D exits).
+    /// Chat interactively (Ctrl-C cancels the running turn, Ctrl-D exits; `/undo` takes the
+    /// last turn back, with what its code did, on the kernel runtime).
     Chat(ChatArgs),
     /// Inspect Agent Skills (SKILL.md) without running anything.
     #[command(subcommand)]

@@ -567,9 +567,22 @@ async fn descriptor_output_is_the_cells_and_never_between_events() {
     }
 }
 
+/// `cave chat --json ARGS` against `server`, `input` on stdin until its end.
+fn chat(server: &TestServer, args: &[&str], input: &[u8]) -> std::process::Output {
+    use std::io::Write as _;
+    let mut child = command(Some(server), &["chat", "--json"])
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    child.wait_with_output().unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_reads_turns_until_end_of_input() {
-    use std::io::Write as _;
     let server = server([
         answer(&block("n = 20"), 8, "stop"),
         answer("Set.", 8, "stop"),
@@ -577,19 +590,7 @@ async fn chat_reads_turns_until_end_of_input() {
         answer("21.", 8, "stop"),
     ])
     .await;
-    let mut child = command(Some(&server), &["chat", "--json", "--retrieve", "n"])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(b"Set n to 20.\n\nAdd one.\n")
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = chat(&server, &["--retrieve", "n"], b"Set n to 20.\n\nAdd one.\n");
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -616,6 +617,49 @@ async fn chat_reads_turns_until_end_of_input() {
     assert_eq!(
         events.last().unwrap(),
         &json!({"type": "retrieved", "name": "n", "value": 20})
+    );
+}
+
+/// `/undo` in `cave chat --runtime kernel`: the last turn is taken back, in the conversation
+/// the model reads and in the namespace; with nothing left, it says so.
+#[tokio::test(flavor = "multi_thread")]
+async fn undo_takes_the_last_turn_back() {
+    let server = server([
+        answer(&block("n = 1"), 8, "stop"),
+        answer("Set.", 8, "stop"),
+        answer(&block("n = 2\nextra = True"), 8, "stop"),
+        answer("Changed.", 8, "stop"),
+        answer(&block("print(n, 'extra' in globals())"), 8, "stop"),
+        answer("1.", 8, "stop"),
+    ])
+    .await;
+    let out = chat(
+        &server,
+        &["--runtime", "kernel", "--retrieve", "n"],
+        b"Set n.\nChange n.\n/undo\nShow n.\n/undo\n/undo\n/undo\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // Exit status 1: `n` is not bound at the end (see below).
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    let events = events(&out);
+    let outputs: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "execution_result")
+        .map(|e| e["output"].as_str().unwrap())
+        .collect();
+    assert_eq!(outputs, ["No output", "No output", "1 False\n"], "{stderr}");
+    // The model's third request does not hold the undone turn.
+    let third = server.received()[4].body["messages"].to_string();
+    assert!(
+        third.contains("Set n.") && !third.contains("Change n."),
+        "{third}"
+    );
+    assert_eq!(stderr.matches("cave: undone").count(), 3, "{stderr}");
+    assert!(stderr.contains("cave: nothing to undo"), "{stderr}");
+    // Undone back to before the first turn: nothing was set.
+    assert!(
+        stderr.contains("--retrieve n: no such variable in the runtime; nothing is bound"),
+        "{stderr}"
     );
 }
 

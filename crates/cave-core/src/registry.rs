@@ -24,7 +24,7 @@ pub struct Entry {
 /// NFKC-normalized, must be identifiers and not hard keywords, and share one namespace across
 /// kinds), so registration is all or nothing. The registry is what `reset` restores and what
 /// [`describe`](Registry::describe) renders for the prompt.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Registry {
     entries: Vec<Entry>,
     reserved: BTreeSet<String>,

@@ -21,6 +21,7 @@ import struct
 import sys
 import threading
 import time
+import warnings
 
 import cave_executor as executor
 
@@ -441,6 +442,128 @@ def _bind(specs, reserved):
     return None
 
 
+# --- checkpoints ----------------------------------------------------------------------------
+
+
+class _Checkpoints:
+    """Paused copies of this process, by checkpoint id: `(pid, write end of its resume pipe)`.
+    A copy holds the write ends of the checkpoints older than itself, so that it can roll back
+    further once it serves; it ends when every process holding its pipe has gone."""
+
+    table = {}
+
+
+def _checkpoint(checkpoint_id):
+    """Forks a paused copy of this process, the state to return to; returns `(pid of the
+    copy, None)`. In a copy a rollback made the worker, it returns `(pid of a fresh copy for
+    the same checkpoint, id of the rollback request)`: the copy answers the rollback once it
+    serves, and rolling back does not use the checkpoint up. A loop, not a recursion: a
+    checkpoint may be rolled back to any number of times."""
+    _flush_output()
+    _drain()
+    rollback_request = None
+    while True:
+        read_fd, write_fd = os.pipe()
+        with warnings.catch_warnings():
+            # Python 3.12+ warns about forking a threaded process; the copy restarts the
+            # threads it needs, with fresh locks.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            pid = os.fork()
+        if pid != 0:
+            os.close(read_fd)
+            os.set_inheritable(write_fd, False)
+            _Checkpoints.table[checkpoint_id] = (pid, write_fd)
+            return pid, rollback_request
+        # The at-fork hook took this for a cell's fork; it is not.
+        _State.forked = False
+        os.close(write_fd)
+        rollback_request = _paused(read_fd)
+        _resumed()
+
+
+def _paused(read_fd):
+    """Waits for the worker to hand over (the id of its rollback request, 8 bytes), or exits
+    when it and every later copy are gone (end of file): nothing runs here meanwhile."""
+    data = b""
+    while len(data) < 8:
+        try:
+            chunk = os.read(read_fd, 8 - len(data))
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        if not chunk:
+            os._exit(0)
+        data += chunk
+    os.close(read_fd)
+    return int.from_bytes(data, "little")
+
+
+def _resumed():
+    """Becomes the worker: fresh locks (a thread of the old worker may have held them at the
+    fork), an empty inbox (its bytes were served by the old worker), and the descriptor pump
+    and the host watch again (threads do not survive a fork)."""
+    _State.send_lock = threading.Lock()
+    _State.pump_lock = threading.Lock()
+    _Buffered.lock = threading.Lock()
+    _State.inbox = bytearray()
+    _State.replies = {}
+    _State.abandoned = set()
+    _State.main_thread = threading.get_ident()
+    threading.Thread(target=_pump, args=(_State.pump_fd,), name="cave-descriptors", daemon=True).start()
+    threading.Thread(target=_watch_host, name="cave-host-watch", daemon=True).start()
+
+
+def _watch_host():
+    """Exits when the host's end of the socket closes. The first worker dies with the host
+    through its parent-death signal; a copy that took over has no such tie (its parent is
+    gone), and a cell that never returns to read the socket would otherwise outlive the host."""
+    hangup = select.POLLHUP | getattr(select, "POLLRDHUP", 0)
+    poller = select.poll()
+    poller.register(_State.fd, getattr(select, "POLLRDHUP", 0))
+    while True:
+        try:
+            events = poller.poll()
+        except InterruptedError:
+            continue
+        if any(event & hangup for _fd, event in events):
+            os._exit(0)
+
+
+def _rollback(request_id, checkpoint_id):
+    """Hands the host over to the copy made at `checkpoint_id`, which answers the request, and
+    ends this process. The checkpoints made after it are dropped: they describe a future that
+    is being undone."""
+    entry = _Checkpoints.table.get(checkpoint_id)
+    if entry is None:
+        _reply(request_id, "failed", f"no checkpoint {checkpoint_id} in this process")
+        return
+    for other in [k for k in _Checkpoints.table if k > checkpoint_id]:
+        _drop_checkpoint(other)
+    _flush_output()
+    _drain()
+    # Nothing more of this process reaches the socket: the copy owns it from here.
+    _State.send_lock.acquire()
+    _Buffered.lock.acquire()
+    try:
+        os.write(entry[1], request_id.to_bytes(8, "little"))
+    finally:
+        os._exit(0)
+
+
+def _drop_checkpoint(checkpoint_id):
+    """Ends the copy of a checkpoint the host no longer holds."""
+    entry = _Checkpoints.table.pop(checkpoint_id, None)
+    if entry is None:
+        return
+    try:
+        os.kill(entry[0], signal.SIGKILL)
+        os.waitpid(entry[0], 0)
+    except OSError:
+        pass
+    os.close(entry[1])
+
+
 # --- requests -------------------------------------------------------------------------------
 
 
@@ -509,6 +632,14 @@ def _handle(message):
             _reply(request_id, "failed", f"{type(error).__name__}: {error}")
         else:
             _reply(request_id, "ok", described)
+    elif operation == "checkpoint":
+        pid, rollback_request = _checkpoint(message[2])
+        # In a copy that took over, the request being answered is the rollback.
+        _reply(request_id if rollback_request is None else rollback_request, "ok", pid)
+    elif operation == "rollback":
+        _rollback(request_id, message[2])
+    elif operation == "drop_checkpoint":
+        _drop_checkpoint(message[2])
     elif operation == "stop":
         _reply(request_id, "ok", None)
         os._exit(0)

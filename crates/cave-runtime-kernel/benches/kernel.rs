@@ -1,5 +1,6 @@
 //! Benchmarks of the kernel runtime: cold start, the round trip of a cell, a host call from
-//! Python, a million ints in and out (start included), and recovery after a crash.
+//! Python, a million ints in and out (start included), recovery after a crash, and a
+//! checkpoint with a rollback to it.
 //!
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-runtime-kernel`).
 
@@ -87,6 +88,34 @@ fn round_trips(c: &mut Criterion) {
     rt.block_on(runtime.stop());
 }
 
+/// A cell that changes the namespace, then the rollback that undoes it (the checkpoint is
+/// taken once: a rollback keeps it). The cell's own cost is `execute_x_equals_1`.
+fn checkpoints(c: &mut Criterion) {
+    let rt = tokio();
+    let runtime = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
+    rt.block_on(runtime.execute("import json\ndata = list(range(100000))", &DiscardOutput))
+        .expect("runs");
+    let mut group = c.benchmark_group("kernel");
+    group.bench_function("checkpoint", |b| {
+        b.iter(|| black_box(rt.block_on(runtime.checkpoint()).expect("checkpoint")))
+    });
+    let checkpoint = rt.block_on(runtime.checkpoint()).expect("checkpoint");
+    group.bench_function("cell_then_rollback", |b| {
+        b.iter(|| {
+            rt.block_on(async {
+                runtime
+                    .execute("data.append(1)", &DiscardOutput)
+                    .await
+                    .expect("runs");
+                runtime.rollback(&checkpoint).await.expect("rolls back");
+            })
+        })
+    });
+    group.finish();
+    drop(checkpoint);
+    rt.block_on(runtime.stop());
+}
+
 fn million_ints(c: &mut Criterion) {
     let rt = tokio();
     let ints = Value::List((0..1_000_000).map(Value::Int).collect());
@@ -150,5 +179,12 @@ fn recovery(c: &mut Criterion) {
     rt.block_on(runtime.stop());
 }
 
-criterion_group!(benches, cold_start, round_trips, million_ints, recovery);
+criterion_group!(
+    benches,
+    cold_start,
+    round_trips,
+    checkpoints,
+    million_ints,
+    recovery
+);
 criterion_main!(benches);

@@ -23,6 +23,7 @@
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 mod cgroup;
+mod checkpoint;
 mod config;
 mod environment;
 mod marshal;
@@ -31,6 +32,7 @@ mod runtime;
 mod sandbox;
 mod spec;
 
+pub use checkpoint::Checkpoint;
 pub use config::{DEFAULT_MAX_FRAME, KernelConfig, Limits, PreExec};
 pub use runtime::{KernelRuntime, PROCESS_DIED};
 pub use sandbox::{Layer, LayerState, Sandbox, support as sandbox_support};
@@ -70,4 +72,10 @@ pub enum KernelError {
     /// The process ended before it answered.
     #[error("the Python process ended before it answered")]
     Died,
+    /// A checkpoint could not be made or returned to.
+    #[error("{message}")]
+    Checkpoint {
+        /// What went wrong, and what to do.
+        message: String,
+    },
 }

@@ -11,7 +11,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -98,14 +98,23 @@ struct Shared {
     last_words: Mutex<Vec<u8>>,
     /// The outermost execution in progress (its request id).
     executing: Mutex<Option<u64>>,
+    /// The paused copy a rollback is handing the socket to: the waiter watches it once the
+    /// process it watches now exits.
+    successor: Mutex<Option<i32>>,
 }
 
 /// A started child.
 pub(crate) struct Process {
-    pid: i32,
+    /// The process serving now: the child, or the copy a rollback handed over to.
+    pid: AtomicI32,
+    /// The child's process group, which its copies share.
+    pgid: i32,
+    /// The pid of the paused copy of each checkpoint.
+    checkpoints: Mutex<HashMap<u64, i32>>,
     outgoing: Arc<Outgoing>,
     shared: Arc<Shared>,
-    exit: watch::Receiver<Option<ExitStatus>>,
+    /// `Some` once the process serving has exited (with its status, when it was our child).
+    exit: watch::Receiver<Option<Option<ExitStatus>>>,
     max_frame: usize,
     /// The interpreter's version.
     pub(crate) version: (u32, u32, u32),
@@ -131,7 +140,7 @@ pub(crate) struct Interpreter {
 impl std::fmt::Debug for Process {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Process")
-            .field("pid", &self.pid)
+            .field("pid", &self.pid())
             .field("version", &self.version)
             .finish_non_exhaustive()
     }
@@ -265,6 +274,16 @@ impl Process {
         }
         let (exit_tx, exit) = watch::channel(None);
         let (started_tx, started) = std::sync::mpsc::channel();
+        let shared = Arc::new(Shared {
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            killed: AtomicBool::new(false),
+            kill_reason: Mutex::new(None),
+            last_words: Mutex::new(Vec::new()),
+            executing: Mutex::new(None),
+            successor: Mutex::new(None),
+        });
+        let watched = shared.clone();
         // The thread that forks the child waits for it: the child's death signal is tied to
         // this thread, which therefore ends only after the child.
         std::thread::Builder::new()
@@ -274,8 +293,21 @@ impl Process {
                     drop(child);
                     let stderr = spawned.stderr.take();
                     let _ = started_tx.send(Ok((spawned.id(), stderr)));
-                    let status = spawned.wait().ok();
-                    let _ = exit_tx.send(status);
+                    let mut status = spawned.wait().ok();
+                    // A rollback handed the socket to a copy: watch that one in turn.
+                    loop {
+                        // Taken in a statement of its own: the lock must not be held while
+                        // the copy runs (a second rollback sets the next one).
+                        let successor = lock(&watched.successor).take();
+                        let Some(successor) = successor else { break };
+                        status = wait_for_exit(successor);
+                    }
+                    // What is left of the group (paused copies, what cells started) goes too.
+                    // SAFETY: a signal to our child's process group.
+                    unsafe {
+                        libc::kill(-(spawned.id() as i32), libc::SIGKILL);
+                    }
+                    let _ = exit_tx.send(Some(status));
                 }
                 Err(e) => {
                     let _ = started_tx.send(Err(e));
@@ -294,14 +326,6 @@ impl Process {
                 message: format!("could not run {}: {e}", python.display()),
             })?;
         let pid = pid as i32;
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            killed: AtomicBool::new(false),
-            kill_reason: Mutex::new(None),
-            last_words: Mutex::new(Vec::new()),
-            executing: Mutex::new(None),
-        });
         if let Some(stderr) = stderr {
             spawn_last_words(stderr, shared.clone());
         }
@@ -310,7 +334,9 @@ impl Process {
         let (read, write) = stream.into_split();
         let outgoing = Outgoing::start(write);
         let mut process = Process {
-            pid,
+            pid: AtomicI32::new(pid),
+            pgid: pid,
+            checkpoints: Mutex::new(HashMap::new()),
             outgoing,
             shared,
             exit,
@@ -405,9 +431,77 @@ impl Process {
         Ok(process)
     }
 
-    /// The child's process id.
+    /// The process id of the process serving (the child, or a copy a rollback handed over
+    /// to).
     pub(crate) fn pid(&self) -> i32 {
-        self.pid
+        self.pid.load(Ordering::SeqCst)
+    }
+
+    /// Forks a paused copy of the serving process: checkpoint `id`.
+    pub(crate) async fn checkpoint(&self, id: u64) -> Result<(), KernelError> {
+        let reply = self
+            .request("checkpoint", vec![Data::Owned(Value::Int(id.into()))])
+            .await?;
+        match (reply.status.as_str(), reply.payload) {
+            ("ok", Value::Int(pid)) => {
+                lock(&self.checkpoints).insert(id, pid as i32);
+                Ok(())
+            }
+            (_, payload) => Err(KernelError::Checkpoint {
+                message: format!("the process could not make a copy of itself: {payload}"),
+            }),
+        }
+    }
+
+    /// Hands the socket to the copy of checkpoint `id`, which then serves (with a fresh copy
+    /// of itself, so the checkpoint stays); the later checkpoints are dropped.
+    pub(crate) async fn rollback(&self, id: u64) -> Result<(), KernelError> {
+        let Some(copy) = lock(&self.checkpoints).get(&id).copied() else {
+            return Err(KernelError::Checkpoint {
+                message: format!("checkpoint {id} is not held by this process"),
+            });
+        };
+        *lock(&self.shared.successor) = Some(copy);
+        let request = self.request("rollback", vec![Data::Owned(Value::Int(id.into()))]);
+        // A copy that never answers (the process died before it handed over) is given up.
+        let reply = match tokio::time::timeout(ROLLBACK_TIMEOUT, request).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                self.kill(Some(
+                    "the Python process did not finish a rollback".to_owned(),
+                ));
+                return Err(KernelError::Died);
+            }
+        };
+        match (reply.status.as_str(), reply.payload) {
+            ("ok", Value::Int(fresh)) => {
+                self.pid.store(copy, Ordering::SeqCst);
+                let mut checkpoints = lock(&self.checkpoints);
+                checkpoints.retain(|&k, _| k <= id);
+                checkpoints.insert(id, fresh as i32);
+                Ok(())
+            }
+            (_, payload) => {
+                // Refused before any hand-over: the serving process goes on.
+                lock(&self.shared.successor).take();
+                Err(KernelError::Checkpoint {
+                    message: format!("the rollback was refused: {payload}"),
+                })
+            }
+        }
+    }
+
+    /// Ends the copy of checkpoint `id` (nothing is answered).
+    pub(crate) fn drop_checkpoint(&self, id: u64) {
+        if lock(&self.checkpoints).remove(&id).is_some() && self.alive() {
+            let message = Data::Owned(Value::Tuple(vec![
+                "drop_checkpoint".into(),
+                Value::Int(0),
+                Value::Int(id.into()),
+            ]));
+            let _ = self.send(&message);
+        }
     }
 
     /// Sends one message.
@@ -493,7 +587,7 @@ impl Process {
         // SAFETY: kill with a pid this runtime started; a stale pid is reaped only by our
         // waiter thread, after which `alive` is false and this is not called.
         unsafe {
-            libc::kill(self.pid, libc::SIGINT);
+            libc::kill(self.pid(), libc::SIGINT);
         }
     }
 
@@ -507,8 +601,8 @@ impl Process {
         if self.exit.borrow().is_none() {
             // SAFETY: signals to our child's process group and to the child itself.
             unsafe {
-                libc::kill(-self.pid, libc::SIGKILL);
-                libc::kill(self.pid, libc::SIGKILL);
+                libc::kill(-self.pgid, libc::SIGKILL);
+                libc::kill(self.pid(), libc::SIGKILL);
             }
         }
         if let Some(group) = &self.group {
@@ -531,7 +625,7 @@ impl Process {
         // The group may still hold what a cell started.
         // SAFETY: signals to our child's process group.
         unsafe {
-            libc::kill(-self.pid, libc::SIGKILL);
+            libc::kill(-self.pgid, libc::SIGKILL);
         }
         self.wait().await;
     }
@@ -540,7 +634,7 @@ impl Process {
     pub(crate) async fn wait(&self) -> Option<ExitStatus> {
         let mut exit = self.exit.clone();
         let status = exit.wait_for(Option::is_some).await.ok()?;
-        *status
+        status.flatten()
     }
 
     /// What the child wrote to its own stderr last (a fatal error, a faulthandler dump).
@@ -778,6 +872,37 @@ fn last_words_for_the_model(words: &str) -> String {
         .collect();
     let start = kept.len().saturating_sub(6);
     kept[start..].join("\n")
+}
+
+/// How long a rollback may take before the process is given up.
+const ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Waits until `pid`, a process that is not our child (a copy a rollback handed over to), has
+/// exited. Its status cannot be read.
+fn wait_for_exit(pid: i32) -> Option<ExitStatus> {
+    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor, owned here.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        // Already gone (or pidfds are unavailable: then poll its /proc entry).
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        return None;
+    }
+    let fd = fd as i32;
+    let mut poll = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd; the descriptor is closed once, after the wait.
+    unsafe {
+        while libc::poll(&mut poll, 1, -1) < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
+        libc::close(fd);
+    }
+    None
 }
 
 /// How an exit status reads: "was killed by SIGSEGV (signal 11)", "exited with status 3".

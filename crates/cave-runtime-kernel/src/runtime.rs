@@ -39,7 +39,7 @@ pub struct KernelRuntime {
     inner: Arc<Inner>,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     config: KernelConfig,
     python: PathBuf,
     /// The interpreter behind `python` (a pyenv shim alone doubles the start), found once.
@@ -47,16 +47,16 @@ struct Inner {
     /// The child's directory when the sandbox is on and none was given: made for this
     /// runtime, removed with it.
     work_dir: Option<WorkDir>,
-    registry: Mutex<Registry>,
-    callables: Callables,
+    pub(crate) registry: Mutex<Registry>,
+    pub(crate) callables: Callables,
     /// The handle of each host function and host object, by name.
-    handles: Mutex<HashMap<String, u64>>,
+    pub(crate) handles: Mutex<HashMap<String, u64>>,
     next_handle: AtomicU64,
     /// Names whose objects the child loaded from a Python file.
-    owned: Mutex<HashSet<String>>,
+    pub(crate) owned: Mutex<HashSet<String>>,
     /// Python files registered (path and source), in order: loaded again in a fresh process.
-    files: Mutex<Vec<(String, String)>>,
-    current: tokio::sync::Mutex<Option<Arc<Process>>>,
+    pub(crate) files: Mutex<Vec<(String, String)>>,
+    pub(crate) current: tokio::sync::Mutex<Option<Arc<Process>>>,
     spare: Mutex<Spare>,
     executions: AtomicU64,
     last_index: Mutex<HashMap<String, u64>>,
@@ -225,6 +225,12 @@ impl KernelRuntime {
     }
 }
 
+impl KernelRuntime {
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+}
+
 impl std::fmt::Debug for KernelRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelRuntime")
@@ -270,7 +276,7 @@ impl Inner {
 
     /// The running process, started (or replaced, after a death) when needed, with every
     /// registered resource bound.
-    async fn process(self: &Arc<Self>) -> Result<Arc<Process>, RuntimeError> {
+    pub(crate) async fn process(self: &Arc<Self>) -> Result<Arc<Process>, RuntimeError> {
         let mut current = self.current.lock().await;
         if let Some(process) = current.as_ref().filter(|p| p.alive()) {
             return Ok(process.clone());

@@ -123,6 +123,18 @@ impl Agent {
         self.history.push(message);
     }
 
+    /// Keeps the first `len` messages of the conversation and drops the rest: undoing the
+    /// turns after a point, e.g. with a checkpoint of the runtime taken there
+    /// (`KernelRuntime::rollback`). Cut between runs, at a length [`history`](Self::history)
+    /// had, so that every code message keeps its result. A longer `len` changes nothing.
+    pub fn truncate_history(&mut self, len: usize) {
+        if len < self.history.len() {
+            self.history.truncate(len);
+            // The token count measured on the longer conversation no longer holds.
+            self.anchor = None;
+        }
+    }
+
     /// Takes the conversation out (to save it, or to seed another agent).
     pub fn take_history(&mut self) -> Vec<Message> {
         std::mem::take(&mut self.history)
