@@ -20,6 +20,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") => test_env::prepare(&root).and_then(|mut env| {
             env.extend(test_env::litellm(&root));
+            env.extend(test_env::jupyter(&root));
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             let mut test_args = vec!["test", "--workspace", "--all-features"];

@@ -15,6 +15,9 @@ const PACKAGES: &[&str] = &["pandas"];
 /// The LiteLLM proxy the CLI's proxy test runs (a version known to work).
 const LITELLM: &str = "litellm[proxy]==1.108.7";
 
+/// The Jupyter Kernel Gateway and the kernel its tests run (versions known to work).
+const JUPYTER: &[&str] = &["jupyter-kernel-gateway==3.0.1", "ipykernel==7.4.0"];
+
 /// The interpreter the runtime would select, as it selects it (`cave_python`'s discovery).
 pub(crate) fn selected_python() -> PathBuf {
     cave_python::find_interpreter()
@@ -62,20 +65,39 @@ pub(crate) fn run(command: &mut Command) -> Result<(), String> {
 /// `CAVE_LITELLM` for the proxy test: the `litellm` of `target/litellm-venv`, installed there
 /// if missing (about two minutes). If it cannot be installed, the test says it skipped.
 pub(crate) fn litellm(root: &Path) -> Vec<(String, String)> {
-    let venv = root.join("target").join("litellm-venv");
-    let program = venv.join("bin").join("litellm");
+    tool(root, "litellm-venv", &[LITELLM], "litellm", "CAVE_LITELLM", "the LiteLLM proxy")
+}
+
+/// The Jupyter Kernel Gateway (with ipykernel for its kernels) the Jupyter transport's tests
+/// start on 127.0.0.1.
+pub(crate) fn jupyter(root: &Path) -> Vec<(String, String)> {
+    tool(root, "jupyter-venv", JUPYTER, "jupyter", "CAVE_JUPYTER", "the Jupyter Kernel Gateway")
+}
+
+/// A program from PyPI in a project-local virtualenv (`target/VENV`), installed once; the
+/// variable that tells its tests where it is. Without it, its tests skip (and say so).
+fn tool(
+    root: &Path,
+    venv: &str,
+    packages: &[&str],
+    program: &str,
+    variable: &str,
+    what: &str,
+) -> Vec<(String, String)> {
+    let venv = root.join("target").join(venv);
+    let program = venv.join("bin").join(program);
     if !program.is_file() {
-        println!("xtask: installing {LITELLM} in {}", venv.display());
+        println!("xtask: installing {} in {}", packages.join(" "), venv.display());
         let installed = run(Command::new(selected_python())
             .args(["-m", "venv"])
             .arg(&venv))
-        .and_then(|()| run(pip_install(&venv.join("bin").join("python")).arg(LITELLM)));
+        .and_then(|()| run(pip_install(&venv.join("bin").join("python")).args(packages)));
         if let Err(e) = installed {
-            println!("xtask: could not install the LiteLLM proxy ({e}); its test will skip");
+            println!("xtask: could not install {what} ({e}); its tests will skip");
             return Vec::new();
         }
     }
-    vec![("CAVE_LITELLM".to_owned(), program.display().to_string())]
+    vec![(variable.to_owned(), program.display().to_string())]
 }
 
 /// The environment variables the tests need: none when the selected environment has the

@@ -190,13 +190,23 @@ def _evaluate(code, namespace):
     """Runs a code object; awaits it when the cell used top-level `await`."""
     result = eval(code, namespace)
     if code.co_flags & 0x80:  # CO_COROUTINE: the cell awaited at top level
+        import asyncio
+
         loop = _loop()
+        # Inside a host that runs its own loop on this thread (a Jupyter kernel), that loop is
+        # blocked until the cell ends anyway: the cell's loop runs in its place meanwhile.
+        outer = asyncio._get_running_loop()
+        if outer is not None:
+            asyncio._set_running_loop(None)
         try:
             return loop.run_until_complete(result)
         except BaseException:
             if loop.is_running():
                 _loops.loop = None
             raise
+        finally:
+            if outer is not None:
+                asyncio._set_running_loop(outer)
     return result
 
 

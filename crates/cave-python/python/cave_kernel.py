@@ -11,7 +11,9 @@ functions and host objects are proxies: a call sends a `call` frame and serves f
 reply comes, so a host function may itself run a cell here (nested calls).
 """
 
+import base64
 import builtins
+import json as _json
 import codecs
 import marshal
 import os
@@ -123,6 +125,9 @@ def send(message):
             except OSError:
                 pass
         return
+    if _Jupyter.kernel is not None:
+        _Jupyter.send(message)
+        return
     frame = _encode(message)
     with _busy, _State.send_lock:
         view = memoryview(frame)
@@ -152,6 +157,10 @@ def _read_frame(spin=False):
                     body = inbox[4 : 4 + size]
                     del inbox[: 4 + size]
                     return marshal.loads(body)
+            if _Jupyter.kernel is not None:
+                # The answer is kept in the inbox before a deferred interrupt is raised.
+                inbox += _Jupyter.exchange()
+                continue
         if _State.pending_interrupt and _State.running:
             _State.pending_interrupt = False
             raise KeyboardInterrupt
@@ -172,6 +181,73 @@ def _read_frame(spin=False):
             # The host is gone: nothing is left to serve.
             os._exit(0)
         inbox += chunk
+
+
+# --- the Jupyter transport -------------------------------------------------------------------
+
+
+class _Stopped(BaseException):
+    """The host said stop to a serve loop it does not own the process of."""
+
+
+class _Jupyter:
+    """Frames through a Jupyter kernel's stdin channel, for a host that reaches this process
+    through Jupyter Server, Kernel Gateway or Enterprise Gateway. The serve loop runs inside
+    one execute request that never ends; each `input()` round trip carries this process's
+    frames in its prompt and the host's frames in its answer (both framed as on the socket,
+    base64, at most `CHUNK` bytes each; `more` asks for the rest). Output goes live on IOPub as
+    `stream` messages tagged with their execution, and each prompt says how many characters of
+    each execution's output were published, so the host delivers the frames only after that
+    output (the channels are not ordered with each other)."""
+
+    kernel = None
+    final = False
+    CHUNK = 4 << 20
+    MARK = "\x00cave "
+    outbox = bytearray()
+    published = {}
+    lock = threading.Lock()
+
+    @classmethod
+    def send(cls, message):
+        if message[0] == "out":
+            cls.publish(message[1], message[2])
+            return
+        frame = _encode(message)
+        with cls.lock:
+            cls.outbox += frame
+
+    @classmethod
+    def publish(cls, execution, text):
+        kernel = cls.kernel
+        with cls.lock:
+            cls.published[execution] = cls.published.get(execution, 0) + len(text)
+        kernel.session.send(
+            kernel.iopub_socket,
+            "stream",
+            {"name": "stdout", "text": text},
+            parent=kernel.get_parent("shell"),
+            metadata={"cave_execution": execution},
+        )
+
+    @classmethod
+    def exchange(cls):
+        """One round trip: what waits in the outbox (a chunk of it) out, the host's bytes in."""
+        with cls.lock:
+            chunk = bytes(cls.outbox[: cls.CHUNK])
+            del cls.outbox[: cls.CHUNK]
+            more = bool(cls.outbox)
+            header = {
+                "more": more,
+                "final": cls.final,
+                "out": {str(k): v for k, v in cls.published.items()},
+            }
+        prompt = cls.MARK + _json.dumps(header) + "\n" + base64.b64encode(chunk).decode("ascii")
+        answer = cls.kernel.raw_input(prompt)
+        if not answer.startswith(cls.MARK):
+            raise RuntimeError("the host answered the Jupyter transport with something else")
+        _header, _, data = answer[len(cls.MARK) :].partition("\n")
+        return base64.b64decode(data)
 
 
 # --- output ---------------------------------------------------------------------------------
@@ -642,6 +718,11 @@ def _handle(message):
         _drop_checkpoint(message[2])
     elif operation == "stop":
         _reply(request_id, "ok", None)
+        if _Jupyter.kernel is not None:
+            # The kernel is not ours to end: the answer goes out, and the serve loop returns.
+            _Jupyter.final = True
+            _Jupyter.exchange()
+            raise _Stopped
         os._exit(0)
     else:
         _reply(request_id, "failed", f"unknown operation {operation!r}")
@@ -673,6 +754,29 @@ def _serve(until=None):
 def _forked():
     _State.forked = True
     _State.running = []
+
+
+def main_jupyter(kernel, max_frame, attached):
+    """Serves the host through `kernel` (an ipykernel `Kernel`), inside the execute request
+    that bootstrapped this module, until the host says stop. In a kernel the host `attached`
+    to, cells run in the kernel's own namespace, with what its user left there."""
+    _Jupyter.kernel = kernel
+    _State.max_frame = max_frame
+    _capture_descriptors()
+    executor.install()
+    executor.hide_frames_of(_KERNEL_FILE)
+    if attached:
+        _State.namespace = kernel.shell.user_ns
+    else:
+        executor.reset_namespace(_State.namespace)
+    signal.signal(signal.SIGINT, _on_sigint)
+    os.register_at_fork(after_in_child=_forked)
+    version = sys.version_info
+    send(("ready", 0, (version[0], version[1], version[2]), os.getpid(), sys.executable))
+    try:
+        _serve()
+    except _Stopped:
+        pass
 
 
 def main(fd, max_frame, shadow_fd, shadow_size):

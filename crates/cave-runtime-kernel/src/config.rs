@@ -123,6 +123,11 @@ pub struct KernelConfig {
     pub working_dir: Option<PathBuf>,
     /// The sandbox layers the child runs under. Default: off.
     pub sandbox: Sandbox,
+    /// Runs the worker in a kernel behind a Jupyter server instead of a child (feature
+    /// `jupyter`): the interpreter, limits, environment, working directory and sandbox are
+    /// then the server's to set.
+    #[cfg(feature = "jupyter")]
+    pub jupyter: Option<crate::jupyter::JupyterConfig>,
     pub(crate) pre_exec: Option<PreExec>,
 }
 
@@ -138,6 +143,8 @@ impl Default for KernelConfig {
             env: Vec::new(),
             working_dir: None,
             sandbox: Sandbox::off(),
+            #[cfg(feature = "jupyter")]
+            jupyter: None,
             pre_exec: None,
         }
     }
@@ -188,6 +195,30 @@ impl KernelConfig {
         self.sandbox = sandbox;
         self
     }
+    /// Runs the worker in a kernel behind the Jupyter server `jupyter` describes (started
+    /// there, or attached to) instead of a child process.
+    #[cfg(feature = "jupyter")]
+    pub fn jupyter(mut self, jupyter: crate::jupyter::JupyterConfig) -> Self {
+        self.jupyter = Some(jupyter);
+        self
+    }
+
+    /// Whether the worker runs in a kernel behind a Jupyter server.
+    pub(crate) fn is_remote(&self) -> bool {
+        #[cfg(feature = "jupyter")]
+        return self.jupyter.is_some();
+        #[cfg(not(feature = "jupyter"))]
+        false
+    }
+
+    /// Whether the worker runs in a kernel the runtime attached to (so there is no spare).
+    pub(crate) fn attaches(&self) -> bool {
+        #[cfg(feature = "jupyter")]
+        return self.jupyter.as_ref().is_some_and(|j| j.attaches());
+        #[cfg(not(feature = "jupyter"))]
+        false
+    }
+
     /// Adds code to run in the child between `fork` and `exec`.
     ///
     /// # Safety
@@ -212,6 +243,7 @@ impl fmt::Debug for KernelConfig {
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)
             .field("pre_exec", &self.pre_exec.is_some())
+            .field("remote", &self.is_remote())
             .finish()
     }
 }

@@ -26,6 +26,8 @@ mod cgroup;
 mod checkpoint;
 mod config;
 mod environment;
+#[cfg(feature = "jupyter")]
+mod jupyter;
 mod marshal;
 mod process;
 mod runtime;
@@ -34,6 +36,8 @@ mod spec;
 
 pub use checkpoint::Checkpoint;
 pub use config::{DEFAULT_MAX_FRAME, KernelConfig, Limits, PreExec};
+#[cfg(feature = "jupyter")]
+pub use jupyter::JupyterConfig;
 pub use runtime::{KernelRuntime, PROCESS_DIED};
 pub use sandbox::{Layer, LayerState, Sandbox, support as sandbox_support};
 

@@ -103,6 +103,20 @@ struct Shared {
     successor: Mutex<Option<i32>>,
 }
 
+impl Shared {
+    fn new() -> Self {
+        Self {
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            killed: AtomicBool::new(false),
+            kill_reason: Mutex::new(None),
+            last_words: Mutex::new(Vec::new()),
+            executing: Mutex::new(None),
+            successor: Mutex::new(None),
+        }
+    }
+}
+
 /// A started child.
 pub(crate) struct Process {
     /// The process serving now: the child, or the copy a rollback handed over to.
@@ -126,6 +140,9 @@ pub(crate) struct Process {
     shadow: Shadow,
     /// How each sandbox layer stands in this child.
     pub(crate) sandbox: Vec<crate::sandbox::Layer>,
+    /// The kernel behind a Jupyter server this process is, when it is one.
+    #[cfg(feature = "jupyter")]
+    remote: Option<Arc<crate::jupyter::Remote>>,
 }
 
 /// The interpreter to start and the directories it reads.
@@ -274,15 +291,7 @@ impl Process {
         }
         let (exit_tx, exit) = watch::channel(None);
         let (started_tx, started) = std::sync::mpsc::channel();
-        let shared = Arc::new(Shared {
-            pending: Mutex::new(HashMap::new()),
-            next_id: AtomicU64::new(1),
-            killed: AtomicBool::new(false),
-            kill_reason: Mutex::new(None),
-            last_words: Mutex::new(Vec::new()),
-            executing: Mutex::new(None),
-            successor: Mutex::new(None),
-        });
+        let shared = Arc::new(Shared::new());
         let watched = shared.clone();
         // The thread that forks the child waits for it: the child's death signal is tied to
         // this thread, which therefore ends only after the child.
@@ -329,24 +338,74 @@ impl Process {
         if let Some(stderr) = stderr {
             spawn_last_words(stderr, shared.clone());
         }
-        host.set_nonblocking(true).map_err(setup)?;
-        let stream = tokio::net::UnixStream::from_std(host).map_err(setup)?;
-        let (read, write) = stream.into_split();
-        let outgoing = Outgoing::start(write);
-        let mut process = Process {
+        let max_frame = config.max_frame;
+        let build = move |outgoing| Process {
             pid: AtomicI32::new(pid),
             pgid: pid,
             checkpoints: Mutex::new(HashMap::new()),
             outgoing,
             shared,
             exit,
-            max_frame: config.max_frame,
+            max_frame,
             version: (0, 0, 0),
             group,
             enforcement,
             shadow,
             sandbox: layers,
+            #[cfg(feature = "jupyter")]
+            remote: None,
         };
+        Self::serve_on(build, host, &python.display().to_string(), callables).await
+    }
+
+    /// Starts (or attaches to) a kernel behind a Jupyter server and waits until the worker in
+    /// it is ready to serve.
+    #[cfg(feature = "jupyter")]
+    pub(crate) async fn start_remote(
+        config: &KernelConfig,
+        jupyter: &crate::jupyter::JupyterConfig,
+        callables: Callables,
+    ) -> Result<Arc<Process>, KernelError> {
+        let (remote, host) = crate::jupyter::connect(jupyter, config.max_frame).await?;
+        let (exit_tx, exit) = watch::channel(None);
+        let mut ended = remote.ended.clone();
+        tokio::spawn(async move {
+            let _ = ended.wait_for(Option::is_some).await;
+            let _ = exit_tx.send(Some(None));
+        });
+        let shadow = Shadow::create().map_err(setup)?;
+        let max_frame = config.max_frame;
+        let build = move |outgoing| Process {
+            pid: AtomicI32::new(0),
+            pgid: 0,
+            checkpoints: Mutex::new(HashMap::new()),
+            outgoing,
+            shared: Arc::new(Shared::new()),
+            exit,
+            max_frame,
+            version: (0, 0, 0),
+            group: None,
+            enforcement: Vec::new(),
+            shadow,
+            sandbox: Vec::new(),
+            remote: Some(remote),
+        };
+        let what = format!("the Jupyter kernel at {}", jupyter.url());
+        Self::serve_on(build, host, &what, callables).await
+    }
+
+    /// Sends the sources on `host`, waits for the worker's `ready`, and serves its frames.
+    async fn serve_on(
+        build: impl FnOnce(Arc<Outgoing>) -> Process,
+        host: std::os::unix::net::UnixStream,
+        what: &str,
+        callables: Callables,
+    ) -> Result<Arc<Process>, KernelError> {
+        host.set_nonblocking(true).map_err(setup)?;
+        let stream = tokio::net::UnixStream::from_std(host).map_err(setup)?;
+        let (read, write) = stream.into_split();
+        let outgoing = Outgoing::start(write);
+        let mut process = build(outgoing);
         let sources = Value::List(vec![
             Value::Tuple(vec![
                 cave_python::EXECUTOR_MODULE.into(),
@@ -367,7 +426,7 @@ impl Process {
         let mut reader = FramedRead::new(
             read,
             LengthDelimitedCodec::builder()
-                .max_frame_length(config.max_frame)
+                .max_frame_length(process.max_frame)
                 .new_codec(),
         );
         let ready = match reader.next().await {
@@ -395,8 +454,7 @@ impl Process {
             let words = process.last_words();
             return Err(KernelError::Start {
                 message: format!(
-                    "{} did not start the worker ({}){}",
-                    python.display(),
+                    "{what} did not start the worker ({}){}",
                     describe_status(status),
                     if words.is_empty() {
                         String::new()
@@ -407,15 +465,13 @@ impl Process {
             });
         };
         process.version = version;
-        tracing::info!(pid, ?version, enforcement = ?process.enforcement, "kernel child started");
+        tracing::info!(pid = process.pid(), ?version, enforcement = ?process.enforcement, "kernel child started");
         if version < (3, 9, 0) {
             process.kill(None);
             return Err(KernelError::Start {
                 message: format!(
-                    "{} is Python {}.{}; the kernel runtime needs Python 3.9 or later",
-                    python.display(),
-                    version.0,
-                    version.1
+                    "{what} is Python {}.{}; the kernel runtime needs Python 3.9 or later",
+                    version.0, version.1
                 ),
             });
         }
@@ -426,7 +482,7 @@ impl Process {
             process.shared.clone(),
             process.outgoing.clone(),
             callables,
-            config.max_frame,
+            process.max_frame,
         ));
         Ok(process)
     }
@@ -439,6 +495,12 @@ impl Process {
 
     /// Forks a paused copy of the serving process: checkpoint `id`.
     pub(crate) async fn checkpoint(&self, id: u64) -> Result<(), KernelError> {
+        #[cfg(feature = "jupyter")]
+        if self.remote.is_some() {
+            return Err(KernelError::Checkpoint {
+                message: "checkpoints need a local kernel process; a kernel behind a Jupyter server cannot be copied".to_owned(),
+            });
+        }
         let reply = self
             .request("checkpoint", vec![Data::Owned(Value::Int(id.into()))])
             .await?;
@@ -582,8 +644,13 @@ impl Process {
         self.exit.borrow().is_none() && !self.outgoing.is_closed()
     }
 
-    /// Sends `SIGINT` to the child.
+    /// Sends `SIGINT` to the child (a remote kernel: asks its server to interrupt it).
     pub(crate) fn interrupt(&self) {
+        #[cfg(feature = "jupyter")]
+        if let Some(remote) = &self.remote {
+            remote.interrupt();
+            return;
+        }
         // SAFETY: kill with a pid this runtime started; a stale pid is reaped only by our
         // waiter thread, after which `alive` is false and this is not called.
         unsafe {
@@ -598,6 +665,11 @@ impl Process {
             lock(&self.shared.kill_reason).get_or_insert(reason);
         }
         self.shared.killed.store(true, Ordering::SeqCst);
+        #[cfg(feature = "jupyter")]
+        if let Some(remote) = &self.remote {
+            remote.kill("the Python process was stopped");
+            return;
+        }
         if self.exit.borrow().is_none() {
             // SAFETY: signals to our child's process group and to the child itself.
             unsafe {
@@ -608,6 +680,18 @@ impl Process {
         if let Some(group) = &self.group {
             group.kill_all();
         }
+    }
+
+    /// Lets go of the process, its runtime being gone: killed, except an idle kernel the
+    /// runtime attached to, which is let go gracefully (the link's end tells its worker to
+    /// stop, and the kernel stays with its namespace).
+    pub(crate) fn release(&self) {
+        self.outgoing.close();
+        #[cfg(feature = "jupyter")]
+        if self.remote.as_ref().is_some_and(|r| !r.owned) && self.executing().is_none() {
+            return;
+        }
+        self.kill(None);
     }
 
     /// Asks the child to exit, then kills it after `grace`.
@@ -622,10 +706,16 @@ impl Process {
             }
         }
         self.shared.killed.store(true, Ordering::SeqCst);
-        // The group may still hold what a cell started.
-        // SAFETY: signals to our child's process group.
-        unsafe {
-            libc::kill(-self.pgid, libc::SIGKILL);
+        #[cfg(feature = "jupyter")]
+        if let Some(remote) = &self.remote {
+            remote.end("the Python process was stopped");
+        }
+        // The group may still hold what a cell started (a remote kernel has none here).
+        if self.pgid > 0 {
+            // SAFETY: signals to our child's process group.
+            unsafe {
+                libc::kill(-self.pgid, libc::SIGKILL);
+            }
         }
         self.wait().await;
     }
@@ -648,6 +738,13 @@ impl Process {
         let status = self.wait().await;
         let killed = self.shared.killed.load(Ordering::SeqCst);
         let reason = lock(&self.shared.kill_reason).clone();
+        #[cfg(feature = "jupyter")]
+        let reason = reason.or_else(|| {
+            self.remote
+                .as_ref()
+                .filter(|_| !killed)
+                .and_then(|r| r.ended.borrow().clone())
+        });
         let description = match (reason, killed) {
             (Some(reason), _) => reason,
             (None, true) => "the Python process was stopped".to_owned(),
@@ -673,8 +770,7 @@ impl Process {
 
 impl Drop for Process {
     fn drop(&mut self) {
-        self.outgoing.close();
-        self.kill(None);
+        self.release();
     }
 }
 
@@ -794,11 +890,18 @@ impl Outgoing {
     fn close(&self) {
         lock(&self.queue).closed = true;
         self.wake.notify_one();
+        // The other end sees the end of the stream now, even while a task still holds this
+        // half (the reader does, until the other end closes: a kernel the runtime attached to
+        // is let go on this end of file).
+        // SAFETY: shutdown on the socket this half owns; it stays open until dropped.
+        unsafe {
+            libc::shutdown(self.half.as_ref().as_raw_fd(), libc::SHUT_WR);
+        }
     }
 }
 
 /// A message as one frame: its length (4 bytes, big-endian), then its marshal encoding.
-fn framed(message: &Data<'_>, max_frame: usize) -> Result<Vec<u8>, KernelError> {
+pub(crate) fn framed(message: &Data<'_>, max_frame: usize) -> Result<Vec<u8>, KernelError> {
     let mut frame = vec![0; 4];
     marshal::encode(message, &mut frame).map_err(|e| KernelError::Invalid {
         message: e.to_string(),

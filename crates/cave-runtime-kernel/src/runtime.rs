@@ -83,6 +83,8 @@ impl KernelRuntime {
     pub fn with_config(config: KernelConfig) -> Result<Self, KernelError> {
         let python = match &config.python {
             Some(path) => path.clone(),
+            // A remote kernel brings its own interpreter.
+            None if config.is_remote() => PathBuf::new(),
             None => cave_python::find_interpreter()
                 .map(|i| i.executable)
                 .ok_or(KernelError::NoPython)?,
@@ -91,13 +93,14 @@ impl KernelRuntime {
             process: Mutex::new(Weak::new()),
             grace: config.interrupt_grace,
         });
-        let work_dir = if config.sandbox.is_off() || config.working_dir.is_some() {
-            None
-        } else {
-            Some(WorkDir::create().map_err(|e| KernelError::Start {
-                message: format!("could not create the sandbox's work directory: {e}"),
-            })?)
-        };
+        let work_dir =
+            if config.sandbox.is_off() || config.working_dir.is_some() || config.is_remote() {
+                None
+            } else {
+                Some(WorkDir::create().map_err(|e| KernelError::Start {
+                    message: format!("could not create the sandbox's work directory: {e}"),
+                })?)
+            };
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -303,6 +306,18 @@ impl Inner {
             Spare::Starting => *lock(&self.spare) = Spare::Starting,
             _ => {}
         }
+        self.launch().await.map_err(|e| RuntimeError::Backend {
+            operation: "start",
+            message: e.to_string(),
+        })
+    }
+
+    /// Starts a process: a child, or a kernel behind a Jupyter server.
+    async fn launch(self: &Arc<Self>) -> Result<Arc<Process>, KernelError> {
+        #[cfg(feature = "jupyter")]
+        if let Some(jupyter) = &self.config.jupyter {
+            return Process::start_remote(&self.config, jupyter, self.callables.clone()).await;
+        }
         let python = self.interpreter().await;
         Process::start(
             &self.config,
@@ -311,10 +326,6 @@ impl Inner {
             self.callables.clone(),
         )
         .await
-        .map_err(|e| RuntimeError::Backend {
-            operation: "start",
-            message: e.to_string(),
-        })
     }
 
     /// The program to start: what the interpreter says `sys.executable` is (cached on disk,
@@ -359,7 +370,8 @@ impl Inner {
 
     /// Starts a spare process in the background, if wanted and none is there.
     fn ensure_spare(self: &Arc<Self>) {
-        if !self.config.spare {
+        // An attached kernel is the one kernel there is.
+        if !self.config.spare || self.config.attaches() {
             return;
         }
         {
@@ -371,14 +383,10 @@ impl Inner {
             }
         }
         let weak = Arc::downgrade(self);
-        let config = self.config.clone();
-        let callables = self.callables.clone();
-        let work_dir = self.work_dir();
         let inner = self.clone();
         tokio::spawn(async move {
-            let python = inner.interpreter().await;
+            let started = inner.launch().await;
             drop(inner);
-            let started = Process::start(&config, &python, work_dir, callables).await;
             let Some(inner) = Weak::upgrade(&weak) else {
                 return;
             };
@@ -826,7 +834,7 @@ impl Drop for Inner {
         if let Ok(mut current) = self.current.try_lock()
             && let Some(process) = current.take()
         {
-            process.kill(None);
+            process.release();
         }
         if let Spare::Ready(process) = std::mem::take(&mut *lock(&self.spare)) {
             process.kill(None);

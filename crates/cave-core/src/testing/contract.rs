@@ -19,7 +19,14 @@ use std::time::{Duration, Instant};
 #[macro_export]
 macro_rules! runtime_contract_tests {
     ($make:path) => {
-        $crate::runtime_contract_tests!(@each $make;
+        $crate::runtime_contract_tests!(@list @each $make);
+    };
+    // `$make` returns `Option<R>`: `None` skips the check (having said why).
+    (optional $make:path) => {
+        $crate::runtime_contract_tests!(@list @optional $make);
+    };
+    (@list @$form:ident $make:path) => {
+        $crate::runtime_contract_tests!(@$form $make;
             output_is_captured_in_order,
             errors_show_the_cells_own_lines,
             top_level_await_works,
@@ -36,6 +43,16 @@ macro_rules! runtime_contract_tests {
             bind_unique_hands_out_distinct_names,
             deeply_nested_values_are_refused_both_ways
         );
+    };
+    (@optional $make:path; $($check:ident),*) => {
+        $(
+            #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let _turn = $crate::testing::contract::turn(stringify!($check));
+                let Some(runtime) = $make().await else { return };
+                $crate::testing::contract::$check(&runtime).await;
+            }
+        )*
     };
     (@each $make:path; $($check:ident),*) => {
         $(

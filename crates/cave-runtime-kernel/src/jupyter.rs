@@ -1,0 +1,646 @@
+//! The Jupyter transport: the kernel runtime's worker inside a Jupyter kernel reached through
+//! Jupyter Server, Kernel Gateway or Enterprise Gateway (REST to start, interrupt and shut
+//! down kernels; the channels WebSocket for the rest).
+//!
+//! The worker runs inside one execute request that never ends, and the runtime's frames travel
+//! through the kernel's stdin channel: each `input_request` carries the worker's frames in its
+//! prompt, each `input_reply` the host's (see `cave_kernel.py`, `_Jupyter`). A bridge task
+//! turns that into the same byte stream a child's socket carries, on one end of a local socket
+//! pair whose other end the process code reads and writes as for a child: everything above the
+//! transport (the registry, restore, host calls, nested calls, output shaping) is shared.
+
+use crate::KernelError;
+use crate::marshal::Data;
+use base64::Engine as _;
+use cave_core::Value;
+use futures_util::{SinkExt as _, StreamExt as _};
+use jupyter_protocol::{
+    Channel, ExecuteRequest, ExecutionState, InputReply, JupyterMessage, JupyterMessageContent,
+};
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::sync::watch;
+
+/// Marks the runtime's own prompts and answers on the stdin channel.
+const MARK: &str = "\u{0}cave ";
+/// The most bytes of frames one answer carries (base64 makes it a third larger); gateways
+/// refuse WebSocket messages past about 10 MiB.
+const CHUNK: usize = 4 << 20;
+/// How long a kernel the runtime attached to gets to stop its worker when let go.
+const RELEASE_GRACE: Duration = Duration::from_secs(10);
+/// How long the bridge waits for a cell's output on IOPub to catch up with its frames.
+const OUTPUT_GRACE: Duration = Duration::from_secs(5);
+
+/// Where the kernel is: a Jupyter Server, Kernel Gateway or Enterprise Gateway, and which
+/// kernel to start there or attach to.
+#[derive(Clone)]
+pub struct JupyterConfig {
+    url: String,
+    token: Option<String>,
+    kernel_name: String,
+    kernel_id: Option<String>,
+}
+
+impl std::fmt::Debug for JupyterConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // The token is a credential: never shown.
+        f.debug_struct("JupyterConfig")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "[set]"))
+            .field("kernel_name", &self.kernel_name)
+            .field("kernel_id", &self.kernel_id)
+            .finish()
+    }
+}
+
+impl JupyterConfig {
+    /// The server at `url` (`http://host:port`, with its base path if it has one), with the
+    /// token from `JUPYTER_TOKEN` if that is set; starts a `python3` kernel.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into().trim_end_matches('/').to_owned(),
+            token: std::env::var("JUPYTER_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty()),
+            kernel_name: "python3".to_owned(),
+            kernel_id: None,
+        }
+    }
+    /// The token the server asks for (instead of `JUPYTER_TOKEN`).
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+    /// The kernel spec to start (default `python3`).
+    pub fn kernel_name(mut self, name: impl Into<String>) -> Self {
+        self.kernel_name = name.into();
+        self
+    }
+    /// Attaches to the running kernel `id` instead of starting one; it is never shut down by
+    /// the runtime.
+    pub fn attach(mut self, id: impl Into<String>) -> Self {
+        self.kernel_id = Some(id.into());
+        self
+    }
+    /// The server's URL.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+    /// Whether the runtime attaches to an existing kernel.
+    pub fn attaches(&self) -> bool {
+        self.kernel_id.is_some()
+    }
+}
+
+fn failed(message: impl Into<String>) -> KernelError {
+    KernelError::Start {
+        message: message.into(),
+    }
+}
+
+/// The server's REST API.
+#[derive(Clone)]
+pub(crate) struct Gateway {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+impl Gateway {
+    fn new(config: &JupyterConfig) -> Self {
+        Self {
+            http: reqwest::Client::new(),
+            base: config.url.clone(),
+            token: config.token.clone(),
+        }
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self
+            .http
+            .request(method, format!("{}/api/{path}", self.base));
+        match &self.token {
+            Some(token) => request.header("Authorization", format!("token {token}")),
+            None => request,
+        }
+    }
+
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+        what: &str,
+    ) -> Result<reqwest::Response, KernelError> {
+        let response = request
+            .send()
+            .await
+            .map_err(|e| failed(format!("{what}: could not reach {}: {e}", self.base)))?;
+        let status = response.status();
+        if status.is_success() {
+            return Ok(response);
+        }
+        let body = response.text().await.unwrap_or_default();
+        let hint = match status.as_u16() {
+            401 | 403 => " (set JUPYTER_TOKEN or give the token)",
+            404 => " (no such kernel or kernel spec on this server)",
+            _ => "",
+        };
+        Err(failed(format!(
+            "{what}: {} answered {status}{hint}: {}",
+            self.base,
+            body.chars().take(300).collect::<String>()
+        )))
+    }
+
+    /// Starts a kernel of spec `name`; its id.
+    async fn start(&self, name: &str) -> Result<String, KernelError> {
+        let request = self
+            .request(reqwest::Method::POST, "kernels")
+            .json(&serde_json::json!({ "name": name }));
+        let response = self.send(request, "starting a kernel").await?;
+        let kernel: serde_json::Value = response
+            .json()
+            .await
+            .map_err(|e| failed(format!("starting a kernel: an unreadable answer: {e}")))?;
+        kernel["id"]
+            .as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| failed("starting a kernel: the answer had no kernel id"))
+    }
+
+    /// Checks that kernel `id` exists.
+    async fn check(&self, id: &str) -> Result<(), KernelError> {
+        let request = self.request(reqwest::Method::GET, &format!("kernels/{id}"));
+        self.send(request, &format!("attaching to kernel {id}"))
+            .await
+            .map(drop)
+    }
+
+    /// Interrupts kernel `id` (what it runs gets `KeyboardInterrupt`).
+    pub(crate) async fn interrupt(&self, id: &str) {
+        let request = self.request(reqwest::Method::POST, &format!("kernels/{id}/interrupt"));
+        if let Err(error) = self.send(request, "interrupting the kernel").await {
+            tracing::warn!(%error, "the kernel could not be interrupted");
+        }
+    }
+
+    /// Restarts kernel `id` (its state is lost).
+    pub(crate) async fn restart(&self, id: &str) {
+        let request = self.request(reqwest::Method::POST, &format!("kernels/{id}/restart"));
+        if let Err(error) = self.send(request, "restarting the kernel").await {
+            tracing::warn!(%error, "the kernel could not be restarted");
+        }
+    }
+
+    /// Shuts kernel `id` down.
+    pub(crate) async fn shutdown(&self, id: &str) {
+        let request = self.request(reqwest::Method::DELETE, &format!("kernels/{id}"));
+        if let Err(error) = self.send(request, "shutting the kernel down").await {
+            tracing::warn!(%error, "the kernel could not be shut down");
+        }
+    }
+}
+
+/// One remote kernel serving the runtime: how to interrupt and end it.
+pub(crate) struct Remote {
+    pub(crate) gateway: Gateway,
+    pub(crate) kernel_id: String,
+    /// Started by the runtime (shut down with it), or attached to (left running).
+    pub(crate) owned: bool,
+    /// Why the link ended, once it has.
+    pub(crate) ended: watch::Receiver<Option<String>>,
+    end: watch::Sender<Option<String>>,
+}
+
+impl Remote {
+    /// Ends the link; a kernel the runtime started is shut down, one it attached to is left
+    /// as it is.
+    pub(crate) fn end(&self, reason: &str) {
+        let first = self.end.send_if_modified(|ended| {
+            if ended.is_none() {
+                *ended = Some(reason.to_owned());
+                true
+            } else {
+                false
+            }
+        });
+        if first && self.owned {
+            let gateway = self.gateway.clone();
+            let id = self.kernel_id.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move { gateway.shutdown(&id).await });
+            }
+        }
+    }
+
+    /// Stops whatever the kernel runs, however stuck: a kernel the runtime started is shut
+    /// down; one it attached to is restarted (its state is lost, the kernel stays).
+    pub(crate) fn kill(&self, reason: &str) {
+        if !self.owned && self.ended.borrow().is_none() {
+            let gateway = self.gateway.clone();
+            let id = self.kernel_id.clone();
+            if let Ok(handle) = tokio::runtime::Handle::try_current() {
+                handle.spawn(async move { gateway.restart(&id).await });
+            }
+        }
+        self.end(reason);
+    }
+
+    /// Asks the server to interrupt the kernel.
+    pub(crate) fn interrupt(&self) {
+        let gateway = self.gateway.clone();
+        let id = self.kernel_id.clone();
+        if let Ok(handle) = tokio::runtime::Handle::try_current() {
+            handle.spawn(async move { gateway.interrupt(&id).await });
+        }
+    }
+}
+
+/// Starts (or attaches to) the kernel, bootstraps the worker in it, and returns the link with
+/// the host's end of the local socket the frames travel on.
+pub(crate) async fn connect(
+    config: &JupyterConfig,
+    max_frame: usize,
+) -> Result<(std::sync::Arc<Remote>, std::os::unix::net::UnixStream), KernelError> {
+    let gateway = Gateway::new(config);
+    let (kernel_id, owned) = match &config.kernel_id {
+        Some(id) => {
+            gateway.check(id).await?;
+            (id.clone(), false)
+        }
+        None => (gateway.start(&config.kernel_name).await?, true),
+    };
+    let socket = match channels(config, &kernel_id).await {
+        Ok(socket) => socket,
+        Err(e) => {
+            if owned {
+                gateway.shutdown(&kernel_id).await;
+            }
+            return Err(failed(format!(
+                "could not open the channels of kernel {kernel_id} at {}: {e}",
+                config.url
+            )));
+        }
+    };
+    let (host, bridge_end) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| failed(format!("a local socket pair: {e}")))?;
+    bridge_end
+        .set_nonblocking(true)
+        .map_err(|e| failed(e.to_string()))?;
+    let bridge_end = tokio::net::UnixStream::from_std(bridge_end)
+        .map_err(|e| failed(format!("a local socket pair: {e}")))?;
+    let (end, ended) = watch::channel(None);
+    let remote = std::sync::Arc::new(Remote {
+        gateway,
+        kernel_id,
+        owned,
+        ended,
+        end,
+    });
+    let bootstrap = JupyterMessage::new(
+        ExecuteRequest {
+            code: bootstrap_code(max_frame, !owned),
+            silent: true,
+            store_history: false,
+            user_expressions: None,
+            allow_stdin: true,
+            stop_on_error: false,
+        },
+        None,
+    )
+    .with_channel(Channel::Shell);
+    tokio::spawn(bridge(
+        socket,
+        bridge_end,
+        bootstrap,
+        remote.clone(),
+        max_frame,
+    ));
+    Ok((remote, host))
+}
+
+/// Opens the kernel's channels WebSocket in the JSON protocol, where each message names its
+/// channel. (`jupyter-websocket-client`'s own connect asks for the binary v1 protocol, in which
+/// it sends every message but control ones on the shell channel, so an `input_reply` would
+/// never reach the kernel's stdin channel; its `JupyterWebSocket` does the rest.)
+async fn channels(
+    config: &JupyterConfig,
+    kernel_id: &str,
+) -> Result<jupyter_websocket_client::JupyterWebSocket, String> {
+    use async_tungstenite::tungstenite::client::IntoClientRequest as _;
+    let base = config
+        .url
+        .replacen("https://", "wss://", 1)
+        .replacen("http://", "ws://", 1);
+    let mut url = format!("{base}/api/kernels/{kernel_id}/channels");
+    if let Some(token) = &config.token {
+        url.push_str("?token=");
+        url.push_str(token);
+    }
+    let request = url.into_client_request().map_err(|e| {
+        // The URL holds the token: say what is wrong without it.
+        format!(
+            "not a WebSocket URL ({})",
+            e.to_string()
+                .replace(config.token.as_deref().unwrap_or("\u{0}"), "[token]")
+        )
+    })?;
+    let (inner, _response) = async_tungstenite::tokio::connect_async(request)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok(jupyter_websocket_client::JupyterWebSocket {
+        inner,
+        protocol_mode: jupyter_websocket_client::ProtocolMode::Json,
+    })
+}
+
+/// The bootstrap request's code: reads the sources frame through `input()`, loads the
+/// executor and the worker as modules, and serves. Run in a namespace of its own, so the
+/// kernel's user namespace gets nothing from it.
+fn bootstrap_code(max_frame: usize, attached: bool) -> String {
+    let attached = if attached { "True" } else { "False" };
+    let source = format!(
+        "import base64, marshal, sys, types\n\
+         kernel = get_ipython().kernel\n\
+         answer = kernel.raw_input({mark:?} + 'sources')\n\
+         data = base64.b64decode(answer.partition('\\n')[2])\n\
+         for name, filename, source in marshal.loads(data[4:]):\n\
+         \x20   module = types.ModuleType(name)\n\
+         \x20   module.__file__ = filename\n\
+         \x20   sys.modules[name] = module\n\
+         \x20   exec(compile(source, filename, 'exec'), module.__dict__)\n\
+         sys.modules['cave_kernel'].main_jupyter(kernel, {max_frame}, {attached})\n",
+        mark = MARK,
+    );
+    format!("exec(compile({source:?}, '<cave-bootstrap>', 'exec'), {{'get_ipython': get_ipython}})")
+}
+
+/// The worker's side of one exchange, read from its prompt.
+struct Prompt {
+    more: bool,
+    last: bool,
+    /// Characters of each execution's output published on IOPub so far.
+    published: HashMap<u64, usize>,
+    data: Vec<u8>,
+}
+
+fn read_prompt(prompt: &str) -> Option<Prompt> {
+    let rest = prompt.strip_prefix(MARK)?;
+    let (header, data) = rest.split_once('\n')?;
+    let header: serde_json::Value = serde_json::from_str(header).ok()?;
+    let data = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .ok()?;
+    let published = header["out"]
+        .as_object()
+        .map(|out| {
+            out.iter()
+                .filter_map(|(k, v)| Some((k.parse().ok()?, v.as_u64()? as usize)))
+                .collect()
+        })
+        .unwrap_or_default();
+    Some(Prompt {
+        more: header["more"].as_bool().unwrap_or(false),
+        last: header["final"].as_bool().unwrap_or(false),
+        published,
+        data,
+    })
+}
+
+fn answer(data: &[u8], more: bool) -> String {
+    format!(
+        "{MARK}{}\n{}",
+        serde_json::json!({ "more": more }),
+        base64::engine::general_purpose::STANDARD.encode(data)
+    )
+}
+
+/// Frames the worker sent, held until the output they follow has arrived.
+struct Held {
+    data: Vec<u8>,
+    published: HashMap<u64, usize>,
+    deadline: tokio::time::Instant,
+}
+
+/// Carries frames between the local socket and the kernel's channels until either side ends.
+async fn bridge(
+    socket: jupyter_websocket_client::JupyterWebSocket,
+    local: tokio::net::UnixStream,
+    bootstrap: JupyterMessage,
+    remote: std::sync::Arc<Remote>,
+    max_frame: usize,
+) {
+    let bootstrap_id = bootstrap.header.msg_id.clone();
+    let (mut to_kernel, mut from_kernel) = socket.split();
+    let (mut local_read, mut local_write) = local.into_split();
+    let reason = async {
+        to_kernel
+            .send(bootstrap)
+            .await
+            .map_err(|e| format!("the bootstrap request could not be sent: {e}"))?;
+        // Host frames waiting for the next answer.
+        let mut outgoing: Vec<u8> = Vec::new();
+        // The worker's frames of an exchange that has more chunks to come.
+        let mut incoming: Vec<u8> = Vec::new();
+        let mut waiting: Option<JupyterMessage> = None;
+        let mut held: Option<Held> = None;
+        let mut received: HashMap<u64, usize> = HashMap::new();
+        let mut buffer = vec![0u8; 1 << 16];
+        let mut failure: Option<String> = None;
+        // Set when the runtime let go of a kernel it attached to: the worker is told to stop
+        // (so the kernel is left idle, with its namespace) until then.
+        let mut releasing: Option<tokio::time::Instant> = None;
+        loop {
+            if releasing.is_some_and(|until| tokio::time::Instant::now() >= until) {
+                return Ok("the runtime let the kernel go (the worker did not stop in time)".to_owned());
+            }
+            // Frames whose output has arrived (or waited long enough) go to the host.
+            if let Some(h) = &held {
+                let caught_up = h
+                    .published
+                    .iter()
+                    .all(|(id, n)| received.get(id).copied().unwrap_or(0) >= *n);
+                if caught_up || tokio::time::Instant::now() >= h.deadline {
+                    if !caught_up {
+                        tracing::warn!(
+                            "output published on IOPub did not all arrive (a gateway rate limit?)"
+                        );
+                    }
+                    let h = held.take().expect("held");
+                    if releasing.is_none() {
+                        local_write
+                            .write_all(&h.data)
+                            .await
+                            .map_err(|e| format!("the local socket: {e}"))?;
+                    }
+                }
+            }
+            // An open prompt gets the host's frames as soon as there are some.
+            if waiting.is_some() && !outgoing.is_empty() {
+                let request = waiting.take().expect("waiting");
+                let n = outgoing.len().min(CHUNK);
+                let more = outgoing.len() > n;
+                let reply = reply_to(&request, answer(&outgoing[..n], more));
+                outgoing.drain(..n);
+                to_kernel
+                    .send(reply)
+                    .await
+                    .map_err(|e| format!("the WebSocket: {e}"))?;
+            }
+            let deadline = match (held.as_ref().map(|h| h.deadline), releasing) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            tokio::select! {
+                read = local_read.read(&mut buffer), if releasing.is_none() => match read {
+                    Ok(0) | Err(_) if remote.owned => {
+                        return Ok::<_, String>("the runtime closed the link".to_owned());
+                    }
+                    Ok(0) | Err(_) => {
+                        // A frame cut short by the end goes no further.
+                        let mut whole = 0;
+                        while let Some(n) = frame_len(&outgoing[whole..]) {
+                            if outgoing.len() - whole < n {
+                                break;
+                            }
+                            whole += n;
+                        }
+                        outgoing.truncate(whole);
+                        let stop = crate::process::framed(
+                            &Data::Owned(Value::Tuple(vec!["stop".into(), Value::Int(0)])),
+                            max_frame,
+                        )
+                        .map_err(|e| e.to_string())?;
+                        outgoing.extend_from_slice(&stop);
+                        releasing = Some(tokio::time::Instant::now() + RELEASE_GRACE);
+                    }
+                    Ok(n) => outgoing.extend_from_slice(&buffer[..n]),
+                },
+                message = from_kernel.next() => {
+                    let message = match message {
+                        Some(Ok(message)) => message,
+                        Some(Err(e)) => return Err(format!("the WebSocket failed: {e}")),
+                        None => return Err("the server closed the WebSocket".to_owned()),
+                    };
+                    let from_bootstrap = message
+                        .parent_header
+                        .as_ref()
+                        .is_some_and(|p| p.msg_id == bootstrap_id);
+                    match &message.content {
+                        JupyterMessageContent::InputRequest(request) => {
+                            if request.prompt == format!("{MARK}sources") {
+                                // The sources frame is the first thing the runtime sends.
+                                while frame_len(&outgoing).is_none_or(|n| outgoing.len() < n) {
+                                    let n = local_read.read(&mut buffer).await.map_err(|e| e.to_string())?;
+                                    if n == 0 {
+                                        return Ok("the runtime closed the link".to_owned());
+                                    }
+                                    outgoing.extend_from_slice(&buffer[..n]);
+                                }
+                                let n = frame_len(&outgoing).expect("a whole frame");
+                                let reply = reply_to(&message, answer(&outgoing[..n], false));
+                                outgoing.drain(..n);
+                                to_kernel.send(reply).await.map_err(|e| format!("the WebSocket: {e}"))?;
+                                continue;
+                            }
+                            let Some(prompt) = read_prompt(&request.prompt) else {
+                                return Err("the kernel asked for input the runtime does not understand (a cell called input()?)".to_owned());
+                            };
+                            incoming.extend_from_slice(&prompt.data);
+                            if prompt.more || prompt.last {
+                                // A chunk of more to come, or the worker's last words: acknowledged
+                                // at once.
+                                to_kernel
+                                    .send(reply_to(&message, answer(&[], false)))
+                                    .await
+                                    .map_err(|e| format!("the WebSocket: {e}"))?;
+                            } else {
+                                waiting = Some(message.clone());
+                            }
+                            if !prompt.more {
+                                let data = std::mem::take(&mut incoming);
+                                match held.as_mut() {
+                                    // Still waiting for earlier output: later frames queue behind.
+                                    Some(h) => {
+                                        h.data.extend_from_slice(&data);
+                                        h.published = prompt.published;
+                                    }
+                                    None => {
+                                        held = Some(Held {
+                                            data,
+                                            published: prompt.published,
+                                            deadline: tokio::time::Instant::now() + OUTPUT_GRACE,
+                                        })
+                                    }
+                                }
+                            }
+                        }
+                        JupyterMessageContent::StreamContent(stream) => {
+                            let execution = message.metadata["cave_execution"].as_u64();
+                            if let Some(id) = execution {
+                                *received.entry(id).or_insert(0) += stream.text.chars().count();
+                            }
+                            let frame = crate::process::framed(
+                                &Data::Owned(Value::Tuple(vec![
+                                    "out".into(),
+                                    Value::Int(execution.unwrap_or(0).into()),
+                                    Value::Str(stream.text.clone()),
+                                ])),
+                                max_frame,
+                            )
+                            .map_err(|e| e.to_string())?;
+                            if releasing.is_none() {
+                                local_write.write_all(&frame).await.map_err(|e| format!("the local socket: {e}"))?;
+                            }
+                        }
+                        JupyterMessageContent::ErrorOutput(error) if from_bootstrap => {
+                            failure = Some(format!("{}: {}", error.ename, error.evalue));
+                        }
+                        JupyterMessageContent::ExecuteReply(_) if from_bootstrap => {
+                            return Ok(failure.take().map_or_else(
+                                || "the worker in the Jupyter kernel stopped".to_owned(),
+                                |f| format!("the worker in the Jupyter kernel failed: {f}"),
+                            ));
+                        }
+                        JupyterMessageContent::Status(status) => match status.execution_state {
+                            ExecutionState::Restarting
+                            | ExecutionState::AutoRestarting
+                            | ExecutionState::Dead => {
+                                return Ok("the Jupyter kernel died (the server is restarting it)".to_owned());
+                            }
+                            _ => {}
+                        },
+                        _ => {}
+                    }
+                },
+                () = async {
+                    match deadline {
+                        Some(deadline) => tokio::time::sleep_until(deadline).await,
+                        None => std::future::pending().await,
+                    }
+                } => {}
+            }
+        }
+    }
+    .await
+    .unwrap_or_else(|e| e);
+    tracing::info!(%reason, kernel = %remote.kernel_id, "the Jupyter link ended");
+    remote.end(&reason);
+}
+
+/// The length of the first frame in `bytes`, once its header is there.
+fn frame_len(bytes: &[u8]) -> Option<usize> {
+    let header: [u8; 4] = bytes.get(..4)?.try_into().ok()?;
+    Some(4 + u32::from_be_bytes(header) as usize)
+}
+
+fn reply_to(request: &JupyterMessage, value: String) -> JupyterMessage {
+    JupyterMessage::new(
+        InputReply {
+            value,
+            ..InputReply::default()
+        },
+        Some(request),
+    )
+    .with_channel(Channel::Stdin)
+}

@@ -1,0 +1,172 @@
+//! The kernel runtime over a real Jupyter Kernel Gateway started on 127.0.0.1: interrupts, a
+//! kernel killed from outside, attaching to a kernel the runtime did not start. (The contract
+//! suite runs in `jupyter_contract.rs`.)
+
+#![cfg(feature = "jupyter")]
+
+#[path = "support/gateway.rs"]
+mod support;
+
+use cave_core::testing::contract::run;
+use cave_core::{Interruption, Resources, Runtime, Value, Variable};
+use cave_runtime_kernel::{KernelConfig, KernelRuntime};
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_stops_a_sleeping_cell() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let rt = gateway.runtime();
+    run(&rt, "import time\nkept = 'yes'").await;
+    let interrupter = rt.interrupter().expect("interruptible");
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        interrupter.interrupt()
+    });
+    let slept = run(&rt, "time.sleep(100)").await;
+    assert_eq!(stopper.await.expect("joins"), Interruption::Delivered);
+    assert_eq!(
+        slept.error.expect("interrupted").python_type,
+        "KeyboardInterrupt"
+    );
+    assert!(!slept.state_lost);
+    assert_eq!(run(&rt, "print(kept)").await.output, "yes\n");
+    rt.stop().await;
+}
+
+/// The kernel is killed behind the runtime's back: the next cell says state was lost, and runs
+/// in a fresh kernel with what was registered bound again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_killed_from_outside_is_replaced() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let rt = gateway.runtime();
+    rt.register(Resources::new().variable(Variable::new("limit", Value::Int(7))))
+        .await
+        .expect("registers");
+    let pid: i32 = run(&rt, "import os\nscratch = 1\nprint(os.getpid())")
+        .await
+        .output
+        .trim()
+        .parse()
+        .expect("a pid");
+    // SAFETY: a signal to the kernel process this test's gateway started.
+    unsafe {
+        libc::kill(pid, libc::SIGKILL);
+    }
+    let mut after = run(&rt, "print(limit)").await;
+    if !after.state_lost {
+        // The death may not have been seen yet; it is by the next cell at the latest.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        after = run(&rt, "print(limit)").await;
+    }
+    assert!(after.state_lost, "{after:?}");
+    assert_eq!(run(&rt, "print(limit)").await.output, "7\n");
+    assert_eq!(
+        run(&rt, "scratch").await.error.expect("gone").python_type,
+        "NameError"
+    );
+    rt.stop().await;
+}
+
+/// Attached to a kernel someone else started: cells run in its namespace, and stopping or
+/// dropping the runtime leaves the kernel running with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_attached_kernel_is_left_running() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let http = reqwest::Client::new();
+    let kernel: serde_json::Value = http
+        .post(format!("{}/api/kernels", gateway.url))
+        .header("Authorization", format!("token {}", gateway.token))
+        .json(&serde_json::json!({"name": "python3"}))
+        .send()
+        .await
+        .expect("the gateway answers")
+        .json()
+        .await
+        .expect("JSON");
+    let id = kernel["id"].as_str().expect("an id").to_owned();
+    let rt = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(gateway.config().attach(id.clone())),
+    )
+    .expect("a runtime");
+    assert_eq!(run(&rt, "print(6 * 7)").await.output, "42\n");
+    // Cells run in the kernel's own namespace.
+    run(&rt, "left_by_the_agent = 'kept'").await;
+    rt.stop().await;
+    let status = http
+        .get(format!("{}/api/kernels/{id}", gateway.url))
+        .header("Authorization", format!("token {}", gateway.token))
+        .send()
+        .await
+        .expect("the gateway answers")
+        .status();
+    assert!(status.is_success(), "{status}");
+    // A runtime may attach to it again.
+    let again = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(gateway.config().attach(id.clone())),
+    )
+    .expect("a runtime");
+    assert_eq!(
+        run(&again, "print(left_by_the_agent)").await.output,
+        "kept\n"
+    );
+    // Dropped without a stop, while idle: let go gracefully, the namespace kept.
+    drop(again);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let third = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(gateway.config().attach(id)),
+    )
+    .expect("a runtime");
+    assert_eq!(
+        run(&third, "print(left_by_the_agent)").await.output,
+        "kept\n"
+    );
+    third.stop().await;
+}
+
+/// A server that is not there, or a wrong token: a clear error, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_token_or_url_is_a_clear_error() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let rt = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(cave_runtime_kernel::JupyterConfig::new(gateway.url.clone()).token("wrong")),
+    )
+    .expect("a runtime");
+    let error = rt
+        .execute("1", &cave_core::DiscardOutput)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("403") || error.to_string().contains("401"),
+        "{error}"
+    );
+    assert!(error.to_string().contains("JUPYTER_TOKEN"), "{error}");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let rt = KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(
+        cave_runtime_kernel::JupyterConfig::new(format!("http://127.0.0.1:{port}")),
+    ))
+    .expect("a runtime");
+    let error = rt
+        .execute("1", &cave_core::DiscardOutput)
+        .await
+        .unwrap_err();
+    assert!(error.to_string().contains("could not reach"), "{error}");
+}

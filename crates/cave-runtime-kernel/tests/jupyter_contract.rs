@@ -1,0 +1,14 @@
+//! The runtime contract, on the kernel runtime over a Jupyter Kernel Gateway.
+
+#![cfg(feature = "jupyter")]
+
+#[path = "support/gateway.rs"]
+mod support;
+
+use cave_runtime_kernel::KernelRuntime;
+
+async fn make() -> Option<KernelRuntime> {
+    support::gateway().map(support::Gateway::runtime)
+}
+
+cave_core::runtime_contract_tests!(optional make);

@@ -1,0 +1,106 @@
+//! A real Jupyter Kernel Gateway on 127.0.0.1, one per test binary, for the kernel runtime's
+//! Jupyter transport.
+//!
+//! The `jupyter` executable comes from `CAVE_JUPYTER`, or `target/jupyter-venv` (made by
+//! `cargo xtask test`); without one, [`gateway`] says so in one line and the test skips.
+
+use cave_runtime_kernel::{JupyterConfig, KernelConfig, KernelRuntime};
+use std::os::unix::process::CommandExt as _;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// Where the gateway listens, and its token.
+pub struct Gateway {
+    pub url: String,
+    pub token: String,
+}
+
+fn jupyter() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("CAVE_JUPYTER") {
+        return Some(PathBuf::from(path));
+    }
+    let venv = PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../target/jupyter-venv/bin/jupyter"
+    ));
+    venv.exists().then_some(venv)
+}
+
+/// The test binary's gateway, started on first use; `None` (said once per test) without one.
+pub fn gateway() -> Option<&'static Gateway> {
+    static GATEWAY: OnceLock<Option<Gateway>> = OnceLock::new();
+    let gateway = GATEWAY.get_or_init(start).as_ref();
+    if gateway.is_none() {
+        eprintln!(
+            "skipped: no Jupyter Kernel Gateway (set CAVE_JUPYTER or run `cargo xtask test`)"
+        );
+    }
+    gateway
+}
+
+fn start() -> Option<Gateway> {
+    let jupyter = jupyter()?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let token = format!("cave-test-{}", std::process::id());
+    let mut command = Command::new(&jupyter);
+    command
+        .args([
+            "kernelgateway",
+            "--KernelGatewayApp.ip=127.0.0.1",
+            &format!("--KernelGatewayApp.port={port}"),
+            &format!("--IdentityProvider.token={token}"),
+            // Output is the runtime's to bound, not the gateway's.
+            "--ZMQChannelsWebsocketConnection.limit_rate=False",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    // SAFETY: prctl is async-signal-safe. The gateway dies with the thread that started it:
+    // a thread that lives as long as the test binary.
+    unsafe {
+        command.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    let (started, child) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = started.send(command.spawn().map(|_child| ()));
+        loop {
+            std::thread::park();
+        }
+    });
+    child
+        .recv()
+        .expect("the starter thread")
+        .expect("jupyter kernelgateway starts");
+    let begun = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            begun.elapsed() < Duration::from_secs(90),
+            "the gateway did not listen"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Some(Gateway {
+        url: format!("http://127.0.0.1:{port}"),
+        token,
+    })
+}
+
+impl Gateway {
+    /// Where the runtime finds it.
+    pub fn config(&self) -> JupyterConfig {
+        JupyterConfig::new(self.url.clone()).token(self.token.clone())
+    }
+
+    /// A kernel runtime that starts its kernels here.
+    pub fn runtime(&self) -> KernelRuntime {
+        KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(self.config()))
+            .expect("a runtime")
+    }
+}
