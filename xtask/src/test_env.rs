@@ -65,13 +65,27 @@ pub(crate) fn run(command: &mut Command) -> Result<(), String> {
 /// `CAVE_LITELLM` for the proxy test: the `litellm` of `target/litellm-venv`, installed there
 /// if missing (about two minutes). If it cannot be installed, the test says it skipped.
 pub(crate) fn litellm(root: &Path) -> Vec<(String, String)> {
-    tool(root, "litellm-venv", &[LITELLM], "litellm", "CAVE_LITELLM", "the LiteLLM proxy")
+    tool(
+        root,
+        "litellm-venv",
+        &[LITELLM],
+        "litellm",
+        "CAVE_LITELLM",
+        "the LiteLLM proxy",
+    )
 }
 
 /// The Jupyter Kernel Gateway (with ipykernel for its kernels) the Jupyter transport's tests
 /// start on 127.0.0.1.
 pub(crate) fn jupyter(root: &Path) -> Vec<(String, String)> {
-    tool(root, "jupyter-venv", JUPYTER, "jupyter", "CAVE_JUPYTER", "the Jupyter Kernel Gateway")
+    tool(
+        root,
+        "jupyter-venv",
+        JUPYTER,
+        "jupyter",
+        "CAVE_JUPYTER",
+        "the Jupyter Kernel Gateway",
+    )
 }
 
 /// A program from PyPI in a project-local virtualenv (`target/VENV`), installed once; the
@@ -87,7 +101,11 @@ fn tool(
     let venv = root.join("target").join(venv);
     let program = venv.join("bin").join(program);
     if !program.is_file() {
-        println!("xtask: installing {} in {}", packages.join(" "), venv.display());
+        println!(
+            "xtask: installing {} in {}",
+            packages.join(" "),
+            venv.display()
+        );
         let installed = run(Command::new(selected_python())
             .args(["-m", "venv"])
             .arg(&venv))

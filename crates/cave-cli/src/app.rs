@@ -189,8 +189,15 @@ impl Session {
             ),
             RuntimeChoice::Kernel(config) => {
                 let sandboxed = !config.sandbox.is_off();
+                let remote = config.jupyter.as_ref().map(|j| j.url().to_owned());
                 let rt = KernelRuntime::with_config(*config)
                     .context("the kernel runtime could not be set up")?;
+                if let Some(url) = remote {
+                    // Started now: a wrong URL or token is said before the model is asked.
+                    rt.start()
+                        .await
+                        .with_context(|| format!("no Jupyter kernel at {url}"))?;
+                }
                 if sandboxed {
                     // Started now, so that every layer is reported before the model runs.
                     rt.start()

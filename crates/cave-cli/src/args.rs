@@ -123,6 +123,9 @@ pub enum RuntimeKind {
     Inproc,
     /// Python in a child process: a crash or a hang ends only the child.
     Kernel,
+    /// Python in a kernel behind a Jupyter server (Jupyter Server, Kernel Gateway, Enterprise
+    /// Gateway): --jupyter-url, and JUPYTER_TOKEN for its token.
+    Jupyter,
 }
 
 /// Options of both subcommands.
@@ -214,6 +217,30 @@ pub struct CommonArgs {
     /// this machine supports.
     #[arg(long, value_name = "MODE", help_heading = "Runtime")]
     pub sandbox: Option<SandboxMode>,
+    /// Jupyter runtime: the server (http://host:port, with its base path); its token comes
+    /// from JUPYTER_TOKEN.
+    #[arg(long, value_name = "URL", help_heading = "Runtime")]
+    pub jupyter_url: Option<String>,
+    /// Jupyter runtime: the kernel spec to start [default: python3].
+    #[arg(
+        long,
+        value_name = "NAME",
+        help_heading = "Runtime",
+        conflicts_with = "jupyter_kernel_id"
+    )]
+    pub jupyter_kernel: Option<String>,
+    /// Jupyter runtime: attach to this running kernel instead of starting one (cells run in
+    /// its namespace; it is left running).
+    #[arg(long, value_name = "ID", help_heading = "Runtime")]
+    pub jupyter_kernel_id: Option<String>,
+    /// Jupyter runtime: a variable of the kernel start request, NAME=VALUE (Enterprise
+    /// Gateway reads KERNEL_USERNAME, KERNEL_NAMESPACE, KERNEL_IMAGE…) (repeatable).
+    #[arg(
+        long = "jupyter-env",
+        value_name = "NAME=VALUE",
+        help_heading = "Runtime"
+    )]
+    pub jupyter_env: Vec<String>,
 
     /// Refuse code importing these modules and their submodules (comma-separated, repeatable).
     #[arg(

@@ -4,7 +4,7 @@
 use crate::args::{CommonArgs, PolicyPreset, Provider, RuntimeKind, SandboxMode};
 use anyhow::{Context, bail};
 use cave_agent::SecurityPolicy;
-use cave_agent::kernel::{KernelConfig, Limits, Sandbox};
+use cave_agent::kernel::{JupyterConfig, KernelConfig, Limits, Sandbox};
 use cave_agent::models::{ApiKey, ModelConfig};
 use cave_agent::{Value, Variable};
 use std::path::PathBuf;
@@ -311,7 +311,52 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
         ("--no-spare", args.no_spare),
         ("--sandbox", args.sandbox.is_some()),
     ];
+    let jupyter_only = [
+        ("--jupyter-url", args.jupyter_url.is_some()),
+        ("--jupyter-kernel", args.jupyter_kernel.is_some()),
+        ("--jupyter-kernel-id", args.jupyter_kernel_id.is_some()),
+        ("--jupyter-env", !args.jupyter_env.is_empty()),
+    ];
+    if args.runtime != RuntimeKind::Jupyter
+        && let Some((flag, _)) = jupyter_only.iter().find(|(_, given)| *given)
+    {
+        bail!("{flag} applies to the Jupyter runtime: add --runtime jupyter");
+    }
     match args.runtime {
+        RuntimeKind::Jupyter => {
+            // The server decides the interpreter, limits and isolation of its kernels.
+            if let Some((flag, _)) = kernel_only
+                .iter()
+                .filter(|(flag, _)| *flag != "--no-spare")
+                .find(|(_, given)| *given)
+            {
+                bail!(
+                    "{flag} applies to the kernel runtime's child process; with --runtime jupyter the server sets its kernels' interpreter, limits and isolation"
+                );
+            }
+            let Some(url) = &args.jupyter_url else {
+                bail!(
+                    "--runtime jupyter needs --jupyter-url URL (the server, e.g. http://127.0.0.1:8888)"
+                );
+            };
+            let mut jupyter = JupyterConfig::new(url.clone());
+            if let Some(name) = &args.jupyter_kernel {
+                jupyter = jupyter.kernel_name(name.clone());
+            }
+            if let Some(id) = &args.jupyter_kernel_id {
+                jupyter = jupyter.attach(id.clone());
+            }
+            for pair in &args.jupyter_env {
+                let Some((name, value)) = pair.split_once('=').filter(|(n, _)| !n.is_empty())
+                else {
+                    bail!("--jupyter-env takes NAME=VALUE, not {pair:?}");
+                };
+                jupyter = jupyter.env(name, value);
+            }
+            Ok(RuntimeChoice::Kernel(Box::new(
+                KernelConfig::new().spare(!args.no_spare).jupyter(jupyter),
+            )))
+        }
         RuntimeKind::Inproc => {
             if let Some((flag, _)) = kernel_only.iter().find(|(_, given)| *given) {
                 bail!(

@@ -1,5 +1,6 @@
 //! The `cave` binary against a local SSE server, and the human renderer's snapshot.
 mod cli;
+mod jupyter;
 mod kernel;
 mod litellm;
 mod render;

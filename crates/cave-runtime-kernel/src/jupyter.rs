@@ -40,6 +40,7 @@ pub struct JupyterConfig {
     token: Option<String>,
     kernel_name: String,
     kernel_id: Option<String>,
+    env: Vec<(String, String)>,
 }
 
 impl std::fmt::Debug for JupyterConfig {
@@ -50,6 +51,7 @@ impl std::fmt::Debug for JupyterConfig {
             .field("token", &self.token.as_ref().map(|_| "[set]"))
             .field("kernel_name", &self.kernel_name)
             .field("kernel_id", &self.kernel_id)
+            .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .finish()
     }
 }
@@ -65,6 +67,7 @@ impl JupyterConfig {
                 .filter(|t| !t.is_empty()),
             kernel_name: "python3".to_owned(),
             kernel_id: None,
+            env: Vec::new(),
         }
     }
     /// The token the server asks for (instead of `JUPYTER_TOKEN`).
@@ -75,6 +78,12 @@ impl JupyterConfig {
     /// The kernel spec to start (default `python3`).
     pub fn kernel_name(mut self, name: impl Into<String>) -> Self {
         self.kernel_name = name.into();
+        self
+    }
+    /// Adds a variable to the kernel start request's `env`: how Enterprise Gateway is told a
+    /// kernel's `KERNEL_USERNAME`, `KERNEL_NAMESPACE`, `KERNEL_IMAGE` and the like.
+    pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((name.into(), value.into()));
         self
     }
     /// Attaches to the running kernel `id` instead of starting one; it is never shut down by
@@ -105,6 +114,7 @@ pub(crate) struct Gateway {
     http: reqwest::Client,
     base: String,
     token: Option<String>,
+    env: serde_json::Map<String, serde_json::Value>,
 }
 
 impl Gateway {
@@ -113,6 +123,11 @@ impl Gateway {
             http: reqwest::Client::new(),
             base: config.url.clone(),
             token: config.token.clone(),
+            env: config
+                .env
+                .iter()
+                .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                .collect(),
         }
     }
 
@@ -156,7 +171,7 @@ impl Gateway {
     async fn start(&self, name: &str) -> Result<String, KernelError> {
         let request = self
             .request(reqwest::Method::POST, "kernels")
-            .json(&serde_json::json!({ "name": name }));
+            .json(&serde_json::json!({ "name": name, "env": self.env }));
         let response = self.send(request, "starting a kernel").await?;
         let kernel: serde_json::Value = response
             .json()
@@ -345,9 +360,21 @@ async fn channels(
                 .replace(config.token.as_deref().unwrap_or("\u{0}"), "[token]")
         )
     })?;
-    let (inner, _response) = async_tungstenite::tokio::connect_async(request)
-        .await
-        .map_err(|e| e.to_string())?;
+    // wss: the platform's certificate store, as for the model's HTTPS.
+    let connector = if base.starts_with("wss://") {
+        use rustls_platform_verifier::ConfigVerifierExt as _;
+        let config = rustls::ClientConfig::with_platform_verifier()
+            .map_err(|e| format!("no TLS configuration: {e}"))?;
+        Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
+            config,
+        )))
+    } else {
+        None
+    };
+    let (inner, _response) =
+        async_tungstenite::tokio::connect_async_with_tls_connector(request, connector)
+            .await
+            .map_err(|e| e.to_string())?;
     Ok(jupyter_websocket_client::JupyterWebSocket {
         inner,
         protocol_mode: jupyter_websocket_client::ProtocolMode::Json,
@@ -643,4 +670,60 @@ fn reply_to(request: &JupyterMessage, value: String) -> JupyterMessage {
         Some(request),
     )
     .with_channel(Channel::Stdin)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prompts_and_answers_carry_frames_and_counts() {
+        let prompt = format!(
+            "{MARK}{}\n{}",
+            serde_json::json!({"more": false, "final": false, "out": {"7": 12}}),
+            base64::engine::general_purpose::STANDARD.encode(b"\x00\x00\x00\x02hi")
+        );
+        let read = read_prompt(&prompt).expect("a prompt");
+        assert!(!read.more && !read.last);
+        assert_eq!(read.published.get(&7), Some(&12));
+        assert_eq!(read.data, b"\x00\x00\x00\x02hi");
+        assert_eq!(frame_len(&read.data), Some(6));
+        assert_eq!(frame_len(b"\x00\x00"), None);
+        // What a cell's own input() would send is not a prompt of the runtime.
+        assert!(read_prompt("Your name? ").is_none());
+        let answered = answer(b"xyz", true);
+        assert!(answered.starts_with(MARK));
+        let (header, data) = answered[MARK.len()..].split_once('\n').expect("two parts");
+        assert_eq!(header, r#"{"more":true}"#);
+        assert_eq!(
+            base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .unwrap(),
+            b"xyz"
+        );
+    }
+
+    #[test]
+    fn the_token_never_shows_in_debug_output() {
+        let config = JupyterConfig::new("http://127.0.0.1:8888/").token("s3cret-token");
+        let shown = format!("{config:?}");
+        assert!(!shown.contains("s3cret-token"), "{shown}");
+        assert_eq!(config.url(), "http://127.0.0.1:8888");
+    }
+
+    #[test]
+    fn a_tls_configuration_with_the_platform_certificates_builds() {
+        use rustls_platform_verifier::ConfigVerifierExt as _;
+        assert!(rustls::ClientConfig::with_platform_verifier().is_ok());
+    }
+
+    #[test]
+    fn the_bootstrap_is_python_that_names_the_worker_entry() {
+        let code = bootstrap_code(1 << 20, true);
+        assert!(code.starts_with("exec(compile("), "{code}");
+        assert!(
+            code.contains("main_jupyter(kernel, 1048576, True)"),
+            "{code}"
+        );
+    }
 }

@@ -7,6 +7,21 @@
 #[path = "support/gateway.rs"]
 mod support;
 
+/// Where the runtime finds the test's gateway.
+fn config(gateway: &support::Gateway) -> cave_runtime_kernel::JupyterConfig {
+    cave_runtime_kernel::JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())
+}
+
+/// A kernel runtime that starts its kernels at the test's gateway.
+fn runtime(gateway: &support::Gateway) -> cave_runtime_kernel::KernelRuntime {
+    cave_runtime_kernel::KernelRuntime::with_config(
+        cave_runtime_kernel::KernelConfig::new()
+            .spare(false)
+            .jupyter(config(gateway)),
+    )
+    .expect("a runtime")
+}
+
 use cave_core::testing::contract::run;
 use cave_core::{Interruption, Resources, Runtime, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime};
@@ -17,7 +32,7 @@ async fn an_interrupt_stops_a_sleeping_cell() {
     let Some(gateway) = support::gateway() else {
         return;
     };
-    let rt = gateway.runtime();
+    let rt = runtime(gateway);
     run(&rt, "import time\nkept = 'yes'").await;
     let interrupter = rt.interrupter().expect("interruptible");
     let stopper = tokio::spawn(async move {
@@ -42,7 +57,7 @@ async fn a_kernel_killed_from_outside_is_replaced() {
     let Some(gateway) = support::gateway() else {
         return;
     };
-    let rt = gateway.runtime();
+    let rt = runtime(gateway);
     rt.register(Resources::new().variable(Variable::new("limit", Value::Int(7))))
         .await
         .expect("registers");
@@ -93,7 +108,7 @@ async fn an_attached_kernel_is_left_running() {
     let rt = KernelRuntime::with_config(
         KernelConfig::new()
             .spare(false)
-            .jupyter(gateway.config().attach(id.clone())),
+            .jupyter(config(gateway).attach(id.clone())),
     )
     .expect("a runtime");
     assert_eq!(run(&rt, "print(6 * 7)").await.output, "42\n");
@@ -112,7 +127,7 @@ async fn an_attached_kernel_is_left_running() {
     let again = KernelRuntime::with_config(
         KernelConfig::new()
             .spare(false)
-            .jupyter(gateway.config().attach(id.clone())),
+            .jupyter(config(gateway).attach(id.clone())),
     )
     .expect("a runtime");
     assert_eq!(
@@ -125,7 +140,7 @@ async fn an_attached_kernel_is_left_running() {
     let third = KernelRuntime::with_config(
         KernelConfig::new()
             .spare(false)
-            .jupyter(gateway.config().attach(id)),
+            .jupyter(config(gateway).attach(id)),
     )
     .expect("a runtime");
     assert_eq!(
@@ -169,4 +184,26 @@ async fn a_wrong_token_or_url_is_a_clear_error() {
         .await
         .unwrap_err();
     assert!(error.to_string().contains("could not reach"), "{error}");
+}
+
+/// `KERNEL_*` variables of the start request reach the kernel's environment (how Enterprise
+/// Gateway is told a kernel's user, namespace or image).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_request_variables_reach_the_kernel() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let rt = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(config(gateway).env("KERNEL_USERNAME", "cave-test")),
+    )
+    .expect("a runtime");
+    assert_eq!(
+        run(&rt, "import os\nprint(os.environ.get('KERNEL_USERNAME'))")
+            .await
+            .output,
+        "cave-test\n"
+    );
+    rt.stop().await;
 }

@@ -1,10 +1,10 @@
-//! A real Jupyter Kernel Gateway on 127.0.0.1, one per test binary, for the kernel runtime's
-//! Jupyter transport.
+//! A real Jupyter Kernel Gateway on 127.0.0.1, one per test binary, for the tests of the
+//! kernel runtime's Jupyter transport (here and in cave-cli's). Plain std and libc: each test
+//! builds its own runtime from [`Gateway::url`] and [`Gateway::token`].
 //!
 //! The `jupyter` executable comes from `CAVE_JUPYTER`, or `target/jupyter-venv` (made by
 //! `cargo xtask test`); without one, [`gateway`] says so in one line and the test skips.
 
-use cave_runtime_kernel::{JupyterConfig, KernelConfig, KernelRuntime};
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -90,17 +90,4 @@ fn start() -> Option<Gateway> {
         url: format!("http://127.0.0.1:{port}"),
         token,
     })
-}
-
-impl Gateway {
-    /// Where the runtime finds it.
-    pub fn config(&self) -> JupyterConfig {
-        JupyterConfig::new(self.url.clone()).token(self.token.clone())
-    }
-
-    /// A kernel runtime that starts its kernels here.
-    pub fn runtime(&self) -> KernelRuntime {
-        KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(self.config()))
-            .expect("a runtime")
-    }
 }
