@@ -335,7 +335,13 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
     if quick {
         args.push("--quick");
     }
-    crate::cargo(&args, &[])?;
+    // The Jupyter transport's benchmark runs against a local Kernel Gateway (skipped without).
+    let jupyter = crate::test_env::jupyter(root);
+    let env: Vec<(&str, &str)> = jupyter
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    crate::cargo(&args, &env)?;
     let figures = figures(&root.join("target").join("criterion"));
     if figures.is_empty() {
         return Err("criterion left no estimates under target/criterion".to_owned());

@@ -340,6 +340,12 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
                 );
             };
             let mut jupyter = JupyterConfig::new(url.clone());
+            if let Some(token) = std::env::var("JUPYTER_TOKEN")
+                .ok()
+                .filter(|t| !t.is_empty())
+            {
+                jupyter = jupyter.token(token);
+            }
             if let Some(name) = &args.jupyter_kernel {
                 jupyter = jupyter.kernel_name(name.clone());
             }

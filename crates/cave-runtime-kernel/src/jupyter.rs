@@ -57,20 +57,18 @@ impl std::fmt::Debug for JupyterConfig {
 }
 
 impl JupyterConfig {
-    /// The server at `url` (`http://host:port`, with its base path if it has one), with the
-    /// token from `JUPYTER_TOKEN` if that is set; starts a `python3` kernel.
+    /// The server at `url` (`http://host:port`, with its base path if it has one), without a
+    /// token; starts a `python3` kernel.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into().trim_end_matches('/').to_owned(),
-            token: std::env::var("JUPYTER_TOKEN")
-                .ok()
-                .filter(|t| !t.is_empty()),
+            token: None,
             kernel_name: "python3".to_owned(),
             kernel_id: None,
             env: Vec::new(),
         }
     }
-    /// The token the server asks for (instead of `JUPYTER_TOKEN`).
+    /// The token the server asks for (`cave` reads it from `JUPYTER_TOKEN`).
     pub fn token(mut self, token: impl Into<String>) -> Self {
         self.token = Some(token.into());
         self
@@ -156,7 +154,9 @@ impl Gateway {
         }
         let body = response.text().await.unwrap_or_default();
         let hint = match status.as_u16() {
-            401 | 403 => " (set JUPYTER_TOKEN or give the token)",
+            401 | 403 => {
+                " (a missing or wrong token: JupyterConfig::token, or JUPYTER_TOKEN for cave)"
+            }
             404 => " (no such kernel or kernel spec on this server)",
             _ => "",
         };
@@ -285,7 +285,8 @@ pub(crate) async fn connect(
         }
         None => (gateway.start(&config.kernel_name).await?, true),
     };
-    let socket = match channels(config, &kernel_id).await {
+    let session = session_id();
+    let socket = match channels(config, &kernel_id, &session).await {
         Ok(socket) => socket,
         Err(e) => {
             if owned {
@@ -325,7 +326,11 @@ pub(crate) async fn connect(
     )
     .with_channel(Channel::Shell);
     tokio::spawn(bridge(
-        socket,
+        Link {
+            config: config.clone(),
+            session,
+            socket,
+        },
         bridge_end,
         bootstrap,
         remote.clone(),
@@ -341,15 +346,18 @@ pub(crate) async fn connect(
 async fn channels(
     config: &JupyterConfig,
     kernel_id: &str,
+    session: &str,
 ) -> Result<jupyter_websocket_client::JupyterWebSocket, String> {
     use async_tungstenite::tungstenite::client::IntoClientRequest as _;
     let base = config
         .url
         .replacen("https://", "wss://", 1)
         .replacen("http://", "ws://", 1);
-    let mut url = format!("{base}/api/kernels/{kernel_id}/channels");
+    // The session lets the server keep what the kernel sends while the socket is down, and
+    // replay it when the same session reconnects.
+    let mut url = format!("{base}/api/kernels/{kernel_id}/channels?session_id={session}");
     if let Some(token) = &config.token {
-        url.push_str("?token=");
+        url.push_str("&token=");
         url.push_str(token);
     }
     let request = url.into_client_request().map_err(|e| {
@@ -379,6 +387,27 @@ async fn channels(
         inner,
         protocol_mode: jupyter_websocket_client::ProtocolMode::Json,
     })
+}
+
+/// A session id unique to this link (what the server keys replays on).
+fn session_id() -> String {
+    static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    format!(
+        "cave-{}-{nanos:x}-{}",
+        std::process::id(),
+        COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    )
+}
+
+/// The kernel's channels, and how to open them again.
+struct Link {
+    config: JupyterConfig,
+    session: String,
+    socket: jupyter_websocket_client::JupyterWebSocket,
 }
 
 /// The bootstrap request's code: reads the sources frame through `input()`, loads the
@@ -451,15 +480,33 @@ struct Held {
 
 /// Carries frames between the local socket and the kernel's channels until either side ends.
 async fn bridge(
-    socket: jupyter_websocket_client::JupyterWebSocket,
+    link: Link,
     local: tokio::net::UnixStream,
     bootstrap: JupyterMessage,
     remote: std::sync::Arc<Remote>,
     max_frame: usize,
 ) {
     let bootstrap_id = bootstrap.header.msg_id.clone();
+    let Link {
+        config,
+        session,
+        socket,
+    } = link;
     let (mut to_kernel, mut from_kernel) = socket.split();
+    // A lost WebSocket is opened again once; messages that could not be sent go then.
+    let mut reopened = false;
+    let mut unsent: Vec<JupyterMessage> = Vec::new();
     let (mut local_read, mut local_write) = local.into_split();
+    // Sends a message, or keeps it for when the socket is open again.
+    macro_rules! send {
+        ($message:expr) => {{
+            let message = $message;
+            if let Err(error) = to_kernel.send(message.clone()).await {
+                tracing::warn!(%error, "a message to the kernel could not be sent; kept");
+                unsent.push(message);
+            }
+        }};
+    }
     let reason = async {
         to_kernel
             .send(bootstrap)
@@ -509,10 +556,7 @@ async fn bridge(
                 let more = outgoing.len() > n;
                 let reply = reply_to(&request, answer(&outgoing[..n], more));
                 outgoing.drain(..n);
-                to_kernel
-                    .send(reply)
-                    .await
-                    .map_err(|e| format!("the WebSocket: {e}"))?;
+                send!(reply);
             }
             let deadline = match (held.as_ref().map(|h| h.deadline), releasing) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -546,8 +590,29 @@ async fn bridge(
                 message = from_kernel.next() => {
                     let message = match message {
                         Some(Ok(message)) => message,
-                        Some(Err(e)) => return Err(format!("the WebSocket failed: {e}")),
-                        None => return Err("the server closed the WebSocket".to_owned()),
+                        lost => {
+                            let cause = match lost {
+                                Some(Err(e)) => e.to_string(),
+                                _ => "the server closed it".to_owned(),
+                            };
+                            if reopened {
+                                return Err(format!(
+                                    "the WebSocket to the Jupyter server was lost again ({cause}); it had been reopened once already"
+                                ));
+                            }
+                            reopened = true;
+                            tracing::warn!(%cause, "the WebSocket to the Jupyter server was lost; reopening it");
+                            let socket = channels(&config, &remote.kernel_id, &session)
+                                .await
+                                .map_err(|e| format!(
+                                    "the WebSocket to the Jupyter server was lost ({cause}) and could not be reopened: {e}"
+                                ))?;
+                            (to_kernel, from_kernel) = socket.split();
+                            for message in std::mem::take(&mut unsent) {
+                                send!(message);
+                            }
+                            continue;
+                        }
                     };
                     let from_bootstrap = message
                         .parent_header
@@ -567,7 +632,7 @@ async fn bridge(
                                 let n = frame_len(&outgoing).expect("a whole frame");
                                 let reply = reply_to(&message, answer(&outgoing[..n], false));
                                 outgoing.drain(..n);
-                                to_kernel.send(reply).await.map_err(|e| format!("the WebSocket: {e}"))?;
+                                send!(reply);
                                 continue;
                             }
                             let Some(prompt) = read_prompt(&request.prompt) else {
@@ -577,10 +642,7 @@ async fn bridge(
                             if prompt.more || prompt.last {
                                 // A chunk of more to come, or the worker's last words: acknowledged
                                 // at once.
-                                to_kernel
-                                    .send(reply_to(&message, answer(&[], false)))
-                                    .await
-                                    .map_err(|e| format!("the WebSocket: {e}"))?;
+                                send!(reply_to(&message, answer(&[], false)));
                             } else {
                                 waiting = Some(message.clone());
                             }

@@ -207,3 +207,114 @@ async fn start_request_variables_reach_the_kernel() {
     );
     rt.stop().await;
 }
+
+/// A million ints in and out: frames far over a WebSocket message's size cross in chunks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_values_cross_in_chunks() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let rt = runtime(gateway);
+    let numbers = Value::List((0..1_000_000).map(|i| Value::Int(i.into())).collect());
+    rt.register(Resources::new().variable(Variable::new("numbers", numbers.clone())))
+        .await
+        .expect("registers");
+    assert_eq!(
+        run(&rt, "print(len(numbers), sum(numbers))").await.output,
+        "1000000 499999500000\n"
+    );
+    run(&rt, "doubled = [2 * n for n in numbers]").await;
+    let Value::List(doubled) = rt.get("doubled").await.expect("retrieved") else {
+        panic!("a list")
+    };
+    assert_eq!(doubled.len(), 1_000_000);
+    assert_eq!(doubled[999_999], Value::Int(1_999_998));
+    // A long output crosses too, whole and in order.
+    let out = run(&rt, "print('x' * 6_000_000)").await.output;
+    assert_eq!(out.len(), 6_000_001);
+    rt.stop().await;
+}
+
+/// A TCP proxy in front of the gateway that can cut every connection through it.
+struct Proxy {
+    url: String,
+    connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+}
+
+impl Proxy {
+    async fn start(gateway: &support::Gateway) -> Proxy {
+        let target = gateway.url.trim_start_matches("http://").to_owned();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let url = format!("http://{}", listener.local_addr().expect("an address"));
+        let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = connections.clone();
+        tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                let target = target.clone();
+                let task = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                kept.lock().unwrap().push(task.abort_handle());
+            }
+        });
+        Proxy { url, connections }
+    }
+
+    /// Drops every connection open through it (as a load balancer might).
+    fn cut(&self) {
+        for task in self.connections.lock().unwrap().drain(..) {
+            task.abort();
+        }
+    }
+}
+
+fn through(proxy: &Proxy, gateway: &support::Gateway) -> KernelRuntime {
+    KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(
+        cave_runtime_kernel::JupyterConfig::new(proxy.url.clone()).token(gateway.token.clone()),
+    ))
+    .expect("a runtime")
+}
+
+/// A WebSocket lost between cells is opened again: the kernel and its namespace go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_websocket_is_reopened_once() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let proxy = Proxy::start(gateway).await;
+    let rt = through(&proxy, gateway);
+    run(&rt, "x = 41").await;
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = run(&rt, "print(x + 1)").await;
+    assert_eq!(after.output, "42\n");
+    assert!(!after.state_lost);
+    rt.stop().await;
+}
+
+/// Lost twice while a cell runs: the execution fails and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_lost_twice_fails_the_execution() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let proxy = Proxy::start(gateway).await;
+    let rt = through(&proxy, gateway);
+    run(&rt, "import time").await;
+    let cutter = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        proxy.cut();
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        proxy.cut();
+        proxy
+    });
+    let failed = run(&rt, "time.sleep(3)\nprint('done')").await;
+    let _proxy = cutter.await.expect("joins");
+    assert!(failed.state_lost, "{failed:?}");
+    assert!(failed.output.contains("lost again"), "{}", failed.output);
+    rt.stop().await;
+}
