@@ -496,11 +496,14 @@ async fn bridge(
     // A lost WebSocket is opened again once; messages that could not be sent go then.
     let mut reopened = false;
     let mut unsent: Vec<JupyterMessage> = Vec::new();
+    // The largest message sent: a server closes the socket on one past its size limit.
+    let mut largest_sent = 0usize;
     let (mut local_read, mut local_write) = local.into_split();
     // Sends a message, or keeps it for when the socket is open again.
     macro_rules! send {
         ($message:expr) => {{
             let message = $message;
+            largest_sent = largest_sent.max(message_size(&message));
             if let Err(error) = to_kernel.send(message.clone()).await {
                 tracing::warn!(%error, "a message to the kernel could not be sent; kept");
                 unsent.push(message);
@@ -597,7 +600,8 @@ async fn bridge(
                             };
                             if reopened {
                                 return Err(format!(
-                                    "the WebSocket to the Jupyter server was lost again ({cause}); it had been reopened once already"
+                                    "the WebSocket to the Jupyter server was lost again ({cause}); it had been reopened once already{}",
+                                    size_hint(largest_sent)
                                 ));
                             }
                             reopened = true;
@@ -717,6 +721,27 @@ async fn bridge(
     remote.end(&reason);
 }
 
+/// The size of a message's answer, the part that grows with the frames it carries.
+fn message_size(message: &JupyterMessage) -> usize {
+    match &message.content {
+        JupyterMessageContent::InputReply(reply) => reply.value.len(),
+        JupyterMessageContent::ExecuteRequest(request) => request.code.len(),
+        _ => 0,
+    }
+}
+
+/// What to say about a connection lost after a large message.
+fn size_hint(largest: usize) -> String {
+    if largest < 1 << 20 {
+        return String::new();
+    }
+    format!(
+        "; the largest message sent was {:.1} MiB: a server whose WebSocket message limit is lower closes the connection (Jupyter Server's default is 10 MiB; the runtime sends at most {} MiB of frames, base64, per message)",
+        largest as f64 / 1048576.0,
+        CHUNK >> 20
+    )
+}
+
 /// The length of the first frame in `bytes`, once its header is there.
 fn frame_len(bytes: &[u8]) -> Option<usize> {
     let header: [u8; 4] = bytes.get(..4)?.try_into().ok()?;
@@ -763,6 +788,13 @@ mod tests {
                 .unwrap(),
             b"xyz"
         );
+    }
+
+    #[test]
+    fn a_loss_after_a_large_message_names_the_size_limit() {
+        assert_eq!(size_hint(1000), "");
+        let hint = size_hint(5 << 20);
+        assert!(hint.contains("5.0 MiB") && hint.contains("10 MiB"), "{hint}");
     }
 
     #[test]

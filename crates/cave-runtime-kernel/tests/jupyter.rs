@@ -318,3 +318,44 @@ async fn a_websocket_lost_twice_fails_the_execution() {
     assert!(failed.output.contains("lost again"), "{}", failed.output);
     rt.stop().await;
 }
+
+/// A host function may run a cell in the same kernel while the calling cell waits in its
+/// host call: each cell's output stays its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nested_calls_work_through_the_gateway() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let cell: std::sync::Arc<std::sync::OnceLock<KernelRuntime>> = Default::default();
+    let inner = cell.clone();
+    let evaluate = cave_core::Function::host(
+        "evaluate",
+        cave_core::Signature::new([cave_core::Param::new("code").annotated("str")]).returns("str"),
+        move |args: cave_core::Args| {
+            let inner = inner.clone();
+            async move {
+                let code: String = args.get("code")?;
+                let rt = inner
+                    .get()
+                    .ok_or_else(|| cave_core::HostError::runtime("no runtime"))?;
+                let out = rt
+                    .execute(&code, &cave_core::DiscardOutput)
+                    .await
+                    .map_err(cave_core::HostError::runtime)?;
+                Ok(Value::Str(out.output))
+            }
+        },
+    );
+    let rt = runtime(gateway);
+    rt.register(Resources::new().function(evaluate))
+        .await
+        .expect("registers");
+    let _ = cell.set(rt.clone());
+    let out = run(
+        &rt,
+        "x = 20\nprint('outer before')\ninner = evaluate('print(\"inner\")\\nx + 1')\nprint('outer after', repr(inner))",
+    )
+    .await;
+    assert_eq!(out.output, "outer before\nouter after 'inner\\n21\\n'\n");
+    rt.stop().await;
+}
