@@ -186,6 +186,10 @@ def _read_frame(spin=False):
 # --- the Jupyter transport -------------------------------------------------------------------
 
 
+def _no_input(prompt=""):
+    raise EOFError("EOF when reading a line")
+
+
 class _Stopped(BaseException):
     """The host said stop to a serve loop it does not own the process of."""
 
@@ -242,6 +246,10 @@ class _Jupyter:
                 "final": cls.final,
                 "out": {str(k): v for k, v in cls.published.items()},
             }
+            # An execution that has ended has given its last count: the header stays small.
+            running = set(_State.running)
+            for execution in [k for k in cls.published if k not in running]:
+                del cls.published[execution]
         prompt = cls.MARK + _json.dumps(header) + "\n" + base64.b64encode(chunk).decode("ascii")
         answer = cls.kernel.raw_input(prompt)
         if not answer.startswith(cls.MARK):
@@ -762,6 +770,9 @@ def main_jupyter(kernel, max_frame, attached):
     to, cells run in the kernel's own namespace, with what its user left there."""
     _Jupyter.kernel = kernel
     _State.max_frame = max_frame
+    # As in a child, whose stdin is /dev/null: a cell's input() has nobody to answer it (the
+    # stdin channel carries the runtime's frames).
+    builtins.input = _no_input
     _capture_descriptors()
     executor.install()
     executor.hide_frames_of(_KERNEL_FILE)

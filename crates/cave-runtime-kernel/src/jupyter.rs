@@ -522,6 +522,8 @@ async fn bridge(
         let mut waiting: Option<JupyterMessage> = None;
         let mut held: Option<Held> = None;
         let mut received: HashMap<u64, usize> = HashMap::new();
+        // The executions the last delivered prompt counted.
+        let mut counted: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let mut buffer = vec![0u8; 1 << 16];
         let mut failure: Option<String> = None;
         // Set when the runtime let go of a kernel it attached to: the worker is told to stop
@@ -544,6 +546,9 @@ async fn bridge(
                         );
                     }
                     let h = held.take().expect("held");
+                    // Executions the worker no longer counts have ended: forget theirs.
+                    received.retain(|id, _| h.published.contains_key(id) || !counted.contains(id));
+                    counted = h.published.keys().copied().collect();
                     if releasing.is_none() {
                         local_write
                             .write_all(&h.data)
@@ -794,7 +799,10 @@ mod tests {
     fn a_loss_after_a_large_message_names_the_size_limit() {
         assert_eq!(size_hint(1000), "");
         let hint = size_hint(5 << 20);
-        assert!(hint.contains("5.0 MiB") && hint.contains("10 MiB"), "{hint}");
+        assert!(
+            hint.contains("5.0 MiB") && hint.contains("10 MiB"),
+            "{hint}"
+        );
     }
 
     #[test]

@@ -359,3 +359,17 @@ async fn nested_calls_work_through_the_gateway() {
     assert_eq!(out.output, "outer before\nouter after 'inner\\n21\\n'\n");
     rt.stop().await;
 }
+
+/// A cell's own `input()` gets end of file, as in a child process (the stdin channel is the
+/// runtime's), and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_in_a_cell_reads_end_of_file() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let rt = runtime(gateway);
+    let asked = run(&rt, "input('Your name? ')").await;
+    assert_eq!(asked.error.expect("raised").python_type, "EOFError");
+    assert_eq!(run(&rt, "print('still here')").await.output, "still here\n");
+    rt.stop().await;
+}
