@@ -154,12 +154,13 @@ impl KernelRuntime {
         }
     }
 
-    /// The process id of the running child, if one is running.
+    /// The process id of the running child, if one is running (`None` for a kernel behind a
+    /// Jupyter server: its process is the server's).
     pub async fn pid(&self) -> Option<u32> {
         let current = self.inner.current.lock().await;
         current
             .as_ref()
-            .filter(|p| p.alive())
+            .filter(|p| p.alive() && p.pid() > 0)
             .map(|p| p.pid() as u32)
     }
 

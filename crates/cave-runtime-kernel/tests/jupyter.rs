@@ -373,3 +373,21 @@ async fn input_in_a_cell_reads_end_of_file() {
     assert_eq!(run(&rt, "print('still here')").await.output, "still here\n");
     rt.stop().await;
 }
+
+/// A remote kernel has no local process id, and cannot be checkpointed (it cannot be forked).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_remote_kernel_has_no_pid_and_no_checkpoints() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let rt = runtime(gateway);
+    run(&rt, "x = 1").await;
+    assert_eq!(rt.pid().await, None);
+    let refused = rt.checkpoint().await.unwrap_err();
+    assert!(
+        refused.to_string().contains("cannot be copied"),
+        "{refused}"
+    );
+    assert_eq!(run(&rt, "print(x)").await.output, "1\n");
+    rt.stop().await;
+}
