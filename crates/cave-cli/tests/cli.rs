@@ -569,16 +569,27 @@ async fn descriptor_output_is_the_cells_and_never_between_events() {
 
 /// `cave chat --json ARGS` against `server`, `input` on stdin until its end.
 fn chat(server: &TestServer, args: &[&str], input: &[u8]) -> std::process::Output {
+    let mut command = command(Some(server), &["chat", "--json"]);
+    command.args(args);
+    with_stdin(command, input)
+}
+
+/// Runs `command` with `input` on its stdin until its end; its output.
+pub(crate) fn with_stdin(mut command: Command, input: &[u8]) -> std::process::Output {
     use std::io::Write as _;
-    let mut child = command(Some(server), &["chat", "--json"])
-        .args(args)
+    let mut child = command
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    child.wait_with_output().unwrap()
+        .expect("cave runs");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input)
+        .expect("writes");
+    child.wait_with_output().expect("ends")
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -97,54 +97,41 @@ fn jupyter_options_are_checked() {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
-    let (code, stderr) = cave(&["--jupyter-url", "http://127.0.0.1:1"]);
-    assert_eq!(code, Some(2));
-    assert!(
-        stderr.contains("--jupyter-url applies to the Jupyter runtime: add --runtime jupyter"),
-        "{stderr}"
-    );
-    let (code, stderr) = cave(&["--runtime", "jupyter"]);
-    assert_eq!(code, Some(2));
-    assert!(
-        stderr.contains("--runtime jupyter needs --jupyter-url URL"),
-        "{stderr}"
-    );
-    let (code, stderr) = cave(&[
+    let url = [
         "--runtime",
         "jupyter",
         "--jupyter-url",
         "http://127.0.0.1:1",
-        "--memory-limit",
-        "1G",
-    ]);
-    assert_eq!(code, Some(2));
-    assert!(
-        stderr.contains("the server sets its kernels' interpreter, limits and isolation"),
-        "{stderr}"
-    );
-    let (code, stderr) = cave(&[
-        "--runtime",
-        "jupyter",
-        "--jupyter-url",
-        "http://127.0.0.1:1",
-        "--jupyter-env",
-        "=x",
-    ]);
-    assert_eq!(code, Some(2));
-    assert!(
-        stderr.contains("--jupyter-env takes NAME=VALUE"),
-        "{stderr}"
-    );
-    let (code, stderr) = cave(&[
-        "--runtime",
-        "jupyter",
-        "--jupyter-url",
-        "http://127.0.0.1:1",
-        "--jupyter-kernel",
-        "a",
-        "--jupyter-kernel-id",
-        "b",
-    ]);
-    assert_eq!(code, Some(2));
-    assert!(stderr.contains("cannot be used with"), "{stderr}");
+    ];
+    let cases: [(Vec<&str>, &str); 5] = [
+        (
+            vec!["--jupyter-url", "http://127.0.0.1:1"],
+            "--jupyter-url applies to the Jupyter runtime: add --runtime jupyter",
+        ),
+        (
+            vec!["--runtime", "jupyter"],
+            "--runtime jupyter needs --jupyter-url URL",
+        ),
+        (
+            [&url[..], &["--memory-limit", "1G"]].concat(),
+            "the server sets its kernels' interpreter, limits and isolation",
+        ),
+        (
+            [&url[..], &["--jupyter-env", "=x"]].concat(),
+            "--jupyter-env takes NAME=VALUE",
+        ),
+        (
+            [
+                &url[..],
+                &["--jupyter-kernel", "a", "--jupyter-kernel-id", "b"],
+            ]
+            .concat(),
+            "cannot be used with",
+        ),
+    ];
+    for (args, expected) in cases {
+        let (code, stderr) = cave(&args);
+        assert_eq!(code, Some(2), "{args:?}");
+        assert!(stderr.contains(expected), "{args:?}: {stderr}");
+    }
 }

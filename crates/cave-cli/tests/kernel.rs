@@ -347,26 +347,16 @@ async fn secrets_from_the_environment_are_redacted() {
 /// on stdin; a refusal (with its reason) reaches the model; closed stdin refuses.
 #[tokio::test(flavor = "multi_thread")]
 async fn cells_wait_for_approval_on_stdin() {
-    use std::io::Write as _;
     let server = TestServer::start([
         answer(&block("print('first')"), 8, "stop"),
         answer(&block("print('second')"), 8, "stop"),
         answer("Done.", 8, "stop"),
     ])
     .await;
-    let mut child = command(&server, "inproc", &["--approve", "cells", "Go."])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"{\"approve\": false, \"reason\": \"print less\"}\n{\"approve\": true}\n")
-        .expect("writes");
-    let out = child.wait_with_output().expect("ends");
+    let out = crate::cli::with_stdin(
+        command(&server, "inproc", &["--approve", "cells", "Go."]),
+        b"{\"approve\": false, \"reason\": \"print less\"}\n{\"approve\": true}\n",
+    );
     assert_eq!(
         out.status.code(),
         Some(0),

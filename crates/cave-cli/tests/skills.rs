@@ -218,7 +218,6 @@ fn run_json(server: &TestServer, args: &[&str]) -> Vec<String> {
 /// asked about; a refusal is a `PermissionError` in the cell; the audit records both calls.
 #[tokio::test(flavor = "multi_thread")]
 async fn host_calls_wait_for_approval() {
-    use std::io::Write as _;
     let root = dir("approve");
     valid_skills(&root);
     let audit = root.join("audit.jsonl");
@@ -231,7 +230,8 @@ async fn host_calls_wait_for_approval() {
         answer("Greeted.", 8, "stop"),
     ])
     .await;
-    let mut child = Command::new(env!("CARGO_BIN_EXE_cave"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cave"));
+    command
         .args(["run", "--json", "--approve", "calls", "--skills"])
         .arg(&root)
         .arg("--audit")
@@ -239,19 +239,11 @@ async fn host_calls_wait_for_approval() {
         .arg("Greet.")
         .env("LLM_MODEL_ID", "test-model")
         .env("LLM_BASE_URL", server.base_url())
-        .env("LLM_API_KEY", "sk-skills-test")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("cave runs");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(b"{\"approve\": false, \"reason\": \"not that one\"}\n{\"approve\": true}\n")
-        .expect("writes");
-    let out = child.wait_with_output().expect("ends");
+        .env("LLM_API_KEY", "sk-skills-test");
+    let out = crate::cli::with_stdin(
+        command,
+        b"{\"approve\": false, \"reason\": \"not that one\"}\n{\"approve\": true}\n",
+    );
     assert_eq!(
         out.status.code(),
         Some(0),

@@ -7,23 +7,20 @@
 //! Needs `CAVE_JUPYTER` or `target/jupyter-venv` (`cargo xtask test` or `cargo xtask bench`
 //! make it); without one it says so and measures nothing.
 
+#[path = "support/calls.rs"]
+mod calls;
+#[path = "../tests/support/on_gateway.rs"]
+mod on_gateway;
 #[path = "../tests/support/gateway.rs"]
 mod support;
 
+use on_gateway::runtime;
+
 use cave_core::{Args, DiscardOutput, Function, Resources, Runtime, Signature, Value};
-use cave_runtime_kernel::{JupyterConfig, KernelConfig, KernelRuntime};
+use cave_runtime_kernel::KernelRuntime;
 use criterion::Criterion;
 use std::hint::black_box;
-use std::time::{Duration, Instant};
-
-fn runtime(gateway: &support::Gateway) -> KernelRuntime {
-    KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())),
-    )
-    .expect("a runtime")
-}
+use std::time::Instant;
 
 fn tokio() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -65,20 +62,7 @@ fn round_trips(c: &mut Criterion, gateway: &support::Gateway) {
     });
     // A cell of 200 calls, timed per call.
     group.bench_function("host_call_from_python", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(200);
-                let code = format!("for _ in range({n}):\n    noop()");
-                let start = Instant::now();
-                rt.block_on(runtime.execute(&code, &DiscardOutput))
-                    .expect("runs");
-                total += start.elapsed();
-                left -= n;
-            }
-            total
-        })
+        b.iter_custom(|iters| calls::noop_calls(&rt, &runtime, iters, 200))
     });
     group.finish();
     rt.block_on(runtime.stop());

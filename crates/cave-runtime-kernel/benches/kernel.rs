@@ -7,6 +7,9 @@
 use cave_core::{Args, DiscardOutput, Function, Resources, Runtime, Signature, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime, Sandbox};
 use criterion::{Criterion, criterion_group, criterion_main};
+
+#[path = "support/calls.rs"]
+mod calls;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -69,20 +72,7 @@ fn round_trips(c: &mut Criterion) {
     });
     // A cell of 1000 calls, timed per call.
     group.bench_function("host_call_from_python", |b| {
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            let mut left = iters;
-            while left > 0 {
-                let n = left.min(1000);
-                let code = format!("for _ in range({n}):\n    noop()");
-                let start = Instant::now();
-                rt.block_on(runtime.execute(&code, &DiscardOutput))
-                    .expect("runs");
-                total += start.elapsed();
-                left -= n;
-            }
-            total
-        })
+        b.iter_custom(|iters| calls::noop_calls(&rt, &runtime, iters, 1000))
     });
     group.finish();
     rt.block_on(runtime.stop());

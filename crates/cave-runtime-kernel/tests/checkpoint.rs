@@ -3,7 +3,7 @@
 //! holds it.
 
 use cave_core::testing::contract::run;
-use cave_core::{Args, Function, Interruption, Resources, Runtime, Signature, Value, Variable};
+use cave_core::{Args, Function, Resources, Runtime, Signature, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, Sandbox};
 use std::time::Duration;
 
@@ -147,19 +147,7 @@ async fn an_interrupt_reaches_the_copy() {
     run(&rt, "import time").await;
     let checkpoint = rt.checkpoint().await.expect("a checkpoint");
     rt.rollback(&checkpoint).await.expect("rolls back");
-    let interrupter = rt.interrupter().expect("interruptible");
-    let stopper = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        interrupter.interrupt()
-    });
-    let slept = run(&rt, "time.sleep(100)").await;
-    assert_eq!(stopper.await.expect("joins"), Interruption::Delivered);
-    assert_eq!(
-        slept.error.expect("interrupted").python_type,
-        "KeyboardInterrupt"
-    );
-    assert!(!slept.state_lost);
-    assert_eq!(run(&rt, "print('still here')").await.output, "still here\n");
+    cave_core::testing::contract::a_sleep_is_interrupted(&rt).await;
     rt.stop().await;
 }
 

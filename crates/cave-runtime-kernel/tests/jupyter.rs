@@ -4,26 +4,15 @@
 
 #![cfg(feature = "jupyter")]
 
+#[path = "support/on_gateway.rs"]
+mod on_gateway;
 #[path = "support/gateway.rs"]
 mod support;
 
-/// Where the runtime finds the test's gateway.
-fn config(gateway: &support::Gateway) -> cave_runtime_kernel::JupyterConfig {
-    cave_runtime_kernel::JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())
-}
-
-/// A kernel runtime that starts its kernels at the test's gateway.
-fn runtime(gateway: &support::Gateway) -> cave_runtime_kernel::KernelRuntime {
-    cave_runtime_kernel::KernelRuntime::with_config(
-        cave_runtime_kernel::KernelConfig::new()
-            .spare(false)
-            .jupyter(config(gateway)),
-    )
-    .expect("a runtime")
-}
+use on_gateway::{config, runtime};
 
 use cave_core::testing::contract::run;
-use cave_core::{Interruption, Resources, Runtime, Value, Variable};
+use cave_core::{Resources, Runtime, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime};
 use std::time::Duration;
 
@@ -33,20 +22,7 @@ async fn an_interrupt_stops_a_sleeping_cell() {
         return;
     };
     let rt = runtime(gateway);
-    run(&rt, "import time\nkept = 'yes'").await;
-    let interrupter = rt.interrupter().expect("interruptible");
-    let stopper = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        interrupter.interrupt()
-    });
-    let slept = run(&rt, "time.sleep(100)").await;
-    assert_eq!(stopper.await.expect("joins"), Interruption::Delivered);
-    assert_eq!(
-        slept.error.expect("interrupted").python_type,
-        "KeyboardInterrupt"
-    );
-    assert!(!slept.state_lost);
-    assert_eq!(run(&rt, "print(kept)").await.output, "yes\n");
+    cave_core::testing::contract::a_sleep_is_interrupted(&rt).await;
     rt.stop().await;
 }
 

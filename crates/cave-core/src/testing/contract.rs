@@ -98,6 +98,36 @@ pub async fn run(runtime: &dyn Runtime, code: &str) -> Execution {
         .expect("the runtime works")
 }
 
+/// `time.sleep(100)` stopped by the runtime's interrupter: delivered, `KeyboardInterrupt`, the
+/// namespace kept. Not one of the contract's checks (a runtime that cannot stop a blocking C
+/// call may still pass the contract); for a runtime's own tests, e.g. after it changed process.
+pub async fn a_sleep_is_interrupted(rt: &dyn Runtime) {
+    run(rt, "import time\nkept = 'yes'").await;
+    let interrupter = rt.interrupter().expect("the runtime can interrupt");
+    let stopper = tokio::spawn(async move {
+        // Until the cell is there to be interrupted.
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let interruption = interrupter.interrupt();
+            if interruption != Interruption::Idle {
+                return interruption;
+            }
+        }
+        Interruption::Idle
+    });
+    let slept = run(rt, "time.sleep(100)").await;
+    assert_eq!(
+        stopper.await.expect("the stopper ran"),
+        Interruption::Delivered
+    );
+    assert_eq!(
+        slept.error.map(|e| e.python_type),
+        Some("KeyboardInterrupt".to_owned())
+    );
+    assert!(!slept.state_lost);
+    assert_eq!(run(rt, "print(kept)").await.output, "yes\n");
+}
+
 /// Printed output, stderr and echoes arrive in order; text is valid UTF-8.
 pub async fn output_is_captured_in_order(rt: &dyn Runtime) {
     assert_eq!(run(rt, "print('hi')").await.output, "hi\n");

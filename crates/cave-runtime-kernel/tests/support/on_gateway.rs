@@ -1,0 +1,15 @@
+//! Kernel runtimes whose kernels the test's gateway (`support::gateway`) starts.
+
+use crate::support::Gateway;
+use cave_runtime_kernel::{JupyterConfig, KernelConfig, KernelRuntime};
+
+/// Where the runtime finds the test's gateway.
+pub fn config(gateway: &Gateway) -> JupyterConfig {
+    JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())
+}
+
+/// A kernel runtime that starts its kernels at the test's gateway.
+pub fn runtime(gateway: &Gateway) -> KernelRuntime {
+    KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(config(gateway)))
+        .expect("a runtime")
+}
