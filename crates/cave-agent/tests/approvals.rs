@@ -23,6 +23,13 @@ impl Approver for Scripted {
     }
 }
 
+/// Audit records, one per line.
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|l| serde_json::from_str(l).expect("JSON"))
+        .collect()
+}
+
 fn scripted(answers: Vec<Approval>) -> Arc<Scripted> {
     Arc::new(Scripted {
         answers: Mutex::new(answers),
@@ -159,11 +166,7 @@ async fn the_audit_trail_records_the_session() {
         .expect("builds");
     let response = agent.run("Mail ops.").await;
     assert_eq!(response.stop_reason, StopReason::Completed);
-    let records: Vec<serde_json::Value> = std::fs::read_to_string(&path)
-        .expect("written")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON"))
-        .collect();
+    let records = json_lines(&std::fs::read_to_string(&path).expect("written"));
     let kinds: Vec<&str> = records
         .iter()
         .map(|r| r["kind"].as_str().unwrap())
@@ -264,11 +267,7 @@ async fn guarded_object_on(runtime: &impl Runtime) -> Arc<cave_agent::Shared<Doo
             }
         ]
     );
-    let records: Vec<serde_json::Value> = String::from_utf8(buffer.0.lock().unwrap().clone())
-        .expect("UTF-8")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("JSON"))
-        .collect();
+    let records = json_lines(&String::from_utf8(buffer.0.lock().unwrap().clone()).expect("UTF-8"));
     let calls: Vec<&str> = records
         .iter()
         .filter(|r| r["kind"] == "host_call")

@@ -7,8 +7,8 @@
 //! Needs `CAVE_JUPYTER` or `target/jupyter-venv` (`cargo xtask test` or `cargo xtask bench`
 //! make it); without one it says so and measures nothing.
 
-#[path = "support/calls.rs"]
-mod calls;
+#[path = "support/bench.rs"]
+mod bench;
 #[path = "../tests/support/on_gateway.rs"]
 mod on_gateway;
 #[path = "../tests/support/gateway.rs"]
@@ -22,16 +22,8 @@ use criterion::Criterion;
 use std::hint::black_box;
 use std::time::Instant;
 
-fn tokio() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio")
-}
-
 fn round_trips(c: &mut Criterion, gateway: &support::Gateway) {
-    let rt = tokio();
+    let rt = bench::tokio(2);
     let mut group = c.benchmark_group("jupyter");
     group.sample_size(10);
     group.bench_function("cold_start_to_first_result", |b| {
@@ -62,7 +54,7 @@ fn round_trips(c: &mut Criterion, gateway: &support::Gateway) {
     });
     // A cell of 200 calls, timed per call.
     group.bench_function("host_call_from_python", |b| {
-        b.iter_custom(|iters| calls::noop_calls(&rt, &runtime, iters, 200))
+        b.iter_custom(|iters| bench::noop_calls(&rt, &runtime, iters, 200))
     });
     group.finish();
     rt.block_on(runtime.stop());
@@ -114,7 +106,7 @@ fn gateway_pid() -> Option<u32> {
 /// (one calling the host), and stops.
 fn sessions(gateway: &support::Gateway) {
     const SESSIONS: usize = 20;
-    let rt = tokio();
+    let rt = bench::tokio(2);
     let before = gateway_pid().map(resident_tree).unwrap_or(0);
     let (wall, peak) = rt.block_on(async {
         let start = Instant::now();

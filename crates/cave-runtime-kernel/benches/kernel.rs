@@ -8,21 +8,13 @@ use cave_core::{Args, DiscardOutput, Function, Resources, Runtime, Signature, Va
 use cave_runtime_kernel::{KernelConfig, KernelRuntime, Sandbox};
 use criterion::{Criterion, criterion_group, criterion_main};
 
-#[path = "support/calls.rs"]
-mod calls;
+#[path = "support/bench.rs"]
+mod bench;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-fn tokio() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("tokio")
-}
-
 fn cold_start(c: &mut Criterion) {
-    let rt = tokio();
+    let rt = bench::tokio(1);
     let mut group = c.benchmark_group("kernel");
     group.sample_size(20);
     group.bench_function("cold_start_to_first_result", |b| {
@@ -53,7 +45,7 @@ fn cold_start(c: &mut Criterion) {
 }
 
 fn round_trips(c: &mut Criterion) {
-    let rt = tokio();
+    let rt = bench::tokio(1);
     let runtime = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
     let noop = Function::host("noop", Signature::default(), |_args: Args| async move {
         Ok(Value::None)
@@ -72,7 +64,7 @@ fn round_trips(c: &mut Criterion) {
     });
     // A cell of 1000 calls, timed per call.
     group.bench_function("host_call_from_python", |b| {
-        b.iter_custom(|iters| calls::noop_calls(&rt, &runtime, iters, 1000))
+        b.iter_custom(|iters| bench::noop_calls(&rt, &runtime, iters, 1000))
     });
     group.finish();
     rt.block_on(runtime.stop());
@@ -81,7 +73,7 @@ fn round_trips(c: &mut Criterion) {
 /// A cell that changes the namespace, then the rollback that undoes it (the checkpoint is
 /// taken once: a rollback keeps it). The cell's own cost is `execute_x_equals_1`.
 fn checkpoints(c: &mut Criterion) {
-    let rt = tokio();
+    let rt = bench::tokio(1);
     let runtime = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
     rt.block_on(runtime.execute("import json\ndata = list(range(100000))", &DiscardOutput))
         .expect("runs");
@@ -107,7 +99,7 @@ fn checkpoints(c: &mut Criterion) {
 }
 
 fn million_ints(c: &mut Criterion) {
-    let rt = tokio();
+    let rt = bench::tokio(1);
     let ints = Value::List((0..1_000_000).map(Value::Int).collect());
     let mut group = c.benchmark_group("kernel");
     group.sample_size(10);
@@ -136,7 +128,7 @@ fn million_ints(c: &mut Criterion) {
 }
 
 fn recovery(c: &mut Criterion) {
-    let rt = tokio();
+    let rt = bench::tokio(1);
     let runtime = KernelRuntime::new().expect("python");
     rt.block_on(runtime.register(Resources::new().variable(Variable::new("kept", Value::Int(1)))))
         .expect("registers");

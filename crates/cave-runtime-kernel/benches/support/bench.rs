@@ -1,7 +1,16 @@
-//! The time of one host call from Python, measured over cells of `batch` calls to `noop`.
+//! What the kernel runtime's benches share: their tokio runtime, and host calls timed per call.
 
 use cave_core::{DiscardOutput, Runtime};
 use std::time::{Duration, Instant};
+
+/// A tokio runtime with `workers` threads.
+pub fn tokio(workers: usize) -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+        .expect("tokio")
+}
 
 /// The total time of `iters` calls to the registered host function `noop`.
 pub fn noop_calls(
