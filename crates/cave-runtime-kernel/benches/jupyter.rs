@@ -19,7 +19,6 @@ use on_gateway::runtime;
 use cave_core::{Args, DiscardOutput, Function, Resources, Runtime, Signature, Value};
 use cave_runtime_kernel::KernelRuntime;
 use criterion::Criterion;
-use std::hint::black_box;
 use std::time::Instant;
 
 fn round_trips(c: &mut Criterion, gateway: &support::Gateway) {
@@ -37,25 +36,9 @@ fn round_trips(c: &mut Criterion, gateway: &support::Gateway) {
         })
     });
     let runtime = runtime(gateway);
-    let noop = Function::host("noop", Signature::default(), |_args: Args| async move {
-        Ok(Value::None)
-    });
-    rt.block_on(runtime.register(Resources::new().function(noop)))
-        .expect("registers");
-    rt.block_on(runtime.start()).expect("starts");
     group.sample_size(50);
-    group.bench_function("execute_x_equals_1", |b| {
-        b.iter(|| {
-            black_box(
-                rt.block_on(runtime.execute("x = 1", &DiscardOutput))
-                    .expect("runs"),
-            )
-        })
-    });
-    // A cell of 200 calls, timed per call.
-    group.bench_function("host_call_from_python", |b| {
-        b.iter_custom(|iters| bench::noop_calls(&rt, &runtime, iters, 200))
-    });
+    // Host calls timed over cells of 200.
+    bench::round_trips(&mut group, &rt, &runtime, 200);
     group.finish();
     rt.block_on(runtime.stop());
 }

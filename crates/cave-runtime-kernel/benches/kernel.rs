@@ -4,7 +4,7 @@
 //!
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-runtime-kernel`).
 
-use cave_core::{Args, DiscardOutput, Function, Resources, Runtime, Signature, Value, Variable};
+use cave_core::{DiscardOutput, Resources, Runtime, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime, Sandbox};
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -47,25 +47,9 @@ fn cold_start(c: &mut Criterion) {
 fn round_trips(c: &mut Criterion) {
     let rt = bench::tokio(1);
     let runtime = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
-    let noop = Function::host("noop", Signature::default(), |_args: Args| async move {
-        Ok(Value::None)
-    });
-    rt.block_on(runtime.register(Resources::new().function(noop)))
-        .expect("registers");
-    rt.block_on(runtime.start()).expect("starts");
     let mut group = c.benchmark_group("kernel");
-    group.bench_function("execute_x_equals_1", |b| {
-        b.iter(|| {
-            black_box(
-                rt.block_on(runtime.execute("x = 1", &DiscardOutput))
-                    .expect("runs"),
-            )
-        })
-    });
-    // A cell of 1000 calls, timed per call.
-    group.bench_function("host_call_from_python", |b| {
-        b.iter_custom(|iters| bench::noop_calls(&rt, &runtime, iters, 1000))
-    });
+    // Host calls timed over cells of 1000.
+    bench::round_trips(&mut group, &rt, &runtime, 1000);
     group.finish();
     rt.block_on(runtime.stop());
 }

@@ -27,6 +27,8 @@ const MARK: &str = "\u{0}cave ";
 /// The most bytes of frames one answer carries (base64 makes it a third larger); gateways
 /// refuse WebSocket messages past about 10 MiB.
 const CHUNK: usize = 4 << 20;
+/// The most executions whose IOPub output the bridge counts at once (a session runs a few).
+const MAX_COUNTED: usize = 4096;
 /// How long a kernel the runtime attached to gets to stop its worker when let go.
 const RELEASE_GRACE: Duration = Duration::from_secs(10);
 /// How long the bridge waits for a cell's output on IOPub to catch up with its frames.
@@ -648,6 +650,14 @@ async fn bridge(
                                 return Err("the kernel asked for input the runtime does not understand (a cell called input()?)".to_owned());
                             };
                             incoming.extend_from_slice(&prompt.data);
+                            // The worker sends a frame or two per exchange, each within the frame
+                            // limit: more is a broken (or hostile) worker, not data to keep.
+                            let pending = incoming.len() + held.as_ref().map_or(0, |h| h.data.len());
+                            if pending > 2 * (max_frame + 4) {
+                                return Err(format!(
+                                    "the kernel sent {pending} bytes of frames without a break, over twice the frame limit ({max_frame} bytes): a protocol violation"
+                                ));
+                            }
                             if prompt.more || prompt.last {
                                 // A chunk of more to come, or the worker's last words: acknowledged
                                 // at once.
@@ -675,7 +685,10 @@ async fn bridge(
                         }
                         JupyterMessageContent::StreamContent(stream) => {
                             let execution = message.metadata["cave_execution"].as_u64();
-                            if let Some(id) = execution {
+                            // Bounded: a cell may tag stream messages with any ids it likes.
+                            if let Some(id) = execution
+                                && (received.len() < MAX_COUNTED || received.contains_key(&id))
+                            {
                                 *received.entry(id).or_insert(0) += stream.text.chars().count();
                             }
                             let frame = crate::process::framed(

@@ -367,3 +367,32 @@ async fn a_remote_kernel_has_no_pid_and_no_checkpoints() {
     assert_eq!(run(&rt, "print(x)").await.output, "1\n");
     rt.stop().await;
 }
+
+/// A worker that sends more than frames can hold (here a cell writing junk into the
+/// transport itself) ends its link with a protocol violation; the host keeps nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_frames_ends_the_link() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let rt = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .max_frame(1 << 20)
+            .jupyter(config(gateway)),
+    )
+    .expect("a runtime");
+    let flooded = run(
+        &rt,
+        "import sys\nk = sys.modules['cave_kernel']\nk._Jupyter.outbox += bytes(3_000_000)\nk._read_frame()",
+    )
+    .await;
+    assert!(flooded.state_lost, "{flooded:?}");
+    assert!(
+        flooded.output.contains("protocol violation"),
+        "{}",
+        flooded.output
+    );
+    assert_eq!(run(&rt, "print('fresh')").await.output, "fresh\n");
+    rt.stop().await;
+}
