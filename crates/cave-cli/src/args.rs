@@ -241,6 +241,10 @@ pub struct CommonArgs {
         help_heading = "Runtime"
     )]
     pub jupyter_env: Vec<String>,
+    /// Jupyter runtime: also trust the CA certificates in this PEM file, for an https:// server
+    /// whose certificate an internal CA signed.
+    #[arg(long, value_name = "FILE", help_heading = "Runtime")]
+    pub jupyter_ca: Option<std::path::PathBuf>,
 
     /// Refuse code importing these modules and their submodules (comma-separated, repeatable).
     #[arg(

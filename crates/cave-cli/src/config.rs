@@ -316,6 +316,7 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
         ("--jupyter-kernel", args.jupyter_kernel.is_some()),
         ("--jupyter-kernel-id", args.jupyter_kernel_id.is_some()),
         ("--jupyter-env", !args.jupyter_env.is_empty()),
+        ("--jupyter-ca", args.jupyter_ca.is_some()),
     ];
     if args.runtime != RuntimeKind::Jupyter
         && let Some((flag, _)) = jupyter_only.iter().find(|(_, given)| *given)
@@ -358,6 +359,12 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
                     bail!("--jupyter-env takes NAME=VALUE, not {pair:?}");
                 };
                 jupyter = jupyter.env(name, value);
+            }
+            if let Some(path) = &args.jupyter_ca {
+                let pem = std::fs::read(path).map_err(|e| {
+                    anyhow::anyhow!("--jupyter-ca: could not read {}: {e}", path.display())
+                })?;
+                jupyter = jupyter.ca_certificates(pem);
             }
             Ok(RuntimeChoice::Kernel(Box::new(
                 KernelConfig::new().spare(!args.no_spare).jupyter(jupyter),

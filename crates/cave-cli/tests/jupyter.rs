@@ -103,7 +103,10 @@ fn jupyter_options_are_checked() {
         "--jupyter-url",
         "http://127.0.0.1:1",
     ];
-    let cases: [(Vec<&str>, &str); 5] = [
+    let not_pem = std::env::temp_dir().join(format!("cave-cli-not-pem-{}", std::process::id()));
+    std::fs::write(&not_pem, "not a certificate\n").expect("writes");
+    let not_pem = not_pem.to_str().expect("a UTF-8 path");
+    let cases: [(Vec<&str>, &str); 8] = [
         (
             vec!["--jupyter-url", "http://127.0.0.1:1"],
             "--jupyter-url applies to the Jupyter runtime: add --runtime jupyter",
@@ -127,6 +130,18 @@ fn jupyter_options_are_checked() {
             ]
             .concat(),
             "cannot be used with",
+        ),
+        (
+            vec!["--jupyter-ca", "ca.pem"],
+            "--jupyter-ca applies to the Jupyter runtime: add --runtime jupyter",
+        ),
+        (
+            [&url[..], &["--jupyter-ca", "/nonexistent/ca.pem"]].concat(),
+            "--jupyter-ca: could not read /nonexistent/ca.pem",
+        ),
+        (
+            [&url[..], &["--jupyter-ca", not_pem]].concat(),
+            "hold no certificate",
         ),
     ];
     for (args, expected) in cases {

@@ -97,7 +97,7 @@ pub use resource::{
 };
 pub use runtime::{
     Description, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, OutputSink,
-    Runtime, RuntimeError, RuntimeExt, downcast_object,
+    Runtime, RuntimeError, RuntimeExt, downcast_object, error_chain,
 };
 pub use shape::{highest_persisted_index, persisted_marker, preview, strip_persisted_preview};
 pub use tokio_util::sync::CancellationToken;

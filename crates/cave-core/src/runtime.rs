@@ -247,6 +247,19 @@ impl Description {
     }
 }
 
+/// `error` and each of its sources, joined with `: ` (HTTP and TLS errors say only their
+/// outline at the top; the cause is further down).
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// A runtime operation failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

@@ -118,7 +118,7 @@ pub(crate) fn classify_transport(
     error: &reqwest::Error,
     redact: &dyn Fn(&str) -> String,
 ) -> ModelError {
-    let message = redact(&error_chain(error));
+    let message = redact(&cave_core::error_chain(error));
     let kind = if error.is_timeout() || error.is_connect() || error.is_request() || error.is_body()
     {
         ModelErrorKind::Transient { retry_after: None }
@@ -197,17 +197,6 @@ pub(crate) fn kind_of(
         Some(400..=499) => ModelErrorKind::InvalidRequest,
         _ => ModelErrorKind::Other,
     }
-}
-
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// Parses `Retry-After`: delay-seconds (fractions accepted) or an HTTP-date.

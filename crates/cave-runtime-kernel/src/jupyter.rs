@@ -43,6 +43,7 @@ pub struct JupyterConfig {
     kernel_name: String,
     kernel_id: Option<String>,
     env: Vec<(String, String)>,
+    ca_certificates: Option<Vec<u8>>,
 }
 
 impl std::fmt::Debug for JupyterConfig {
@@ -54,6 +55,7 @@ impl std::fmt::Debug for JupyterConfig {
             .field("kernel_name", &self.kernel_name)
             .field("kernel_id", &self.kernel_id)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+            .field("ca_certificates", &self.ca_certificates.is_some())
             .finish()
     }
 }
@@ -68,6 +70,7 @@ impl JupyterConfig {
             kernel_name: "python3".to_owned(),
             kernel_id: None,
             env: Vec::new(),
+            ca_certificates: None,
         }
     }
     /// The token the server asks for (`cave` reads it from `JUPYTER_TOKEN`).
@@ -92,6 +95,13 @@ impl JupyterConfig {
         self.kernel_id = Some(id.into());
         self
     }
+    /// Also trusts the CA certificates in `pem` (PEM text, one or more), beside the platform's
+    /// store, for an `https://` server whose certificate an internal CA signed (`cave`:
+    /// `--jupyter-ca FILE`). Checked when the runtime first connects.
+    pub fn ca_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.ca_certificates = Some(pem.into());
+        self
+    }
     /// The server's URL.
     pub fn url(&self) -> &str {
         &self.url
@@ -108,6 +118,43 @@ fn failed(message: impl Into<String>) -> KernelError {
     }
 }
 
+/// The TLS configuration for a server: the platform's certificate store, plus the CA
+/// certificates the configuration gives.
+fn tls_config(config: &JupyterConfig) -> Result<std::sync::Arc<rustls::ClientConfig>, KernelError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject as _;
+    let extra = match &config.ca_certificates {
+        None => Vec::new(),
+        Some(pem) => {
+            let certificates = CertificateDer::pem_slice_iter(pem)
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(|e| {
+                    failed(format!(
+                        "the CA certificates given (JupyterConfig::ca_certificates, --jupyter-ca) are not readable PEM: {e}"
+                    ))
+                })?;
+            if certificates.is_empty() {
+                return Err(failed(
+                    "the CA certificates given (JupyterConfig::ca_certificates, --jupyter-ca) hold no certificate: give PEM text with -----BEGIN CERTIFICATE----- blocks",
+                ));
+            }
+            certificates
+        }
+    };
+    let builder = rustls::ClientConfig::builder();
+    let verifier = rustls_platform_verifier::Verifier::new_with_extra_roots(
+        extra,
+        builder.crypto_provider().clone(),
+    )
+    .map_err(|e| failed(format!("no TLS configuration for {}: {e}", config.url)))?;
+    Ok(std::sync::Arc::new(
+        builder
+            .dangerous()
+            .with_custom_certificate_verifier(std::sync::Arc::new(verifier))
+            .with_no_client_auth(),
+    ))
+}
+
 /// The server's REST API.
 #[derive(Clone)]
 pub(crate) struct Gateway {
@@ -118,9 +165,16 @@ pub(crate) struct Gateway {
 }
 
 impl Gateway {
-    fn new(config: &JupyterConfig) -> Self {
-        Self {
-            http: reqwest::Client::new(),
+    fn new(config: &JupyterConfig) -> Result<Self, KernelError> {
+        let http = match &config.ca_certificates {
+            None => reqwest::Client::new(),
+            Some(_) => reqwest::Client::builder()
+                .tls_backend_preconfigured(rustls::ClientConfig::clone(&*tls_config(config)?))
+                .build()
+                .map_err(|e| failed(format!("no HTTP client for {}: {e}", config.url)))?,
+        };
+        Ok(Self {
+            http,
             base: config.url.clone(),
             token: config.token.clone(),
             env: config
@@ -128,7 +182,7 @@ impl Gateway {
                 .iter()
                 .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
                 .collect(),
-        }
+        })
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
@@ -149,7 +203,18 @@ impl Gateway {
         let response = request
             .send()
             .await
-            .map_err(|e| failed(format!("{what}: could not reach {}: {e}", self.base)))?;
+            .map_err(|e| {
+                let cause = cave_core::error_chain(&e);
+                let hint = if cause.contains("invalid peer certificate") {
+                    " (if an internal CA signed the server's certificate, give it: JupyterConfig::ca_certificates, or --jupyter-ca FILE for cave)"
+                } else {
+                    ""
+                };
+                failed(format!(
+                    "{what}: could not reach {}: {cause}{hint}",
+                    self.base
+                ))
+            })?;
         let status = response.status();
         if status.is_success() {
             return Ok(response);
@@ -279,7 +344,7 @@ pub(crate) async fn connect(
     config: &JupyterConfig,
     max_frame: usize,
 ) -> Result<(std::sync::Arc<Remote>, std::os::unix::net::UnixStream), KernelError> {
-    let gateway = Gateway::new(config);
+    let gateway = Gateway::new(config)?;
     let (kernel_id, owned) = match &config.kernel_id {
         Some(id) => {
             gateway.check(id).await?;
@@ -370,14 +435,12 @@ async fn channels(
                 .replace(config.token.as_deref().unwrap_or("\u{0}"), "[token]")
         )
     })?;
-    // wss: the platform's certificate store, as for the model's HTTPS.
+    // wss: the platform's certificate store, as for the model's HTTPS, and the CA certificates
+    // the configuration adds.
     let connector = if base.starts_with("wss://") {
-        use rustls_platform_verifier::ConfigVerifierExt as _;
-        let config = rustls::ClientConfig::with_platform_verifier()
-            .map_err(|e| format!("no TLS configuration: {e}"))?;
-        Some(tokio_rustls::TlsConnector::from(std::sync::Arc::new(
-            config,
-        )))
+        Some(tokio_rustls::TlsConnector::from(
+            tls_config(config).map_err(|e| e.to_string())?,
+        ))
     } else {
         None
     };
@@ -872,8 +935,29 @@ mod tests {
 
     #[test]
     fn a_tls_configuration_with_the_platform_certificates_builds() {
-        use rustls_platform_verifier::ConfigVerifierExt as _;
-        assert!(rustls::ClientConfig::with_platform_verifier().is_ok());
+        assert!(tls_config(&JupyterConfig::new("https://example.org")).is_ok());
+    }
+
+    #[test]
+    fn ca_certificates_that_are_not_pem_are_refused_saying_which_setting() {
+        let config = |pem: &str| JupyterConfig::new("https://example.org").ca_certificates(pem);
+        let empty = tls_config(&config("not a certificate"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            empty.contains("hold no certificate") && empty.contains("--jupyter-ca"),
+            "{empty}"
+        );
+        let broken = tls_config(&config(
+            "-----BEGIN CERTIFICATE-----\n%%%\n-----END CERTIFICATE-----\n",
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(broken.contains("not readable PEM"), "{broken}");
+        assert!(
+            format!("{:?}", config("x")).contains("ca_certificates: true"),
+            "Debug says whether certificates are set"
+        );
     }
 
     #[test]

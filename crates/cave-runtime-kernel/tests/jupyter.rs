@@ -459,3 +459,80 @@ async fn output_dropped_by_a_rate_limit_is_said_in_the_cells_output() {
     assert_eq!(next.output, "2\n", "{next:?}");
     rt.stop().await;
 }
+
+/// A server whose certificate a private CA signed, reached over `https://` and `wss://`: refused
+/// (saying why) until the runtime is given the CA, then a working session with host calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_with_a_private_ca_is_reached_over_tls_once_the_ca_is_given() {
+    if support::gateway().is_none() {
+        return;
+    }
+    // A CA, and a certificate it signs for 127.0.0.1.
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("CA parameters");
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, "cave test CA");
+    let ca = rcgen::CertifiedIssuer::self_signed(ca, rcgen::KeyPair::generate().expect("a key"))
+        .expect("a CA certificate");
+    let key = rcgen::KeyPair::generate().expect("a key");
+    let server = rcgen::CertificateParams::new(vec!["127.0.0.1".to_owned()])
+        .expect("server parameters")
+        .signed_by(&key, &ca)
+        .expect("a server certificate");
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("tls-gateway-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("a directory");
+    let (cert_file, key_file) = (dir.join("server.pem"), dir.join("server.key"));
+    std::fs::write(&cert_file, server.pem()).expect("written");
+    std::fs::write(&key_file, key.serialize_pem()).expect("written");
+    let gateway = support::start_with(
+        "https",
+        &[
+            &format!("--KernelGatewayApp.certfile={}", cert_file.display()),
+            &format!("--KernelGatewayApp.keyfile={}", key_file.display()),
+            "--ZMQChannelsWebsocketConnection.limit_rate=False",
+        ],
+    )
+    .expect("a gateway");
+    assert!(gateway.url.starts_with("https://"), "{}", gateway.url);
+
+    // The platform's store does not know the CA: a clear refusal, no kernel.
+    let untrusted =
+        KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(config(&gateway)))
+            .expect("a runtime");
+    let refused = untrusted
+        .start()
+        .await
+        .expect_err("an unknown CA is refused");
+    let message = refused.to_string();
+    assert!(
+        message.contains("could not reach") && message.contains(&gateway.url),
+        "{message}"
+    );
+    assert!(
+        message.contains("invalid peer certificate") && message.contains("--jupyter-ca"),
+        "says it is the certificate, and what to do: {message}"
+    );
+
+    // Given the CA: REST over https, channels over wss, a host call across them.
+    let rt = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(config(&gateway).ca_certificates(ca.pem())),
+    )
+    .expect("a runtime");
+    let double = cave_core::Function::host(
+        "double",
+        cave_core::Signature::new([cave_core::Param::new("x").annotated("int")]).returns("int"),
+        |args: cave_core::Args| async move {
+            let x: i64 = args.get("x")?;
+            Ok(Value::Int((x * 2).into()))
+        },
+    );
+    rt.register(Resources::new().function(double))
+        .await
+        .expect("registers");
+    let out = run(&rt, "print(double(21))").await;
+    assert_eq!(out.output, "42\n", "{out:?}");
+    rt.stop().await;
+}

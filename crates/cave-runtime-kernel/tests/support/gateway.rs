@@ -5,6 +5,9 @@
 //! The `jupyter` executable comes from `CAVE_JUPYTER`, or `target/jupyter-venv` (made by
 //! `cargo xtask test`); without one, [`gateway`] says so in one line and the test skips.
 
+// Each test binary that includes this file uses a part of it.
+#![allow(dead_code)]
+
 use std::os::unix::process::CommandExt as _;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
@@ -41,7 +44,6 @@ pub fn gateway() -> Option<&'static Gateway> {
 
 /// A second gateway, started on first use, that keeps Jupyter Server's IOPub rate limit on
 /// and low (100 kB/s over a one-second window), as a server configured by someone else might.
-#[allow(dead_code)] // Not every test binary that includes this file uses it.
 pub fn rate_limited_gateway() -> Option<&'static Gateway> {
     static GATEWAY: OnceLock<Option<Gateway>> = OnceLock::new();
     said_if_none(
@@ -66,6 +68,12 @@ fn said_if_none(gateway: Option<&'static Gateway>) -> Option<&'static Gateway> {
 }
 
 fn start(settings: &[&str]) -> Option<Gateway> {
+    start_with("http", settings)
+}
+
+/// Starts a gateway of its own, with `settings` on its command line, reached at `scheme`
+/// (`https` when the settings give it a certificate); `None` without a `jupyter`.
+pub fn start_with(scheme: &str, settings: &[&str]) -> Option<Gateway> {
     let jupyter = jupyter()?;
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -111,7 +119,7 @@ fn start(settings: &[&str]) -> Option<Gateway> {
         std::thread::sleep(Duration::from_millis(50));
     }
     Some(Gateway {
-        url: format!("http://127.0.0.1:{port}"),
+        url: format!("{scheme}://127.0.0.1:{port}"),
         token,
     })
 }
