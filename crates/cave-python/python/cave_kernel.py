@@ -211,6 +211,11 @@ class _Jupyter:
     outbox = bytearray()
     published = {}
     lock = threading.Lock()
+    # Each prompt's number, echoed in its answer: after a lost WebSocket the host sends its last
+    # answer again (the first may not have reached the kernel), and a copy that did arrive
+    # twice must not be taken for the answer to the next prompt.
+    seq = 0
+    STALE_ANSWERS = 16
 
     @classmethod
     def send(cls, message):
@@ -241,7 +246,10 @@ class _Jupyter:
             chunk = bytes(cls.outbox[: cls.CHUNK])
             del cls.outbox[: cls.CHUNK]
             more = bool(cls.outbox)
+            cls.seq += 1
+            seq = cls.seq
             header = {
+                "seq": seq,
                 "more": more,
                 "final": cls.final,
                 "out": {str(k): v for k, v in cls.published.items()},
@@ -251,11 +259,16 @@ class _Jupyter:
             for execution in [k for k in cls.published if k not in running]:
                 del cls.published[execution]
         prompt = cls.MARK + _json.dumps(header) + "\n" + base64.b64encode(chunk).decode("ascii")
-        answer = cls.kernel.raw_input(prompt)
-        if not answer.startswith(cls.MARK):
-            raise RuntimeError("the host answered the Jupyter transport with something else")
-        _header, _, data = answer[len(cls.MARK) :].partition("\n")
-        return base64.b64decode(data)
+        for _ in range(cls.STALE_ANSWERS):
+            answer = cls.kernel.raw_input(prompt)
+            if not answer.startswith(cls.MARK):
+                raise RuntimeError("the host answered the Jupyter transport with something else")
+            answer_header, _, data = answer[len(cls.MARK) :].partition("\n")
+            if _json.loads(answer_header).get("seq", seq) == seq:
+                return base64.b64decode(data)
+            # A second copy of an earlier answer: ask again (the host answers a repeated
+            # prompt without taking its frames twice).
+        raise RuntimeError("the host kept answering earlier prompts on the Jupyter transport")
 
 
 # --- output ---------------------------------------------------------------------------------

@@ -498,6 +498,8 @@ fn bootstrap_code(max_frame: usize, attached: bool) -> String {
 
 /// The worker's side of one exchange, read from its prompt.
 struct Prompt {
+    /// The prompt's number, echoed in the answer.
+    seq: Option<u64>,
     more: bool,
     last: bool,
     /// Characters of each execution's output published on IOPub so far.
@@ -521,6 +523,7 @@ fn read_prompt(prompt: &str) -> Option<Prompt> {
         })
         .unwrap_or_default();
     Some(Prompt {
+        seq: header["seq"].as_u64(),
         more: header["more"].as_bool().unwrap_or(false),
         last: header["final"].as_bool().unwrap_or(false),
         published,
@@ -528,12 +531,23 @@ fn read_prompt(prompt: &str) -> Option<Prompt> {
     })
 }
 
-fn answer(data: &[u8], more: bool) -> String {
+fn answer(data: &[u8], more: bool, seq: Option<u64>) -> String {
+    let header = match seq {
+        Some(seq) => serde_json::json!({ "more": more, "seq": seq }),
+        None => serde_json::json!({ "more": more }),
+    };
     format!(
-        "{MARK}{}\n{}",
-        serde_json::json!({ "more": more }),
+        "{MARK}{header}\n{}",
         base64::engine::general_purpose::STANDARD.encode(data)
     )
+}
+
+/// The last answer sent, kept to be sent again: after a lost WebSocket it may not have reached
+/// the kernel, which would then wait for it forever.
+struct Answered {
+    seq: u64,
+    request: JupyterMessage,
+    answer: String,
 }
 
 /// What a cell's output says when part of it never came from the server.
@@ -594,7 +608,11 @@ async fn bridge(
         let mut outgoing: Vec<u8> = Vec::new();
         // The worker's frames of an exchange that has more chunks to come.
         let mut incoming: Vec<u8> = Vec::new();
-        let mut waiting: Option<JupyterMessage> = None;
+        // The open prompt, and its number.
+        let mut waiting: Option<(JupyterMessage, Option<u64>)> = None;
+        // The number of the last prompt taken, and the last answer sent.
+        let mut last_seq: Option<u64> = None;
+        let mut answered: Option<Answered> = None;
         let mut held: Option<Held> = None;
         let mut received: HashMap<u64, usize> = HashMap::new();
         let mut last_tagged: Option<u64> = None;
@@ -662,12 +680,17 @@ async fn bridge(
             }
             // An open prompt gets the host's frames as soon as there are some.
             if waiting.is_some() && !outgoing.is_empty() {
-                let request = waiting.take().expect("waiting");
+                let (request, seq) = waiting.take().expect("waiting");
                 let n = outgoing.len().min(CHUNK);
                 let more = outgoing.len() > n;
-                let reply = reply_to(&request, answer(&outgoing[..n], more));
+                let text = answer(&outgoing[..n], more, seq);
                 outgoing.drain(..n);
-                send!(reply);
+                send!(reply_to(&request, text.clone()));
+                answered = seq.map(|seq| Answered {
+                    seq,
+                    request,
+                    answer: text,
+                });
             }
             let deadline = match (held.as_ref().map(|h| h.deadline), releasing) {
                 (Some(a), Some(b)) => Some(a.min(b)),
@@ -720,7 +743,17 @@ async fn bridge(
                                     "the WebSocket to the Jupyter server was lost ({cause}) and could not be reopened: {e}"
                                 ))?;
                             (to_kernel, from_kernel) = socket.split();
-                            for message in std::mem::take(&mut unsent) {
+                            let resend = std::mem::take(&mut unsent);
+                            if resend.is_empty()
+                                && let Some(last) = &answered
+                                && last_seq == Some(last.seq)
+                            {
+                                // The last answer may have been lost with the socket, and the
+                                // worker waits for it; a copy that did arrive twice is told
+                                // apart by its number.
+                                send!(reply_to(&last.request, last.answer.clone()));
+                            }
+                            for message in resend {
                                 send!(message);
                             }
                             continue;
@@ -742,7 +775,7 @@ async fn bridge(
                                     outgoing.extend_from_slice(&buffer[..n]);
                                 }
                                 let n = frame_len(&outgoing).expect("a whole frame");
-                                let reply = reply_to(&message, answer(&outgoing[..n], false));
+                                let reply = reply_to(&message, answer(&outgoing[..n], false, None));
                                 outgoing.drain(..n);
                                 send!(reply);
                                 continue;
@@ -750,6 +783,23 @@ async fn bridge(
                             let Some(prompt) = read_prompt(&request.prompt) else {
                                 return Err("the kernel asked for input the runtime does not understand (a cell called input()?)".to_owned());
                             };
+                            if let (Some(seq), Some(last)) = (prompt.seq, last_seq)
+                                && seq <= last
+                            {
+                                // A prompt taken already: the worker asks again (it got a copy
+                                // of an earlier answer), or the server replayed it. Its frames
+                                // are not taken twice; its answer, if sent, is sent again.
+                                if seq == last {
+                                    match &answered {
+                                        Some(done) if done.seq == seq => {
+                                            send!(reply_to(&message, done.answer.clone()));
+                                        }
+                                        _ => waiting = Some((message.clone(), prompt.seq)),
+                                    }
+                                }
+                                continue;
+                            }
+                            last_seq = prompt.seq.or(last_seq);
                             incoming.extend_from_slice(&prompt.data);
                             // The worker sends a frame or two per exchange, each within the frame
                             // limit: more is a broken (or hostile) worker, not data to keep.
@@ -762,9 +812,15 @@ async fn bridge(
                             if prompt.more || prompt.last {
                                 // A chunk of more to come, or the worker's last words: acknowledged
                                 // at once.
-                                send!(reply_to(&message, answer(&[], false)));
+                                let text = answer(&[], false, prompt.seq);
+                                send!(reply_to(&message, text.clone()));
+                                answered = prompt.seq.map(|seq| Answered {
+                                    seq,
+                                    request: message.clone(),
+                                    answer: text,
+                                });
                             } else {
-                                waiting = Some(message.clone());
+                                waiting = Some((message.clone(), prompt.seq));
                             }
                             if !prompt.more {
                                 let data = std::mem::take(&mut incoming);
@@ -892,21 +948,23 @@ mod tests {
     fn prompts_and_answers_carry_frames_and_counts() {
         let prompt = format!(
             "{MARK}{}\n{}",
-            serde_json::json!({"more": false, "final": false, "out": {"7": 12}}),
+            serde_json::json!({"seq": 3, "more": false, "final": false, "out": {"7": 12}}),
             base64::engine::general_purpose::STANDARD.encode(b"\x00\x00\x00\x02hi")
         );
         let read = read_prompt(&prompt).expect("a prompt");
         assert!(!read.more && !read.last);
+        assert_eq!(read.seq, Some(3));
         assert_eq!(read.published.get(&7), Some(&12));
         assert_eq!(read.data, b"\x00\x00\x00\x02hi");
         assert_eq!(frame_len(&read.data), Some(6));
         assert_eq!(frame_len(b"\x00\x00"), None);
         // What a cell's own input() would send is not a prompt of the runtime.
         assert!(read_prompt("Your name? ").is_none());
-        let answered = answer(b"xyz", true);
+        let answered = answer(b"xyz", true, Some(3));
         assert!(answered.starts_with(MARK));
         let (header, data) = answered[MARK.len()..].split_once('\n').expect("two parts");
-        assert_eq!(header, r#"{"more":true}"#);
+        assert_eq!(header, r#"{"more":true,"seq":3}"#);
+        assert!(answer(b"", false, None).contains(r#"{"more":false}"#));
         assert_eq!(
             base64::engine::general_purpose::STANDARD
                 .decode(data)

@@ -211,10 +211,35 @@ async fn large_values_cross_in_chunks() {
     rt.stop().await;
 }
 
-/// A TCP proxy in front of the gateway that can cut every connection through it.
+/// A TCP proxy in front of the gateway that can cut every connection through it, or swallow
+/// the next bytes sent one way and close that connection.
 struct Proxy {
     url: String,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
+    /// Set to swallow the next bytes from a client (`.0`) or from the server (`.1`).
+    swallow: std::sync::Arc<(AtomicBool, AtomicBool)>,
+}
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Copies `from` to `to` until either ends, or until `armed` is found set (then the bytes just
+/// read are dropped, and the connection closes).
+async fn relay(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    armed: &AtomicBool,
+) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut buffer = vec![0u8; 1 << 16];
+    loop {
+        let n = from.read(&mut buffer).await.unwrap_or(0);
+        if n == 0 || armed.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        if to.write_all(&buffer[..n]).await.is_err() {
+            return;
+        }
+    }
 }
 
 impl Proxy {
@@ -225,19 +250,41 @@ impl Proxy {
             .expect("binds");
         let url = format!("http://{}", listener.local_addr().expect("an address"));
         let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-        let kept = connections.clone();
+        let swallow = std::sync::Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
+        let (kept, armed) = (connections.clone(), swallow.clone());
         tokio::spawn(async move {
-            while let Ok((mut client, _)) = listener.accept().await {
-                let target = target.clone();
+            while let Ok((client, _)) = listener.accept().await {
+                let (target, armed) = (target.clone(), armed.clone());
                 let task = tokio::spawn(async move {
-                    if let Ok(mut server) = tokio::net::TcpStream::connect(&target).await {
-                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    let Ok(server) = tokio::net::TcpStream::connect(&target).await else {
+                        return;
+                    };
+                    let (from_client, to_client) = client.into_split();
+                    let (from_server, to_server) = server.into_split();
+                    // Either way ending (or swallowing) closes both.
+                    tokio::select! {
+                        _ = relay(from_client, to_server, &armed.0) => {}
+                        _ = relay(from_server, to_client, &armed.1) => {}
                     }
                 });
                 kept.lock().unwrap().push(task.abort_handle());
             }
         });
-        Proxy { url, connections }
+        Proxy {
+            url,
+            connections,
+            swallow,
+        }
+    }
+
+    /// Drops the next bytes any client sends through it, and closes that connection.
+    fn swallow_next_from_client(&self) {
+        self.swallow.0.store(true, Ordering::SeqCst);
+    }
+
+    /// Drops the next bytes the server sends through it, and closes that connection.
+    fn swallow_next_from_server(&self) {
+        self.swallow.1.store(true, Ordering::SeqCst);
     }
 
     /// Drops every connection open through it (as a load balancer might).
@@ -269,6 +316,82 @@ async fn a_lost_websocket_is_reopened_once() {
     let after = run(&rt, "print(x + 1)").await;
     assert_eq!(after.output, "42\n");
     assert!(!after.state_lost);
+    rt.stop().await;
+}
+
+/// The socket lost with the host's answer in flight (the server never got it): the answer is
+/// sent again on the reopened socket, so the kernel does not wait for it forever, and a copy
+/// that did arrive is not taken twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_lost_with_the_websocket_is_sent_again() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let proxy = Proxy::start(gateway).await;
+    let rt = through(&proxy, gateway);
+    run(&rt, "x = 41").await;
+    // The next thing the host sends is the answer that carries this cell.
+    proxy.swallow_next_from_client();
+    let after = tokio::time::timeout(Duration::from_secs(30), run(&rt, "print(x + 1)"))
+        .await
+        .expect("the cell ran: the lost answer was sent again");
+    assert_eq!(after.output, "42\n", "{after:?}");
+    assert!(!after.state_lost);
+    // The session goes on, with answers and host frames in step.
+    for i in 0..5 {
+        let out = run(&rt, &format!("x += 1\nprint(x, {i})")).await;
+        assert_eq!(out.output, format!("{} {i}\n", 42 + i), "{out:?}");
+    }
+    rt.stop().await;
+}
+
+/// The socket lost with the kernel's prompt in flight (a host call the host never got): the
+/// last answer, sent again on the reopened socket, makes the worker ask again, and the call
+/// goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prompt_lost_with_the_websocket_is_asked_again() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let proxy = std::sync::Arc::new(Proxy::start(gateway).await);
+    let rt = through(&proxy, gateway);
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let double = cave_core::Function::host(
+        "double",
+        cave_core::Signature::new([cave_core::Param::new("x").annotated("int")]).returns("int"),
+        move |args: cave_core::Args| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let x: i64 = args.get("x")?;
+                Ok(Value::Int((x * 2).into()))
+            }
+        },
+    );
+    rt.register(Resources::new().function(double))
+        .await
+        .expect("registers");
+    run(&rt, "import time\nruns = 0").await;
+    let arming = proxy.clone();
+    let armer = tokio::spawn(async move {
+        // Once the cell sleeps, the next thing the server sends is the call's prompt.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        arming.swallow_next_from_server();
+    });
+    let out = tokio::time::timeout(
+        Duration::from_secs(30),
+        run(&rt, "runs += 1\ntime.sleep(0.6)\nprint(double(21), runs)"),
+    )
+    .await
+    .expect("the cell ran: the worker asked again");
+    armer.await.expect("joins");
+    // Once: the answer sent again is not taken for the call's reply (it carries the cell).
+    assert_eq!(out.output, "42 1\n", "{out:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1, "the call ran once");
+    for i in 0..3 {
+        let out = run(&rt, &format!("print(double({i}))")).await;
+        assert_eq!(out.output, format!("{}\n", 2 * i), "{out:?}");
+    }
     rt.stop().await;
 }
 
