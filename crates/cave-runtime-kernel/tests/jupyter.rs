@@ -302,6 +302,27 @@ fn through(proxy: &Proxy, gateway: &support::Gateway) -> KernelRuntime {
     .expect("a runtime")
 }
 
+/// Registers the host function `double(x)`; how many times it ran.
+async fn register_double(rt: &KernelRuntime) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let double = cave_core::Function::host(
+        "double",
+        cave_core::Signature::new([cave_core::Param::new("x").annotated("int")]).returns("int"),
+        move |args: cave_core::Args| {
+            counted.fetch_add(1, Ordering::SeqCst);
+            async move {
+                let x: i64 = args.get("x")?;
+                Ok(Value::Int((x * 2).into()))
+            }
+        },
+    );
+    rt.register(Resources::new().function(double))
+        .await
+        .expect("registers");
+    calls
+}
+
 /// A WebSocket lost between cells is opened again: the kernel and its namespace go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_websocket_is_reopened_once() {
@@ -355,22 +376,7 @@ async fn a_prompt_lost_with_the_websocket_is_asked_again() {
     };
     let proxy = std::sync::Arc::new(Proxy::start(gateway).await);
     let rt = through(&proxy, gateway);
-    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let counted = calls.clone();
-    let double = cave_core::Function::host(
-        "double",
-        cave_core::Signature::new([cave_core::Param::new("x").annotated("int")]).returns("int"),
-        move |args: cave_core::Args| {
-            counted.fetch_add(1, Ordering::SeqCst);
-            async move {
-                let x: i64 = args.get("x")?;
-                Ok(Value::Int((x * 2).into()))
-            }
-        },
-    );
-    rt.register(Resources::new().function(double))
-        .await
-        .expect("registers");
+    let calls = register_double(&rt).await;
     run(&rt, "import time\nruns = 0").await;
     let arming = proxy.clone();
     let armer = tokio::spawn(async move {
@@ -644,17 +650,7 @@ async fn a_server_with_a_private_ca_is_reached_over_tls_once_the_ca_is_given() {
             .jupyter(config(&gateway).ca_certificates(ca.pem())),
     )
     .expect("a runtime");
-    let double = cave_core::Function::host(
-        "double",
-        cave_core::Signature::new([cave_core::Param::new("x").annotated("int")]).returns("int"),
-        |args: cave_core::Args| async move {
-            let x: i64 = args.get("x")?;
-            Ok(Value::Int((x * 2).into()))
-        },
-    );
-    rt.register(Resources::new().function(double))
-        .await
-        .expect("registers");
+    register_double(&rt).await;
     let out = run(&rt, "print(double(21))").await;
     assert_eq!(out.output, "42\n", "{out:?}");
     rt.stop().await;
