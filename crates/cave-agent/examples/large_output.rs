@@ -70,7 +70,7 @@ async fn run(model: Arc<dyn Model>) -> Result<(String, usize), Box<dyn std::erro
             } => Some(name.clone()),
             _ => None,
         })
-        .ok_or("no output was persisted")?;
+        .ok_or("no cell printed enough for its output to be kept as `_output_N`")?;
     let Value::Str(kept) = runtime.get(&name).await? else {
         return Err("the persisted output is not text".into());
     };
@@ -78,10 +78,10 @@ async fn run(model: Arc<dyn Model>) -> Result<(String, usize), Box<dyn std::erro
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let (name, chars) = run(common::model(script)).await?;
-    println!("\nThe whole output ({chars} characters) is in the runtime as `{name}`.");
-    Ok(())
+async fn main() -> std::process::ExitCode {
+    common::finish(run(common::model(script)).await, |(name, chars)| {
+        println!("\nThe whole output ({chars} characters) is in the runtime as `{name}`.")
+    })
 }
 
 #[cfg(test)]

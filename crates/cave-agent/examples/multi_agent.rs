@@ -94,16 +94,17 @@ async fn run(
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
     let scripts = scripts();
     let summary = run(
         common::model(|| scripts.orchestrator),
         common::model(|| scripts.cleaner),
         common::model(|| scripts.analyzer),
     )
-    .await?;
-    println!("\nThe host reads the analyzer's summary: {summary}");
-    Ok(())
+    .await;
+    common::finish(summary, |summary| {
+        println!("\nThe host reads the analyzer's summary: {summary}")
+    })
 }
 
 #[cfg(test)]

@@ -55,10 +55,10 @@ async fn run(model: Arc<dyn Model>) -> Result<String, Box<dyn std::error::Error>
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let best = run(common::model(script)).await?;
-    println!("\nThe host reads best = {best:?}");
-    Ok(())
+async fn main() -> std::process::ExitCode {
+    common::finish(run(common::model(script)).await, |best| {
+        println!("\nThe host reads best = {best:?}")
+    })
 }
 
 #[cfg(test)]

@@ -103,6 +103,17 @@ async fn run(
 ) -> Result<String, Box<dyn std::error::Error>> {
     let chart = dir.join("chart.html");
     let runtime = InProcRuntime::new()?;
+    // Said before the model is asked, rather than as a failed cell.
+    let probe = runtime
+        .execute("import pandas", &cave_agent::DiscardOutput)
+        .await?;
+    if let Some(error) = probe.error {
+        return Err(format!(
+            "this example needs pandas in the Python the runtime embeds (pip install pandas): {}: {}",
+            error.python_type, error.message
+        )
+        .into());
+    }
     runtime
         .register(
             Resources::new()
@@ -122,20 +133,24 @@ async fn run(
         true,
     )
     .await;
-    Ok(std::fs::read_to_string(&chart)?)
+    std::fs::read_to_string(&chart)
+        .map_err(|e| format!("the model's code wrote no {}: {e}", chart.display()).into())
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
     let dir = std::env::temp_dir().join(format!("cave-sqlite-example-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)?;
-    let html = run(common::model(script), &dir).await?;
-    println!(
-        "\nThe host reads {} ({} bytes of HTML).",
-        dir.join("chart.html").display(),
-        html.len()
-    );
-    Ok(())
+    if let Err(e) = std::fs::create_dir_all(&dir) {
+        eprintln!("could not create {}: {e}", dir.display());
+        return std::process::ExitCode::FAILURE;
+    }
+    common::finish(run(common::model(script), &dir).await, |html| {
+        println!(
+            "\nThe host reads {} ({} bytes of HTML).",
+            dir.join("chart.html").display(),
+            html.len()
+        )
+    })
 }
 
 #[cfg(test)]

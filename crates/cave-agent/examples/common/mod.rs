@@ -22,6 +22,30 @@ pub fn model(script: impl FnOnce() -> Vec<Reply>) -> Arc<dyn Model> {
     Arc::new(ScriptedModel::new(script()))
 }
 
+/// Ends an example: `done` with what the host read, or, when that failed, the reason said
+/// plainly (a real model may not do what the example asks; the scripted one does), and exit
+/// status 1.
+pub fn finish<T>(
+    result: Result<T, Box<dyn std::error::Error>>,
+    done: impl FnOnce(T),
+) -> std::process::ExitCode {
+    match result {
+        Ok(value) => {
+            done(value);
+            std::process::ExitCode::SUCCESS
+        }
+        Err(error) => {
+            eprintln!("\nThe example ended without its result: {error}");
+            if live() {
+                eprintln!(
+                    "(the model at LLM_BASE_URL did not do what the example asks; without LLM_MODEL_ID, the example replays a script that does)"
+                );
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
 /// Returns true if and only if the examples talk to a real model.
 pub fn live() -> bool {
     std::env::var("LLM_MODEL_ID").is_ok_and(|m| !m.trim().is_empty())
