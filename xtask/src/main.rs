@@ -23,9 +23,7 @@ fn main() -> ExitCode {
             env.extend(test_env::jupyter(&root));
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            let mut test_args = vec!["test", "--workspace", "--all-features"];
-            test_args.extend(args[1..].iter().map(String::as_str));
-            cargo(&test_args, &env)
+            cargo(&test_command(&args[1..]), &env)
         }),
         Some("bench") => {
             let quick = args.iter().any(|a| a == "--quick");
@@ -80,6 +78,45 @@ fn main() -> ExitCode {
             eprintln!("xtask: {message}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// `cargo test` over the workspace with every feature, then the caller's arguments; a flag
+/// the caller gives too is not repeated (cargo refuses `--all-features` twice), and `-p`
+/// narrows the run to the packages named.
+fn test_command(extra: &[String]) -> Vec<&str> {
+    let given = |flag: &str| extra.iter().take_while(|a| *a != "--").any(|a| a == flag);
+    let mut command = vec!["test"];
+    if !given("--workspace") && !given("-p") && !given("--package") {
+        command.push("--workspace");
+    }
+    if !given("--all-features") {
+        command.push("--all-features");
+    }
+    command.extend(extra.iter().map(String::as_str));
+    command
+}
+
+#[cfg(test)]
+mod test_command_tests {
+    use super::test_command;
+
+    fn args(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn flags_are_added_once() {
+        assert_eq!(test_command(&[]), ["test", "--workspace", "--all-features"]);
+        assert_eq!(
+            test_command(&args(&["-p", "cave-agent", "--all-features", "--examples"])),
+            ["test", "-p", "cave-agent", "--all-features", "--examples"]
+        );
+        // After `--`, arguments are the test binary's.
+        assert_eq!(
+            test_command(&args(&["--", "--all-features"])),
+            ["test", "--workspace", "--all-features", "--", "--all-features"]
+        );
     }
 }
 
