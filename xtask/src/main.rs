@@ -115,7 +115,13 @@ mod test_command_tests {
         // After `--`, arguments are the test binary's.
         assert_eq!(
             test_command(&args(&["--", "--all-features"])),
-            ["test", "--workspace", "--all-features", "--", "--all-features"]
+            [
+                "test",
+                "--workspace",
+                "--all-features",
+                "--",
+                "--all-features"
+            ]
         );
     }
 }
