@@ -194,6 +194,11 @@ class _Stopped(BaseException):
     """The host said stop to a serve loop it does not own the process of."""
 
 
+class _HostGone(_Stopped):
+    """The host left a prompt unanswered past the orphan timeout (a live one answers every
+    heartbeat): the serve loop ends, and the kernel is left idle."""
+
+
 class _Jupyter:
     """Frames through a Jupyter kernel's stdin channel, for a host that reaches this process
     through Jupyter Server, Kernel Gateway or Enterprise Gateway. The serve loop runs inside
@@ -216,6 +221,12 @@ class _Jupyter:
     # twice must not be taken for the answer to the next prompt.
     seq = 0
     STALE_ANSWERS = 16
+    # When the current prompt was sent (None: no prompt open), and how long one may go
+    # unanswered before the host is taken to be gone.
+    waiting_since = None
+    orphan_timeout = 600.0
+    host_gone = False
+    serving = False
 
     @classmethod
     def send(cls, message):
@@ -242,6 +253,8 @@ class _Jupyter:
     @classmethod
     def exchange(cls):
         """One round trip: what waits in the outbox (a chunk of it) out, the host's bytes in."""
+        if cls.host_gone:
+            raise _HostGone()
         with cls.lock:
             chunk = bytes(cls.outbox[: cls.CHUNK])
             del cls.outbox[: cls.CHUNK]
@@ -260,7 +273,11 @@ class _Jupyter:
                 del cls.published[execution]
         prompt = cls.MARK + _json.dumps(header) + "\n" + base64.b64encode(chunk).decode("ascii")
         for _ in range(cls.STALE_ANSWERS):
-            answer = cls.kernel.raw_input(prompt)
+            cls.waiting_since = time.monotonic()
+            try:
+                answer = cls.kernel.raw_input(prompt)
+            finally:
+                cls.waiting_since = None
             if not answer.startswith(cls.MARK):
                 raise RuntimeError("the host answered the Jupyter transport with something else")
             answer_header, _, data = answer[len(cls.MARK) :].partition("\n")
@@ -777,11 +794,39 @@ def _forked():
     _State.running = []
 
 
-def main_jupyter(kernel, max_frame, attached):
+def _watch_jupyter_host(main_thread):
+    """The Jupyter transport's `_watch_host` (it has no socket that hangs up): ends the serve
+    loop, raising `_HostGone` in the thread waiting for an answer, once a prompt has gone
+    unanswered for the orphan timeout: the host died or cannot reach the kernel, and a busy
+    kernel would never be culled by its server."""
+    import ctypes
+
+    period = min(5.0, _Jupyter.orphan_timeout / 4)
+    while _Jupyter.serving:
+        time.sleep(period)
+        since = _Jupyter.waiting_since
+        if since is not None and time.monotonic() - since > _Jupyter.orphan_timeout:
+            _Jupyter.host_gone = True
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(
+                ctypes.c_ulong(main_thread), ctypes.py_object(_HostGone)
+            )
+            return
+
+
+def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
     """Serves the host through `kernel` (an ipykernel `Kernel`), inside the execute request
-    that bootstrapped this module, until the host says stop. In a kernel the host `attached`
-    to, cells run in the kernel's own namespace, with what its user left there."""
+    that bootstrapped this module, until the host says stop or stops answering for
+    `orphan_timeout` seconds. In a kernel the host `attached` to, cells run in the kernel's own
+    namespace, with what its user left there."""
     _Jupyter.kernel = kernel
+    _Jupyter.orphan_timeout = orphan_timeout
+    _Jupyter.serving = True
+    threading.Thread(
+        target=_watch_jupyter_host,
+        args=(threading.get_ident(),),
+        name="cave-host-watch",
+        daemon=True,
+    ).start()
     _State.max_frame = max_frame
     # As in a child, whose stdin is /dev/null: a cell's input() has nobody to answer it (the
     # stdin channel carries the runtime's frames).
@@ -801,6 +846,8 @@ def main_jupyter(kernel, max_frame, attached):
         _serve()
     except _Stopped:
         pass
+    finally:
+        _Jupyter.serving = False
 
 
 def main(fd, max_frame, shadow_fd, shadow_size):

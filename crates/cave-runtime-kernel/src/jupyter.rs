@@ -33,6 +33,9 @@ const MAX_COUNTED: usize = 4096;
 const RELEASE_GRACE: Duration = Duration::from_secs(10);
 /// How long the bridge waits for a cell's output on IOPub to catch up with its frames.
 const OUTPUT_GRACE: Duration = Duration::from_secs(5);
+/// The longest the bridge leaves a prompt unanswered: an empty answer tells the worker the
+/// host is still there (see [`JupyterConfig::orphan_timeout`]).
+const HEARTBEAT: Duration = Duration::from_secs(30);
 
 /// Where the kernel is: a Jupyter Server, Kernel Gateway or Enterprise Gateway, and which
 /// kernel to start there or attach to.
@@ -44,6 +47,7 @@ pub struct JupyterConfig {
     kernel_id: Option<String>,
     env: Vec<(String, String)>,
     ca_certificates: Option<Vec<u8>>,
+    orphan_timeout: Duration,
 }
 
 impl std::fmt::Debug for JupyterConfig {
@@ -56,6 +60,7 @@ impl std::fmt::Debug for JupyterConfig {
             .field("kernel_id", &self.kernel_id)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("ca_certificates", &self.ca_certificates.is_some())
+            .field("orphan_timeout", &self.orphan_timeout)
             .finish()
     }
 }
@@ -71,6 +76,7 @@ impl JupyterConfig {
             kernel_id: None,
             env: Vec::new(),
             ca_certificates: None,
+            orphan_timeout: Duration::from_secs(600),
         }
     }
     /// The token the server asks for (`cave` reads it from `JUPYTER_TOKEN`).
@@ -101,6 +107,18 @@ impl JupyterConfig {
     pub fn ca_certificates(mut self, pem: impl Into<Vec<u8>>) -> Self {
         self.ca_certificates = Some(pem.into());
         self
+    }
+    /// How long the worker in the kernel waits for a host that stopped answering (its process
+    /// died, the network is gone) before it ends, leaving the kernel idle, where the server's
+    /// idle culling can reclaim it (default 10 minutes; a live runtime answers every 30 s, or
+    /// a quarter of this if less). Without it, such a kernel would stay busy for ever.
+    pub fn orphan_timeout(mut self, timeout: Duration) -> Self {
+        self.orphan_timeout = timeout.max(Duration::from_millis(100));
+        self
+    }
+    /// How often the runtime tells a waiting worker it is still there.
+    fn heartbeat(&self) -> Duration {
+        HEARTBEAT.min(self.orphan_timeout / 4)
     }
     /// The server's URL.
     pub fn url(&self) -> &str {
@@ -382,7 +400,7 @@ pub(crate) async fn connect(
     });
     let bootstrap = JupyterMessage::new(
         ExecuteRequest {
-            code: bootstrap_code(max_frame, !owned),
+            code: bootstrap_code(max_frame, !owned, config.orphan_timeout),
             silent: true,
             store_history: false,
             user_expressions: None,
@@ -478,8 +496,9 @@ struct Link {
 /// The bootstrap request's code: reads the sources frame through `input()`, loads the
 /// executor and the worker as modules, and serves. Run in a namespace of its own, so the
 /// kernel's user namespace gets nothing from it.
-fn bootstrap_code(max_frame: usize, attached: bool) -> String {
+fn bootstrap_code(max_frame: usize, attached: bool, orphan_timeout: Duration) -> String {
     let attached = if attached { "True" } else { "False" };
+    let orphan_timeout = orphan_timeout.as_secs_f64();
     let source = format!(
         "import base64, marshal, sys, types\n\
          kernel = get_ipython().kernel\n\
@@ -490,7 +509,7 @@ fn bootstrap_code(max_frame: usize, attached: bool) -> String {
          \x20   module.__file__ = filename\n\
          \x20   sys.modules[name] = module\n\
          \x20   exec(compile(source, filename, 'exec'), module.__dict__)\n\
-         sys.modules['cave_kernel'].main_jupyter(kernel, {max_frame}, {attached})\n",
+         sys.modules['cave_kernel'].main_jupyter(kernel, {max_frame}, {attached}, {orphan_timeout:?})\n",
         mark = MARK,
     );
     format!("exec(compile({source:?}, '<cave-bootstrap>', 'exec'), {{'get_ipython': get_ipython}})")
@@ -610,6 +629,9 @@ async fn bridge(
         let mut incoming: Vec<u8> = Vec::new();
         // The open prompt, and its number.
         let mut waiting: Option<(JupyterMessage, Option<u64>)> = None;
+        // When the open prompt is answered empty if nothing else goes first.
+        let mut heartbeat_at = tokio::time::Instant::now();
+        let heartbeat = config.heartbeat();
         // The number of the last prompt taken, and the last answer sent.
         let mut last_seq: Option<u64> = None;
         let mut answered: Option<Answered> = None;
@@ -678,8 +700,11 @@ async fn bridge(
                     }
                 }
             }
-            // An open prompt gets the host's frames as soon as there are some.
-            if waiting.is_some() && !outgoing.is_empty() {
+            // An open prompt gets the host's frames as soon as there are some, or nothing once a
+            // heartbeat is due (so the worker knows the host is there).
+            if waiting.is_some()
+                && (!outgoing.is_empty() || tokio::time::Instant::now() >= heartbeat_at)
+            {
                 let (request, seq) = waiting.take().expect("waiting");
                 let n = outgoing.len().min(CHUNK);
                 let more = outgoing.len() > n;
@@ -692,10 +717,14 @@ async fn bridge(
                     answer: text,
                 });
             }
-            let deadline = match (held.as_ref().map(|h| h.deadline), releasing) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
+            let deadline = [
+                held.as_ref().map(|h| h.deadline),
+                releasing,
+                waiting.as_ref().map(|_| heartbeat_at),
+            ]
+            .into_iter()
+            .flatten()
+            .min();
             tokio::select! {
                 read = local_read.read(&mut buffer), if releasing.is_none() => match read {
                     Ok(0) | Err(_) if remote.owned => {
@@ -794,7 +823,10 @@ async fn bridge(
                                         Some(done) if done.seq == seq => {
                                             send!(reply_to(&message, done.answer.clone()));
                                         }
-                                        _ => waiting = Some((message.clone(), prompt.seq)),
+                                        _ => {
+                                            waiting = Some((message.clone(), prompt.seq));
+                                            heartbeat_at = tokio::time::Instant::now() + heartbeat;
+                                        }
                                     }
                                 }
                                 continue;
@@ -821,6 +853,7 @@ async fn bridge(
                                 });
                             } else {
                                 waiting = Some((message.clone(), prompt.seq));
+                                heartbeat_at = tokio::time::Instant::now() + heartbeat;
                             }
                             if !prompt.more {
                                 let data = std::mem::take(&mut incoming);
@@ -1020,10 +1053,10 @@ mod tests {
 
     #[test]
     fn the_bootstrap_is_python_that_names_the_worker_entry() {
-        let code = bootstrap_code(1 << 20, true);
+        let code = bootstrap_code(1 << 20, true, Duration::from_secs(600));
         assert!(code.starts_with("exec(compile("), "{code}");
         assert!(
-            code.contains("main_jupyter(kernel, 1048576, True)"),
+            code.contains("main_jupyter(kernel, 1048576, True, 600.0)"),
             "{code}"
         );
     }

@@ -215,6 +215,7 @@ async fn large_values_cross_in_chunks() {
 /// the next bytes sent one way and close that connection.
 struct Proxy {
     url: String,
+    accepting: tokio::task::AbortHandle,
     connections: std::sync::Arc<std::sync::Mutex<Vec<tokio::task::AbortHandle>>>,
     /// Set to swallow the next bytes from a client (`.0`) or from the server (`.1`).
     swallow: std::sync::Arc<(AtomicBool, AtomicBool)>,
@@ -252,7 +253,7 @@ impl Proxy {
         let connections = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let swallow = std::sync::Arc::new((AtomicBool::new(false), AtomicBool::new(false)));
         let (kept, armed) = (connections.clone(), swallow.clone());
-        tokio::spawn(async move {
+        let accepting = tokio::spawn(async move {
             while let Ok((client, _)) = listener.accept().await {
                 let (target, armed) = (target.clone(), armed.clone());
                 let task = tokio::spawn(async move {
@@ -272,9 +273,16 @@ impl Proxy {
         });
         Proxy {
             url,
+            accepting: accepting.abort_handle(),
             connections,
             swallow,
         }
+    }
+
+    /// Cuts every connection and takes no more: the host can no longer reach the server.
+    fn shut(&self) {
+        self.accepting.abort();
+        self.cut();
     }
 
     /// Drops the next bytes any client sends through it, and closes that connection.
@@ -300,6 +308,82 @@ fn through(proxy: &Proxy, gateway: &support::Gateway) -> KernelRuntime {
         cave_runtime_kernel::JupyterConfig::new(proxy.url.clone()).token(gateway.token.clone()),
     ))
     .expect("a runtime")
+}
+
+/// A host that vanishes (its process dies, its network goes) leaves no busy kernel behind: the
+/// worker stops waiting once the orphan timeout has passed with no answer, and the kernel goes
+/// idle, for the server's idle culling, with its namespace. A live host's heartbeats keep an
+/// idle session going past that timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kernel_left_by_a_vanished_host_goes_idle() {
+    let Some(gateway) = support::gateway() else {
+        return;
+    };
+    let http = reqwest::Client::new();
+    let rest = |request: reqwest::RequestBuilder| {
+        request.header("Authorization", format!("token {}", gateway.token))
+    };
+    let kernel: serde_json::Value = rest(http.post(format!("{}/api/kernels", gateway.url)))
+        .json(&serde_json::json!({"name": "python3"}))
+        .send()
+        .await
+        .expect("the gateway answers")
+        .json()
+        .await
+        .expect("JSON");
+    let id = kernel["id"].as_str().expect("an id").to_owned();
+    let state = || async {
+        let kernel: serde_json::Value = rest(http.get(format!("{}/api/kernels/{id}", gateway.url)))
+            .send()
+            .await
+            .expect("the gateway answers")
+            .json()
+            .await
+            .expect("JSON");
+        kernel["execution_state"].as_str().unwrap_or("").to_owned()
+    };
+    let proxy = Proxy::start(gateway).await;
+    let rt = KernelRuntime::with_config(
+        KernelConfig::new().spare(false).jupyter(
+            cave_runtime_kernel::JupyterConfig::new(proxy.url.clone())
+                .token(gateway.token.clone())
+                .attach(id.clone())
+                .orphan_timeout(Duration::from_secs(2)),
+        ),
+    )
+    .expect("a runtime");
+    run(&rt, "x = 'kept'").await;
+    // Idle for longer than the timeout, the session is kept alive by the runtime.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let out = run(&rt, "print(x)").await;
+    assert!(
+        out.output == "kept\n" && !out.state_lost,
+        "the same worker serves: {out:?}"
+    );
+    assert_eq!(state().await, "busy", "the worker serves");
+
+    proxy.shut();
+    drop(rt);
+    let begun = std::time::Instant::now();
+    while state().await != "idle" {
+        assert!(
+            begun.elapsed() < Duration::from_secs(20),
+            "the kernel is still busy long after its host vanished"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // Its namespace is there for the next runtime.
+    let again = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(config(gateway).attach(id.clone())),
+    )
+    .expect("a runtime");
+    assert_eq!(run(&again, "print(x)").await.output, "kept\n");
+    again.stop().await;
+    let _ = rest(http.delete(format!("{}/api/kernels/{id}", gateway.url)))
+        .send()
+        .await;
 }
 
 /// Registers the host function `double(x)`; how many times it ran.
