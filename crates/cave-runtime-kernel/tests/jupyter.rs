@@ -69,18 +69,7 @@ async fn an_attached_kernel_is_left_running() {
     let Some(gateway) = support::gateway() else {
         return;
     };
-    let http = reqwest::Client::new();
-    let kernel: serde_json::Value = http
-        .post(format!("{}/api/kernels", gateway.url))
-        .header("Authorization", format!("token {}", gateway.token))
-        .json(&serde_json::json!({"name": "python3"}))
-        .send()
-        .await
-        .expect("the gateway answers")
-        .json()
-        .await
-        .expect("JSON");
-    let id = kernel["id"].as_str().expect("an id").to_owned();
+    let id = start_kernel(gateway).await;
     let rt = KernelRuntime::with_config(
         KernelConfig::new()
             .spare(false)
@@ -91,9 +80,7 @@ async fn an_attached_kernel_is_left_running() {
     // Cells run in the kernel's own namespace.
     run(&rt, "left_by_the_agent = 'kept'").await;
     rt.stop().await;
-    let status = http
-        .get(format!("{}/api/kernels/{id}", gateway.url))
-        .header("Authorization", format!("token {}", gateway.token))
+    let status = kernel_api(gateway, reqwest::Method::GET, &format!("/{id}"))
         .send()
         .await
         .expect("the gateway answers")
@@ -310,6 +297,30 @@ fn through(proxy: &Proxy, gateway: &support::Gateway) -> KernelRuntime {
     .expect("a runtime")
 }
 
+/// Starts a kernel at the gateway through its REST API (as a notebook user would); its id.
+async fn start_kernel(gateway: &support::Gateway) -> String {
+    let kernel: serde_json::Value = kernel_api(gateway, reqwest::Method::POST, "")
+        .json(&serde_json::json!({"name": "python3"}))
+        .send()
+        .await
+        .expect("the gateway answers")
+        .json()
+        .await
+        .expect("JSON");
+    kernel["id"].as_str().expect("an id").to_owned()
+}
+
+/// A request to the gateway's `/api/kernels{path}`, with its token.
+fn kernel_api(
+    gateway: &support::Gateway,
+    method: reqwest::Method,
+    path: &str,
+) -> reqwest::RequestBuilder {
+    reqwest::Client::new()
+        .request(method, format!("{}/api/kernels{path}", gateway.url))
+        .header("Authorization", format!("token {}", gateway.token))
+}
+
 /// A host that vanishes (its process dies, its network goes) leaves no busy kernel behind: the
 /// worker stops waiting once the orphan timeout has passed with no answer, and the kernel goes
 /// idle, for the server's idle culling, with its namespace. A live host's heartbeats keep an
@@ -319,27 +330,16 @@ async fn a_kernel_left_by_a_vanished_host_goes_idle() {
     let Some(gateway) = support::gateway() else {
         return;
     };
-    let http = reqwest::Client::new();
-    let rest = |request: reqwest::RequestBuilder| {
-        request.header("Authorization", format!("token {}", gateway.token))
-    };
-    let kernel: serde_json::Value = rest(http.post(format!("{}/api/kernels", gateway.url)))
-        .json(&serde_json::json!({"name": "python3"}))
-        .send()
-        .await
-        .expect("the gateway answers")
-        .json()
-        .await
-        .expect("JSON");
-    let id = kernel["id"].as_str().expect("an id").to_owned();
+    let id = start_kernel(gateway).await;
     let state = || async {
-        let kernel: serde_json::Value = rest(http.get(format!("{}/api/kernels/{id}", gateway.url)))
-            .send()
-            .await
-            .expect("the gateway answers")
-            .json()
-            .await
-            .expect("JSON");
+        let kernel: serde_json::Value =
+            kernel_api(gateway, reqwest::Method::GET, &format!("/{id}"))
+                .send()
+                .await
+                .expect("the gateway answers")
+                .json()
+                .await
+                .expect("JSON");
         kernel["execution_state"].as_str().unwrap_or("").to_owned()
     };
     let proxy = Proxy::start(gateway).await;
@@ -381,7 +381,7 @@ async fn a_kernel_left_by_a_vanished_host_goes_idle() {
     .expect("a runtime");
     assert_eq!(run(&again, "print(x)").await.output, "kept\n");
     again.stop().await;
-    let _ = rest(http.delete(format!("{}/api/kernels/{id}", gateway.url)))
+    let _ = kernel_api(gateway, reqwest::Method::DELETE, &format!("/{id}"))
         .send()
         .await;
 }
@@ -413,15 +413,28 @@ async fn a_lost_websocket_is_reopened_once() {
     let Some(gateway) = support::gateway() else {
         return;
     };
+    let (proxy, rt) = session_through_a_proxy(gateway).await;
+    proxy.cut();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    next_cell_goes_on(&rt).await;
+    rt.stop().await;
+}
+
+/// A runtime whose kernel ran `x = 41`, reached through a proxy the test controls.
+async fn session_through_a_proxy(gateway: &support::Gateway) -> (Proxy, KernelRuntime) {
     let proxy = Proxy::start(gateway).await;
     let rt = through(&proxy, gateway);
     run(&rt, "x = 41").await;
-    proxy.cut();
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let after = run(&rt, "print(x + 1)").await;
-    assert_eq!(after.output, "42\n");
+    (proxy, rt)
+}
+
+/// After `x = 41`, the next cell runs in the same kernel, within 30 s.
+async fn next_cell_goes_on(rt: &KernelRuntime) {
+    let after = tokio::time::timeout(Duration::from_secs(30), run(rt, "print(x + 1)"))
+        .await
+        .expect("the cell ran");
+    assert_eq!(after.output, "42\n", "{after:?}");
     assert!(!after.state_lost);
-    rt.stop().await;
 }
 
 /// The socket lost with the host's answer in flight (the server never got it): the answer is
@@ -432,16 +445,10 @@ async fn an_answer_lost_with_the_websocket_is_sent_again() {
     let Some(gateway) = support::gateway() else {
         return;
     };
-    let proxy = Proxy::start(gateway).await;
-    let rt = through(&proxy, gateway);
-    run(&rt, "x = 41").await;
+    let (proxy, rt) = session_through_a_proxy(gateway).await;
     // The next thing the host sends is the answer that carries this cell.
     proxy.swallow_next_from_client();
-    let after = tokio::time::timeout(Duration::from_secs(30), run(&rt, "print(x + 1)"))
-        .await
-        .expect("the cell ran: the lost answer was sent again");
-    assert_eq!(after.output, "42\n", "{after:?}");
-    assert!(!after.state_lost);
+    next_cell_goes_on(&rt).await;
     // The session goes on, with answers and host frames in step.
     for i in 0..5 {
         let out = run(&rt, &format!("x += 1\nprint(x, {i})")).await;
