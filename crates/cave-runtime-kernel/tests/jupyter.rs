@@ -9,7 +9,7 @@ mod on_gateway;
 #[path = "support/gateway.rs"]
 mod support;
 
-use on_gateway::{config, runtime};
+use on_gateway::{config, runtime, runtime_on};
 
 use cave_core::testing::contract::run;
 use cave_core::{Resources, Runtime, Value, Variable};
@@ -70,12 +70,7 @@ async fn an_attached_kernel_is_left_running() {
         return;
     };
     let id = start_kernel(gateway).await;
-    let rt = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(config(gateway).attach(id.clone())),
-    )
-    .expect("a runtime");
+    let rt = runtime_on(config(gateway).attach(id.clone()));
     assert_eq!(run(&rt, "print(6 * 7)").await.output, "42\n");
     // Cells run in the kernel's own namespace.
     run(&rt, "left_by_the_agent = 'kept'").await;
@@ -87,12 +82,7 @@ async fn an_attached_kernel_is_left_running() {
         .status();
     assert!(status.is_success(), "{status}");
     // A runtime may attach to it again.
-    let again = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(config(gateway).attach(id.clone())),
-    )
-    .expect("a runtime");
+    let again = runtime_on(config(gateway).attach(id.clone()));
     assert_eq!(
         run(&again, "print(left_by_the_agent)").await.output,
         "kept\n"
@@ -100,12 +90,7 @@ async fn an_attached_kernel_is_left_running() {
     // Dropped without a stop, while idle: let go gracefully, the namespace kept.
     drop(again);
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let third = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(config(gateway).attach(id)),
-    )
-    .expect("a runtime");
+    let third = runtime_on(config(gateway).attach(id));
     assert_eq!(
         run(&third, "print(left_by_the_agent)").await.output,
         "kept\n"
@@ -119,12 +104,8 @@ async fn a_wrong_token_or_url_is_a_clear_error() {
     let Some(gateway) = support::gateway() else {
         return;
     };
-    let rt = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(cave_runtime_kernel::JupyterConfig::new(gateway.url.clone()).token("wrong")),
-    )
-    .expect("a runtime");
+    let rt =
+        runtime_on(cave_runtime_kernel::JupyterConfig::new(gateway.url.clone()).token("wrong"));
     let error = rt
         .execute("1", &cave_core::DiscardOutput)
         .await
@@ -138,10 +119,9 @@ async fn a_wrong_token_or_url_is_a_clear_error() {
         .and_then(|l| l.local_addr())
         .expect("a free port")
         .port();
-    let rt = KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(
-        cave_runtime_kernel::JupyterConfig::new(format!("http://127.0.0.1:{port}")),
-    ))
-    .expect("a runtime");
+    let rt = runtime_on(cave_runtime_kernel::JupyterConfig::new(format!(
+        "http://127.0.0.1:{port}"
+    )));
     let error = rt
         .execute("1", &cave_core::DiscardOutput)
         .await
@@ -156,12 +136,7 @@ async fn start_request_variables_reach_the_kernel() {
     let Some(gateway) = support::gateway() else {
         return;
     };
-    let rt = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(config(gateway).env("KERNEL_USERNAME", "cave-test")),
-    )
-    .expect("a runtime");
+    let rt = runtime_on(config(gateway).env("KERNEL_USERNAME", "cave-test"));
     assert_eq!(
         run(&rt, "import os\nprint(os.environ.get('KERNEL_USERNAME'))")
             .await
@@ -291,10 +266,9 @@ impl Proxy {
 }
 
 fn through(proxy: &Proxy, gateway: &support::Gateway) -> KernelRuntime {
-    KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(
+    runtime_on(
         cave_runtime_kernel::JupyterConfig::new(proxy.url.clone()).token(gateway.token.clone()),
-    ))
-    .expect("a runtime")
+    )
 }
 
 /// Starts a kernel at the gateway through its REST API (as a notebook user would); its id.
@@ -343,15 +317,12 @@ async fn a_kernel_left_by_a_vanished_host_goes_idle() {
         kernel["execution_state"].as_str().unwrap_or("").to_owned()
     };
     let proxy = Proxy::start(gateway).await;
-    let rt = KernelRuntime::with_config(
-        KernelConfig::new().spare(false).jupyter(
-            cave_runtime_kernel::JupyterConfig::new(proxy.url.clone())
-                .token(gateway.token.clone())
-                .attach(id.clone())
-                .orphan_timeout(Duration::from_secs(2)),
-        ),
-    )
-    .expect("a runtime");
+    let rt = runtime_on(
+        cave_runtime_kernel::JupyterConfig::new(proxy.url.clone())
+            .token(gateway.token.clone())
+            .attach(id.clone())
+            .orphan_timeout(Duration::from_secs(2)),
+    );
     run(&rt, "x = 'kept'").await;
     // Idle for longer than the timeout, the session is kept alive by the runtime.
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -373,12 +344,7 @@ async fn a_kernel_left_by_a_vanished_host_goes_idle() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     // Its namespace is there for the next runtime.
-    let again = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(config(gateway).attach(id.clone())),
-    )
-    .expect("a runtime");
+    let again = runtime_on(config(gateway).attach(id.clone()));
     assert_eq!(run(&again, "print(x)").await.output, "kept\n");
     again.stop().await;
     let _ = kernel_api(gateway, reqwest::Method::DELETE, &format!("/{id}"))
@@ -717,9 +683,7 @@ async fn a_server_with_a_private_ca_is_reached_over_tls_once_the_ca_is_given() {
     assert!(gateway.url.starts_with("https://"), "{}", gateway.url);
 
     // The platform's store does not know the CA: a clear refusal, no kernel.
-    let untrusted =
-        KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(config(&gateway)))
-            .expect("a runtime");
+    let untrusted = runtime_on(config(&gateway));
     let refused = untrusted
         .start()
         .await
@@ -735,12 +699,7 @@ async fn a_server_with_a_private_ca_is_reached_over_tls_once_the_ca_is_given() {
     );
 
     // Given the CA: REST over https, channels over wss, a host call across them.
-    let rt = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(config(&gateway).ca_certificates(ca.pem())),
-    )
-    .expect("a runtime");
+    let rt = runtime_on(config(&gateway).ca_certificates(ca.pem()));
     register_double(&rt).await;
     let out = run(&rt, "print(double(21))").await;
     assert_eq!(out.output, "42\n", "{out:?}");

@@ -10,6 +10,11 @@ pub fn config(gateway: &Gateway) -> JupyterConfig {
 
 /// A kernel runtime that starts its kernels at the test's gateway.
 pub fn runtime(gateway: &Gateway) -> KernelRuntime {
-    KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(config(gateway)))
+    runtime_on(config(gateway))
+}
+
+/// A kernel runtime (no spare) on the Jupyter server `jupyter` describes.
+pub fn runtime_on(jupyter: JupyterConfig) -> KernelRuntime {
+    KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(jupyter))
         .expect("a runtime")
 }
