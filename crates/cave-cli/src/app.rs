@@ -601,6 +601,7 @@ fn doctor() -> Exit {
             _ => println!("  {layer}"),
         }
     }
+    println!("Processes: {}", cave_agent::kernel::containment_support());
     match KernelRuntime::new() {
         Ok(rt) => println!("Python: {}", rt.python().display()),
         Err(e) => println!("Python: {e}"),

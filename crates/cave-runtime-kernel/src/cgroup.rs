@@ -1,6 +1,8 @@
-//! A control group per child, where the host may make one: a memory limit whose breach is a
-//! kill the runtime can name ("out of memory"), and a process limit that holds for root too
-//! (the kernel does not apply `RLIMIT_NPROC` to root).
+//! A control group per child, where the host may make one, whether or not a limit asks for it:
+//! every process the child starts (a daemon that left its process group included) is in it,
+//! and ends with it; a memory limit whose breach is a kill the runtime can name ("out of
+//! memory"); and a process limit that holds for root too (the kernel does not apply
+//! `RLIMIT_NPROC` to root).
 //!
 //! cgroup v2 is used when the host's own group delegates the controllers to its children;
 //! otherwise the v1 hierarchies of `memory` and `pids` when they are mounted and writable.
@@ -32,16 +34,6 @@ pub(crate) struct ChildGroup {
 impl ChildGroup {
     /// Makes a group with these limits, or says why it cannot.
     pub(crate) fn create(wanted: Wanted) -> Result<Self, String> {
-        let controllers: Vec<&'static str> = [
-            ("memory", wanted.memory.is_some()),
-            ("pids", wanted.processes.is_some()),
-        ]
-        .into_iter()
-        .filter_map(|(c, on)| on.then_some(c))
-        .collect();
-        if controllers.is_empty() {
-            return Err("no limit needs a control group".to_owned());
-        }
         let mounts = std::fs::read_to_string("/proc/self/mounts")
             .map_err(|e| format!("cannot read /proc/self/mounts: {e}"))?;
         let own = std::fs::read_to_string("/proc/self/cgroup")
@@ -51,11 +43,23 @@ impl ChildGroup {
             std::process::id(),
             GROUPS.fetch_add(1, Ordering::Relaxed)
         );
-        let group = match v2_parent(&mounts, &own, &controllers) {
+        let v2: Vec<&'static str> = [
+            ("memory", wanted.memory.is_some()),
+            ("pids", wanted.processes.is_some()),
+        ]
+        .into_iter()
+        .filter_map(|(c, on)| on.then_some(c))
+        .collect();
+        let group = match v2_parent(&mounts, &own, &v2) {
             Some(parent) => Self::make(2, &[("unified", parent)], &name)?,
             None => {
+                // Under v1 the pids hierarchy holds every process even without a limit.
+                let v1: Vec<&'static str> = [("memory", wanted.memory.is_some()), ("pids", true)]
+                    .into_iter()
+                    .filter_map(|(c, on)| on.then_some(c))
+                    .collect();
                 let mut parents = Vec::new();
-                for controller in &controllers {
+                for controller in &v1 {
                     let parent = v1_parent(&mounts, &own, controller).ok_or_else(|| {
                         format!("no writable cgroup for the {controller} controller")
                     })?;
@@ -115,6 +119,12 @@ impl ChildGroup {
         Ok(())
     }
 
+    /// The file that lists the group's processes (the pids hierarchy's under v1).
+    pub(crate) fn members(&self) -> PathBuf {
+        let dir = self.dir("pids").unwrap_or(&self.dirs[0].1);
+        dir.join("cgroup.procs")
+    }
+
     /// The `cgroup.procs` files the child writes `0` to, joining the group.
     pub(crate) fn procs(&self) -> Vec<CString> {
         self.procs.clone()
@@ -147,15 +157,25 @@ impl ChildGroup {
         {
             return;
         }
-        for (_, dir) in &self.dirs {
-            if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
-                for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
-                    // SAFETY: signalling a process of our child's group.
-                    unsafe {
-                        libc::kill(pid, libc::SIGKILL);
+        // v1 has no cgroup.kill: kill what is listed until nothing is (a process forking while
+        // it is read is caught on a later round; the rounds are bounded).
+        for _ in 0..20 {
+            let mut any = false;
+            for (_, dir) in &self.dirs {
+                if let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+                    for pid in procs.lines().filter_map(|p| p.trim().parse::<i32>().ok()) {
+                        any = true;
+                        // SAFETY: signalling a process of our child's group.
+                        unsafe {
+                            libc::kill(pid, libc::SIGKILL);
+                        }
                     }
                 }
             }
+            if !any {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(2));
         }
     }
 }
@@ -173,6 +193,17 @@ impl Drop for ChildGroup {
             }
         }
     }
+}
+
+/// Whether a group could be made for a child here (what `cave doctor` says).
+pub(crate) fn available() -> bool {
+    let (Ok(mounts), Ok(own)) = (
+        std::fs::read_to_string("/proc/self/mounts"),
+        std::fs::read_to_string("/proc/self/cgroup"),
+    ) else {
+        return false;
+    };
+    v2_parent(&mounts, &own, &[]).is_some() || v1_parent(&mounts, &own, "pids").is_some()
 }
 
 /// This process's group under v2, when it delegates `controllers` to children.

@@ -25,6 +25,7 @@
 mod cgroup;
 mod checkpoint;
 mod config;
+mod containment;
 mod environment;
 #[cfg(feature = "jupyter")]
 mod jupyter;
@@ -36,6 +37,7 @@ mod spec;
 
 pub use checkpoint::Checkpoint;
 pub use config::{DEFAULT_MAX_FRAME, KernelConfig, Limits, PreExec};
+pub use containment::support as containment_support;
 #[cfg(feature = "jupyter")]
 pub use jupyter::JupyterConfig;
 pub use runtime::{KernelRuntime, PROCESS_DIED};

@@ -31,6 +31,32 @@ const LAST_WORDS: usize = 4096;
 const BOOTSTRAP: &str = "\
 import marshal, os, sys, types
 fd = int(sys.argv[1])
+if sys.argv[5] != '-' and os.fork() == 0:
+    # The keeper: once the host's end of the socket closes (stopped, dropped, or the host died),
+    # it kills every process of the session's control group, whatever process group it left.
+    import select, signal, time
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.closerange(0, fd)
+    os.closerange(fd + 1, min(os.sysconf('SC_OPEN_MAX'), 1 << 16))
+    poller = select.poll()
+    poller.register(fd, getattr(select, 'POLLRDHUP', 0x2000))
+    while not poller.poll():
+        pass
+    for _ in range(50):
+        try:
+            with open(sys.argv[5]) as members:
+                others = [int(p) for p in members.read().split() if int(p) != os.getpid()]
+        except (OSError, ValueError):
+            break
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+    os._exit(0)
 def read(n):
     data = bytearray()
     while len(data) < n:
@@ -132,8 +158,8 @@ pub(crate) struct Process {
     max_frame: usize,
     /// The interpreter's version.
     pub(crate) version: (u32, u32, u32),
-    /// The child's control group, when limits needed one and the host could make it.
-    group: Option<ChildGroup>,
+    /// The child's control group, when the host could make one.
+    group: Option<Arc<ChildGroup>>,
     /// How each limit is enforced.
     pub(crate) enforcement: Vec<String>,
     /// Output the child buffered and had not sent when it died.
@@ -176,6 +202,19 @@ impl Process {
         let child: OwnedFd = child.into();
         let shadow = Shadow::create().map_err(setup)?;
         let shadow_fd = shadow.fd.as_raw_fd();
+        let wanted = crate::cgroup::Wanted {
+            memory: config.limits.memory,
+            processes: config.limits.processes,
+        };
+        // Made whether or not a limit asks for one: it holds every process the child starts.
+        let group = match ChildGroup::create(wanted) {
+            Ok(group) => Some(Arc::new(group)),
+            Err(why) => {
+                tracing::info!(%why, "no control group for the kernel child; rlimits only");
+                None
+            }
+        };
+        let members = group.as_deref().map(ChildGroup::members);
         let mut command = Command::new(python);
         command
             .arg("-c")
@@ -184,6 +223,7 @@ impl Process {
             .arg(config.max_frame.to_string())
             .arg(SHADOW_FD.to_string())
             .arg(SHADOW_SIZE.to_string())
+            .arg(members.as_deref().unwrap_or(std::path::Path::new("-")))
             .env_clear()
             .envs(crate::environment::inherited())
             .envs(config.env.iter().map(|(k, v)| (k, v)))
@@ -197,7 +237,12 @@ impl Process {
             let dir = work_dir
                 .clone()
                 .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
-            crate::sandbox::Prepared::new(&config.sandbox, python, &interpreter.dirs, &dir)
+            // The keeper reads who is in the group.
+            let mut sandbox = config.sandbox.clone();
+            if let Some(members) = &members {
+                sandbox = sandbox.readable(members);
+            }
+            crate::sandbox::Prepared::new(&sandbox, python, &interpreter.dirs, &dir)
         });
         let layers = sandbox
             .as_ref()
@@ -211,24 +256,9 @@ impl Process {
                 _ => tracing::info!(%layer, "sandbox layer"),
             }
         }
-        let wanted = crate::cgroup::Wanted {
-            memory: config.limits.memory,
-            processes: config.limits.processes,
-        };
-        let group = if wanted == crate::cgroup::Wanted::default() {
-            None
-        } else {
-            match ChildGroup::create(wanted) {
-                Ok(group) => Some(group),
-                Err(why) => {
-                    tracing::info!(%why, "no control group for the kernel child; rlimits only");
-                    None
-                }
-            }
-        };
-        let mut enforcement = Vec::new();
-        let limits = rlimits(config, group.as_ref(), &mut enforcement);
-        let joins = group.as_ref().map(ChildGroup::procs).unwrap_or_default();
+        let mut enforcement = vec![crate::containment::describe(group.is_some())];
+        let limits = rlimits(config, group.as_deref(), &mut enforcement);
+        let joins = group.as_deref().map(ChildGroup::procs).unwrap_or_default();
         let hook = config.pre_exec.clone();
         let parent = std::process::id() as libc::pid_t;
         let fd = child.as_raw_fd();
@@ -279,6 +309,8 @@ impl Process {
                         return Err(std::io::Error::last_os_error());
                     }
                 }
+                // What its cells orphan stays its descendant.
+                crate::containment::apply()?;
                 if let Some(hook) = &hook {
                     hook()?;
                 }
@@ -293,6 +325,7 @@ impl Process {
         let (started_tx, started) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared::new());
         let watched = shared.clone();
+        let held = group.clone();
         // The thread that forks the child waits for it: the child's death signal is tied to
         // this thread, which therefore ends only after the child.
         std::thread::Builder::new()
@@ -311,10 +344,14 @@ impl Process {
                         let Some(successor) = successor else { break };
                         status = wait_for_exit(successor);
                     }
-                    // What is left of the group (paused copies, what cells started) goes too.
+                    // What is left of the group (paused copies, what cells started, detached
+                    // or not) goes too.
                     // SAFETY: a signal to our child's process group.
                     unsafe {
                         libc::kill(-(spawned.id() as i32), libc::SIGKILL);
+                    }
+                    if let Some(group) = &held {
+                        group.kill_all();
                     }
                     let _ = exit_tx.send(Some(status));
                 }
@@ -671,6 +708,8 @@ impl Process {
             return;
         }
         if self.exit.borrow().is_none() {
+            // While the serving process lives, what its cells detached is its descendant.
+            crate::containment::kill_descendants(self.pid());
             // SAFETY: signals to our child's process group and to the child itself.
             unsafe {
                 libc::kill(-self.pgid, libc::SIGKILL);
@@ -712,6 +751,12 @@ impl Process {
         }
         // The group may still hold what a cell started (a remote kernel has none here).
         if self.pgid > 0 {
+            if self.alive() {
+                crate::containment::kill_descendants(self.pid());
+            }
+            if let Some(group) = &self.group {
+                group.kill_all();
+            }
             // SAFETY: signals to our child's process group.
             unsafe {
                 libc::kill(-self.pgid, libc::SIGKILL);

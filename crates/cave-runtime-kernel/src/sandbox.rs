@@ -1,13 +1,18 @@
 //! The sandbox of the kernel child: layers applied between `fork` and `exec`, each prepared in
 //! the host (rulesets, filters, identity maps) so that the child only makes system calls.
 //!
-//! - network: new user and network namespaces (no interface but a loopback that is down), or,
-//!   where namespaces are not allowed, a seccomp rule refusing sockets other than Unix ones;
+//! - network: new user and network namespaces (no interface but a loopback that is down) and a
+//!   seccomp rule refusing new Unix-domain sockets (a namespace does not separate sockets that
+//!   live on the filesystem: the Docker daemon's, D-Bus's, an SSH agent's); where namespaces
+//!   are not allowed, a seccomp rule refusing every new socket. `socketpair` stays: Python's
+//!   own plumbing (asyncio, multiprocessing) uses it, and it reaches nothing outside;
 //! - filesystem: Landlock, read-only beneath the interpreter's directories and the system
 //!   libraries, read-write only in the work directory; with Landlock ABI 4+ no TCP either, and
 //!   with ABI 6+ no signals to (or abstract sockets of) processes outside the sandbox;
 //! - system calls: seccomp refusing (`EPERM`) what a Python cell has no business calling
-//!   (`ptrace`, `mount`, `bpf`, module loading, namespaces, keyrings, `perf_event_open`…);
+//!   (`ptrace`, `mount`, `bpf`, module loading, namespaces, keyrings, `perf_event_open`,
+//!   io_uring…): every call Docker's default profile refuses, checked call by call in the
+//!   tests (`DOCKER_REFUSED`);
 //! - `no_new_privs`, always with any layer on.
 //!
 //! Every layer is reported as active, unavailable (with the reason) or off: none is skipped
@@ -311,20 +316,31 @@ impl Prepared {
         let mut layers = Vec::new();
         let mut filters = Vec::new();
         let mut namespaces = None;
-        let mut socket_rule = false;
+        let mut sockets = Sockets::Any;
         let network = if !sandbox.network {
             LayerState::Off
         } else {
             match namespaces_allowed() {
                 Ok(()) => {
                     namespaces = Some(IdMaps::current());
-                    LayerState::Active("user and network namespaces".to_owned())
+                    match seccomp_available() {
+                        Ok(()) => {
+                            sockets = Sockets::NoUnix;
+                            LayerState::Active(
+                                "user and network namespaces; no new Unix-domain sockets (seccomp)"
+                                    .to_owned(),
+                            )
+                        }
+                        Err(seccomp) => LayerState::Active(format!(
+                            "user and network namespaces; the host's Unix-domain sockets stay reachable ({seccomp})"
+                        )),
+                    }
                 }
                 Err(why) => match seccomp_available() {
                     Ok(()) => {
-                        socket_rule = true;
+                        sockets = Sockets::None;
                         LayerState::Active(format!(
-                            "seccomp: Unix sockets only (namespaces not allowed: {why})"
+                            "seccomp: no new sockets (namespaces not allowed: {why})"
                         ))
                     }
                     Err(seccomp) => LayerState::Unavailable(format!("{why}; {seccomp}")),
@@ -353,10 +369,10 @@ impl Prepared {
             state: filesystem,
         });
 
-        let syscalls = if !sandbox.syscalls && !socket_rule {
+        let syscalls = if !sandbox.syscalls && sockets == Sockets::Any {
             LayerState::Off
         } else {
-            match seccomp_filters(sandbox.syscalls, socket_rule) {
+            match seccomp_filters(sandbox.syscalls, sockets) {
                 Ok(programs) => {
                     filters = programs;
                     if sandbox.syscalls {
@@ -477,9 +493,30 @@ fn landlock_ruleset(
     Ok((fd, how))
 }
 
+/// Which new sockets the network layer lets the child make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sockets {
+    /// Any (the layer is off).
+    Any,
+    /// Any but Unix-domain ones: the network namespace already cuts the rest off.
+    NoUnix,
+    /// None (no namespace cuts anything off).
+    None,
+}
+
+/// A seccomp rule that matches when argument `index` equals `value`.
+fn arg_is(index: u8, value: u64) -> Result<SeccompRule, seccompiler::BackendError> {
+    SeccompRule::new(vec![SeccompCondition::new(
+        index,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        value,
+    )?])
+}
+
 /// The seccomp programs: the refused calls (`EPERM`), and `clone3` answered `ENOSYS` so that
 /// the C library falls back to `clone`, whose flags the first filter can read.
-fn seccomp_filters(deny_list: bool, socket_rule: bool) -> Result<Vec<BpfProgram>, String> {
+fn seccomp_filters(deny_list: bool, sockets: Sockets) -> Result<Vec<BpfProgram>, String> {
     let arch = target_arch()?;
     let error = |e: seccompiler::BackendError| format!("seccomp filter: {e}");
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
@@ -508,19 +545,34 @@ fn seccomp_filters(deny_list: bool, socket_rule: bool) -> Result<Vec<BpfProgram>
             clone_rules.push(SeccompRule::new(vec![condition]).map_err(error)?);
         }
         rules.insert(libc::SYS_clone, clone_rules);
-    }
-    if socket_rule {
-        let condition = SeccompCondition::new(
-            0,
-            SeccompCmpArgLen::Dword,
-            SeccompCmpOp::Ne,
-            libc::AF_UNIX as u64,
-        )
-        .map_err(error)?;
+        // Execution domains: only the ones Docker's profile lets through (the query, Linux,
+        // 32-bit Linux, and uname26 with either), not ADDR_NO_RANDOMIZE and the like.
+        let mut keep = Vec::new();
+        for domain in [0u64, 8, 0x20000, 0x20008, 0xffff_ffff] {
+            keep.push(
+                SeccompCondition::new(0, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, domain)
+                    .map_err(error)?,
+            );
+        }
         rules.insert(
-            libc::SYS_socket,
-            vec![SeccompRule::new(vec![condition]).map_err(error)?],
+            libc::SYS_personality,
+            vec![SeccompRule::new(keep).map_err(error)?],
         );
+    }
+    let mut socket_rules = Vec::new();
+    if sockets == Sockets::NoUnix {
+        socket_rules.push(arg_is(0, libc::AF_UNIX as u64).map_err(error)?);
+    }
+    if deny_list && sockets != Sockets::None {
+        // Kernel crypto and virtual-machine sockets, as Docker's profile refuses them.
+        socket_rules.push(arg_is(0, libc::AF_ALG as u64).map_err(error)?);
+        socket_rules.push(arg_is(0, libc::AF_VSOCK as u64).map_err(error)?);
+    }
+    if sockets == Sockets::None {
+        // No condition: every call.
+        rules.insert(libc::SYS_socket, Vec::new());
+    } else if !socket_rules.is_empty() {
+        rules.insert(libc::SYS_socket, socket_rules);
     }
     let mut programs = Vec::new();
     if deny_list {
@@ -587,11 +639,186 @@ const DENIED: &[i64] = &[
     libc::SYS_syslog,
     libc::SYS_fanotify_init,
     libc::SYS_vhangup,
+    libc::SYS_setdomainname,
+    libc::SYS_sethostname,
+    libc::SYS_quotactl_fd,
+    // io_uring runs operations seccomp cannot see, with credentials it captured earlier.
+    libc::SYS_io_uring_setup,
+    libc::SYS_io_uring_enter,
+    libc::SYS_io_uring_register,
+    // Other processes' descriptors, memory and comparisons of their resources.
+    libc::SYS_kcmp,
+    libc::SYS_pidfd_getfd,
+    libc::SYS_process_madvise,
+    // NUMA placement (Docker asks for CAP_SYS_NICE).
+    libc::SYS_mbind,
+    libc::SYS_set_mempolicy,
+    libc::SYS_get_mempolicy,
+    libc::SYS_migrate_pages,
+    libc::SYS_move_pages,
+    libc::SYS_set_mempolicy_home_node,
+    libc::SYS_lookup_dcookie,
+    libc::SYS_nfsservctl,
+    // lsm_get_self_attr, lsm_set_self_attr, lsm_list_modules (Linux 6.8; one number on every
+    // architecture, not yet named by the libc crate).
+    459,
+    460,
+    461,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_iopl,
     #[cfg(target_arch = "x86_64")]
     libc::SYS_ioperm,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_uselib,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_ustat,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_sysfs,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS__sysctl,
+    // Never implemented, or removed: refused before the kernel says ENOSYS.
+    #[cfg(target_arch = "x86_64")]
+    174, // create_module
+    #[cfg(target_arch = "x86_64")]
+    177, // get_kernel_syms
+    #[cfg(target_arch = "x86_64")]
+    178, // query_module
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_getpmsg,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_putpmsg,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_afs_syscall,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_tuxcall,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_security,
+    #[cfg(target_arch = "x86_64")]
+    libc::SYS_vserver,
 ];
+
+/// The system calls Docker's default seccomp profile (moby/profiles, `seccomp/default.json`)
+/// refuses on x86_64 to a container without added capabilities: the anchor most users trust.
+/// Every one is refused here too (the test below); Docker lets `ptrace` and
+/// `process_vm_readv`/`writev` through on Linux 4.8+, which this filter refuses as well.
+#[cfg(all(test, target_arch = "x86_64"))]
+const DOCKER_REFUSED: &[(&str, i64)] = &[
+    ("syslog", 103),
+    ("uselib", 134),
+    ("ustat", 136),
+    ("sysfs", 139),
+    ("vhangup", 153),
+    ("pivot_root", 155),
+    ("_sysctl", 156),
+    ("chroot", 161),
+    ("acct", 163),
+    ("settimeofday", 164),
+    ("mount", 165),
+    ("umount2", 166),
+    ("swapon", 167),
+    ("swapoff", 168),
+    ("reboot", 169),
+    ("sethostname", 170),
+    ("setdomainname", 171),
+    ("iopl", 172),
+    ("ioperm", 173),
+    ("create_module", 174),
+    ("init_module", 175),
+    ("delete_module", 176),
+    ("get_kernel_syms", 177),
+    ("query_module", 178),
+    ("quotactl", 179),
+    ("nfsservctl", 180),
+    ("getpmsg", 181),
+    ("putpmsg", 182),
+    ("afs_syscall", 183),
+    ("tuxcall", 184),
+    ("security", 185),
+    ("lookup_dcookie", 212),
+    ("clock_settime", 227),
+    ("vserver", 236),
+    ("mbind", 237),
+    ("set_mempolicy", 238),
+    ("get_mempolicy", 239),
+    ("kexec_load", 246),
+    ("add_key", 248),
+    ("request_key", 249),
+    ("keyctl", 250),
+    ("migrate_pages", 256),
+    ("unshare", 272),
+    ("move_pages", 279),
+    ("perf_event_open", 298),
+    ("fanotify_init", 300),
+    ("open_by_handle_at", 304),
+    ("clock_adjtime", 305),
+    ("setns", 308),
+    ("kcmp", 312),
+    ("finit_module", 313),
+    ("kexec_file_load", 320),
+    ("bpf", 321),
+    ("userfaultfd", 323),
+    ("io_uring_setup", 425),
+    ("io_uring_enter", 426),
+    ("io_uring_register", 427),
+    ("open_tree", 428),
+    ("move_mount", 429),
+    ("fsopen", 430),
+    ("fsconfig", 431),
+    ("fsmount", 432),
+    ("fspick", 433),
+    ("clone3", 435),
+    ("pidfd_getfd", 438),
+    ("process_madvise", 440),
+    ("mount_setattr", 442),
+    ("quotactl_fd", 443),
+    ("set_mempolicy_home_node", 450),
+    ("lsm_get_self_attr", 459),
+    ("lsm_set_self_attr", 460),
+    ("lsm_list_modules", 461),
+];
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::*;
+
+    /// Call by call: what Docker's default profile refuses, this filter refuses (`clone3` is
+    /// answered `ENOSYS` by a program of its own, as Docker answers it, so that the C library
+    /// falls back to `clone`, whose flags the filter reads).
+    #[test]
+    fn every_call_docker_refuses_is_refused() {
+        let missing: Vec<&str> = DOCKER_REFUSED
+            .iter()
+            .filter(|(_, number)| *number != libc::SYS_clone3 && !DENIED.contains(number))
+            .map(|(name, _)| *name)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "allowed here, refused by Docker: {missing:?}"
+        );
+        // The numbers are the platform's own.
+        for (name, number) in [
+            ("syslog", libc::SYS_syslog),
+            ("io_uring_setup", libc::SYS_io_uring_setup),
+            ("clone3", libc::SYS_clone3),
+            ("set_mempolicy_home_node", libc::SYS_set_mempolicy_home_node),
+        ] {
+            let table = DOCKER_REFUSED
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(_, n)| *n);
+            assert_eq!(table, Some(number), "{name}");
+        }
+    }
+
+    #[test]
+    fn the_filters_build() {
+        for sockets in [Sockets::Any, Sockets::NoUnix, Sockets::None] {
+            for deny_list in [false, true] {
+                seccomp_filters(deny_list, sockets).expect("builds");
+            }
+        }
+    }
+}
 
 /// A per-runtime work directory: the child's current directory, removed with the runtime.
 #[derive(Debug)]

@@ -221,3 +221,144 @@ fn the_child_environment_holds_no_secrets() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// A cell that detaches a process the classic daemon way: fork, `setsid`, fork again, the
+/// middle process exits; the grandchild runs `sleep MARK`, out of the worker's process group.
+fn daemon_cell(mark: &str) -> String {
+    format!(
+        "import os\npid = os.fork()\nif pid == 0:\n    os.setsid()\n    if os.fork() == 0:\n        os.execv('/bin/sleep', ['sleep', '{mark}'])\n    os._exit(0)\nos.waitpid(pid, 0)\nprint('detached')"
+    )
+}
+
+/// A mark no other process carries: a `sleep` duration unique to this test process and call.
+fn mark(tag: u32) -> String {
+    format!("3600.{}{tag:03}", std::process::id())
+}
+
+/// The live processes whose command line carries `mark`, counted through `/proc`.
+fn marked(mark: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| c.split(|&b| b == 0).any(|arg| arg == mark.as_bytes()))
+                && alive(pid)
+        })
+        .collect()
+}
+
+/// Waits (generously) for every process carrying `mark` to end.
+fn all_end(mark: &str) -> Vec<u32> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = marked(mark);
+        if left.is_empty() || Instant::now() > deadline {
+            return left;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn configured(sandbox: &str) -> KernelConfig {
+    let config = KernelConfig::new().spare(false);
+    match sandbox {
+        "strict" => config.sandbox(cave_runtime_kernel::Sandbox::strict()),
+        _ => config.sandbox(cave_runtime_kernel::Sandbox::off()),
+    }
+}
+
+async fn detach(rt: &KernelRuntime, mark: &str) {
+    let out = rt
+        .execute(&daemon_cell(mark), &DiscardOutput)
+        .await
+        .expect("runs");
+    assert_eq!(out.output, "detached\n", "{out:?}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while marked(mark).is_empty() {
+        assert!(Instant::now() < deadline, "the daemon never started");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_daemon_ends_with_stop_reset_and_drop() {
+    for (i, sandbox) in ["off", "strict"].into_iter().enumerate() {
+        let tag = 10 * i as u32;
+        let rt = KernelRuntime::with_config(configured(sandbox)).expect("python");
+        let stopped = mark(tag);
+        detach(&rt, &stopped).await;
+        rt.stop().await;
+        assert_eq!(
+            all_end(&stopped),
+            Vec::<u32>::new(),
+            "{sandbox}: after stop"
+        );
+        let reset = mark(tag + 1);
+        detach(&rt, &reset).await;
+        rt.reset().await.expect("resets");
+        assert_eq!(all_end(&reset), Vec::<u32>::new(), "{sandbox}: after reset");
+        let dropped = mark(tag + 2);
+        detach(&rt, &dropped).await;
+        drop(rt);
+        assert_eq!(
+            all_end(&dropped),
+            Vec::<u32>::new(),
+            "{sandbox}: after drop"
+        );
+    }
+}
+
+/// Run in a separate host process (by `a_detached_daemon_ends_with_a_killed_host`): detaches
+/// a daemon, says so, and waits to be killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_held_with_a_daemon() {
+    let (Some(sandbox), Some(mark)) = (
+        std::env::var_os("CAVE_KERNEL_TEST_SANDBOX"),
+        std::env::var_os("CAVE_KERNEL_TEST_MARK"),
+    ) else {
+        return;
+    };
+    let rt =
+        KernelRuntime::with_config(configured(sandbox.to_str().expect("utf-8"))).expect("python");
+    detach(&rt, mark.to_str().expect("utf-8")).await;
+    println!("daemon detached");
+    tokio::time::sleep(Duration::from_secs(120)).await;
+}
+
+#[test]
+fn a_detached_daemon_ends_with_a_killed_host() {
+    for (i, sandbox) in ["off", "strict"].into_iter().enumerate() {
+        let mark = mark(100 + i as u32);
+        let mut host =
+            std::process::Command::new(std::env::current_exe().expect("this test binary"))
+                .args([
+                    "--exact",
+                    "host_held_with_a_daemon",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("CAVE_KERNEL_TEST_SANDBOX", sandbox)
+                .env("CAVE_KERNEL_TEST_MARK", &mark)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("the host starts");
+        let stdout = host.stdout.take().expect("piped");
+        let said = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.contains("daemon detached"));
+        assert!(said, "{sandbox}: the host detached its daemon");
+        assert_eq!(marked(&mark).len(), 1, "{sandbox}");
+        host.kill().expect("SIGKILL");
+        host.wait().expect("reaped");
+        assert_eq!(
+            all_end(&mark),
+            Vec::<u32>::new(),
+            "{sandbox}: the daemon outlived its host"
+        );
+    }
+}

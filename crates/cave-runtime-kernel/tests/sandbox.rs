@@ -100,6 +100,51 @@ async fn no_tcp_connection_to_the_host() {
     rt.stop().await;
 }
 
+const UNIX: &str = "import socket\ntry:\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    s.settimeout(2)\n    s.connect(PATH)\n    print('answered', s.recv(16).decode())\nexcept OSError as e:\n    print('refused', type(e).__name__)";
+
+/// A host process listening on a Unix-domain socket outside the work directory (as the Docker
+/// daemon, D-Bus or an SSH agent do) is out of reach: Landlock does not govern `connect`, and
+/// the network namespace does not separate sockets on the filesystem.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_connection_to_a_host_unix_socket() {
+    if skip("network") {
+        return;
+    }
+    let outside = Outside::new("unix");
+    let path = outside.dir.join("host.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let _ = (&stream).write_all(b"hello");
+        }
+    });
+    let code = UNIX.replace("PATH", &format!("{:?}", path.display().to_string()));
+    let rt = strict();
+    assert_eq!(outcome(&rt, &code).await, "refused PermissionError");
+    // Python's own plumbing keeps working: socketpair, and asyncio on top of it.
+    let plumbing = "import socket, asyncio\na, b = socket.socketpair()\na.send(b'x')\nprint(b.recv(1).decode(), asyncio.run(asyncio.sleep(0, 'ok')))";
+    assert_eq!(outcome(&rt, plumbing).await, "x ok");
+    rt.stop().await;
+    let rt = open();
+    assert_eq!(outcome(&rt, &code).await, "answered hello");
+    rt.stop().await;
+}
+
+/// io_uring runs operations seccomp cannot see: refused, as in Docker's default profile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_io_uring() {
+    if skip("syscalls") {
+        return;
+    }
+    let rt = strict();
+    let code = "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\nparams = ctypes.create_string_buffer(120)\nr = libc.syscall(425, 4, params)\nprint('io_uring_setup', r, os.strerror(ctypes.get_errno()))";
+    assert_eq!(
+        outcome(&rt, code).await,
+        "io_uring_setup -1 Operation not permitted"
+    );
+    rt.stop().await;
+}
+
 const READ: &str = "try:\n    print(open(PATH).read()[:3])\nexcept OSError as e:\n    print('denied', type(e).__name__)";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -33,6 +33,7 @@ macro_rules! runtime_contract_tests {
             the_namespace_persists,
             long_cells_stream_their_output,
             a_busy_loop_is_preempted,
+            a_printing_loop_is_preempted,
             a_cell_that_replaces_stdout_does_not_silence_later_cells,
             values_round_trip,
             host_functions_have_real_signatures,
@@ -288,6 +289,49 @@ pub async fn a_busy_loop_is_preempted(rt: &dyn Runtime) {
         rt.interrupter().expect("still").interrupt(),
         Interruption::Idle
     );
+    assert_eq!(run(rt, "1").await.output, "1\n");
+}
+
+/// An interrupt stops a loop that prints as fast as it can: nothing on the output path may
+/// swallow it or hold it back.
+pub async fn a_printing_loop_is_preempted(rt: &dyn Runtime) {
+    let interrupter = rt.interrupter().expect("the runtime can interrupt");
+    run(rt, "k = 0").await;
+    let stopper = tokio::spawn(async move {
+        for _ in 0..100 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let interruption = interrupter.interrupt();
+            if interruption != Interruption::Idle {
+                return (interruption, Instant::now());
+            }
+        }
+        (Interruption::Idle, Instant::now())
+    });
+    let looping = run(rt, "while True:\n    k += 1\n    print('line', k)");
+    // A loop the interrupt cannot stop would hang the suite: give up well past the bound.
+    let out = tokio::time::timeout(Duration::from_secs(60), looping)
+        .await
+        .expect("the printing loop was never stopped");
+    let (interruption, at) = stopper.await.expect("the stopper ran");
+    assert_eq!(interruption, Interruption::Delivered);
+    assert_eq!(
+        out.error.as_ref().map(|e| e.python_type.as_str()),
+        Some("KeyboardInterrupt"),
+        "{:?}",
+        out.error
+    );
+    assert!(!out.state_lost);
+    let late = at.elapsed();
+    assert!(
+        late < Duration::from_secs(5),
+        "stopped {late:?} after the interrupt"
+    );
+    assert!(
+        out.output.starts_with("line 1\n"),
+        "{:?}",
+        &out.output[..out.output.len().min(200)]
+    );
+    assert_eq!(run(rt, "k > 0").await.output, "True\n");
     assert_eq!(run(rt, "1").await.output, "1\n");
 }
 

@@ -1,0 +1,85 @@
+//! How every process a session starts ends with it, whatever the cell did to escape: a
+//! double-forked `setsid` daemon leaves the process group, so a group kill alone misses it.
+//!
+//! - The child's control group (`cgroup.rs`), made for every child where the host can, holds
+//!   every process it starts; the host kills the group on every end it drives (`stop`, `Drop`,
+//!   a reset, a crash, an unheeded interrupt). For the one end the host cannot drive, its own
+//!   death by SIGKILL, the worker's first act is to fork a *keeper*: it holds the child's end of
+//!   the socket, and when the host's end closes (the host stopped, dropped or lost the runtime,
+//!   or died) it kills every process listed in the group and ends.
+//! - The worker is a child subreaper: what its cells orphan stays its descendant, and the host
+//!   kills that tree before the worker on every end it drives. Without a control group this is
+//!   the whole of it, and a host killed with SIGKILL leaves detached processes behind (said by
+//!   `enforcement()` and `cave doctor`).
+
+use std::collections::HashSet;
+
+/// How it reads in `enforcement()`, at start and in `cave doctor`.
+pub(crate) fn describe(control_group: bool) -> String {
+    if control_group {
+        "processes end with the session: a control group, also when the host is killed".to_owned()
+    } else {
+        "processes end with the session: a child subreaper (no control group here: processes a cell detaches outlive a host killed by SIGKILL)".to_owned()
+    }
+}
+
+/// How the processes a kernel child starts end with it on this machine: what `cave doctor`
+/// prints.
+pub fn support() -> String {
+    describe(crate::cgroup::available())
+}
+
+/// In the child, between `fork` and `exec`: it becomes a child subreaper.
+///
+/// # Safety
+/// Only in a forked child before `exec`: one system call.
+pub(crate) unsafe fn apply() -> std::io::Result<()> {
+    // SAFETY: one system call; the setting survives `exec`.
+    if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The children of `pid` (every thread's).
+fn children(pid: i32) -> Vec<i32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for task in tasks.flatten() {
+        if let Ok(list) = std::fs::read_to_string(task.path().join("children")) {
+            found.extend(
+                list.split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            );
+        }
+    }
+    found
+}
+
+/// The most processes one kill walks: more than any limit the runtime sets.
+const MOST: usize = 1 << 16;
+
+/// Kills every descendant of `root` (not `root` itself). Each is stopped before its children
+/// are read, so none forks behind the walk; all are killed at the end.
+pub(crate) fn kill_descendants(root: i32) {
+    let mut seen = HashSet::new();
+    let mut queue = children(root);
+    while let Some(pid) = queue.pop() {
+        if seen.len() >= MOST || !seen.insert(pid) {
+            continue;
+        }
+        // SAFETY: a signal to a descendant of our own child.
+        unsafe {
+            libc::kill(pid, libc::SIGSTOP);
+        }
+        queue.extend(children(pid));
+    }
+    for pid in seen {
+        // SAFETY: as above.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
