@@ -149,6 +149,84 @@ async fn a_runaway_loop_is_stopped_at_the_time_limit() {
     );
 }
 
+/// A cell that prints without pause is stopped at `max_exec_timeout`, and at the run's time
+/// budget when that comes first (the output path must not keep the deadline from firing).
+async fn a_printing_loop_is_stopped(runtime: impl Runtime + Clone + 'static) {
+    let printing = block("n = 0\nwhile True:\n    n += 1\n    print('line', n)");
+    let model = ScriptedModel::new([
+        Reply::text(printing.clone()),
+        Reply::text(block("print(n > 0)")),
+        Reply::text("Done."),
+    ]);
+    let mut agent = Agent::builder(model, runtime.clone())
+        .max_exec_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    let events: Vec<Event> = agent.stream("Print.").collect().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::ExecutionTimeout { timeout, .. } if *timeout == 0.5)),
+        "{:?}",
+        events.iter().rev().take(3).collect::<Vec<_>>()
+    );
+    assert!(matches!(
+        events.last(),
+        Some(Event::Stopped {
+            stop_reason: StopReason::Completed,
+            ..
+        })
+    ));
+    assert_eq!(
+        results(agent.history())[1],
+        prompt::execution_output("True\n")
+    );
+
+    // The run's budget: the cell is stopped when the run's time is up, and the run ends.
+    let model = ScriptedModel::new([Reply::text(printing), Reply::text("never asked")]);
+    let mut agent = Agent::builder(model, runtime)
+        .max_exec_timeout(Duration::from_secs(600))
+        .max_run_time(Duration::from_millis(800))
+        .build()
+        .unwrap();
+    let started = Instant::now();
+    let events: Vec<Event> = tokio::time::timeout(
+        Duration::from_secs(60),
+        agent.stream("Print.").collect::<Vec<Event>>(),
+    )
+    .await
+    .expect("the run's time limit ended the cell");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::ExecutionTimeout { timeout, .. } if *timeout <= 0.8)),
+        "{:?}",
+        events.iter().rev().take(3).collect::<Vec<_>>()
+    );
+    assert!(matches!(
+        events.last(),
+        Some(Event::Stopped {
+            stop_reason: StopReason::Timeout,
+            ..
+        })
+    ));
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_printing_loop_is_stopped_in_process() {
+    a_printing_loop_is_stopped(InProcRuntime::new().unwrap()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_printing_loop_is_stopped_in_a_kernel() {
+    a_printing_loop_is_stopped(cave_agent::KernelRuntime::new().unwrap()).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocking_call_is_reported_as_still_running() {
     let runtime = InProcRuntime::new().unwrap();

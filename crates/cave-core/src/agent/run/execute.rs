@@ -62,11 +62,21 @@ impl Run<'_> {
         let runtime = self.agent.runtime.clone();
         let (sender, mut live) = mpsc::unbounded_channel();
         let sink = ChannelSink(sender);
-        let deadline = self
+        // The cell's own limit, or the run's when that comes first: a cell cannot outlast
+        // the run's time budget, which is otherwise checked between steps.
+        let now = tokio::time::Instant::now();
+        let run_deadline = self
             .agent
             .config
-            .max_exec_timeout
-            .map(|t| tokio::time::Instant::now() + t);
+            .max_run_time
+            .map(|limit| now + limit.saturating_sub(self.started.elapsed()));
+        let deadline = match (
+            self.agent.config.max_exec_timeout.map(|t| now + t),
+            run_deadline,
+        ) {
+            (Some(cell), Some(run)) => Some(cell.min(run)),
+            (cell, run) => cell.or(run),
+        };
         // Sub-agents the code runs send their events here; they are cancelled when this
         // execution ends, however it ends.
         let (nested_sender, mut nested) = mpsc::unbounded_channel();
@@ -87,8 +97,11 @@ impl Run<'_> {
         tokio::pin!(execution);
         let finished = loop {
             tokio::select! {
+                // The deadline before the output: a cell printing without pause always has
+                // output ready, and would otherwise never be stopped.
                 biased;
                 result = &mut execution => break Some(result),
+                () = sleep_until(deadline) => break None,
                 Some(chunk) = live.recv() => {
                     let chunk = shown.push(&chunk);
                     if !chunk.is_empty() {
@@ -96,11 +109,11 @@ impl Run<'_> {
                     }
                 }
                 Some(event) = nested.recv() => self.emit.emit(event).await,
-                () = sleep_until(deadline) => break None,
             }
         };
         let Some(result) = finished else {
-            return self.timed_out(execution).await;
+            let limit = deadline.map_or(0.0, |d| (d - now).as_secs_f64());
+            return self.timed_out(execution, limit).await;
         };
         self.executing = false;
         while let Ok(chunk) = live.try_recv() {
@@ -145,20 +158,16 @@ impl Run<'_> {
         Ok((event, message))
     }
 
-    /// The execution passed `max_exec_timeout`: interrupt it and give it a moment to unwind.
+    /// The execution ran for `limit` seconds, its `max_exec_timeout` or what was left of the
+    /// run's `max_run_time`: interrupt it and give it a moment to unwind.
     pub(super) async fn timed_out<F>(
         &mut self,
         execution: std::pin::Pin<&mut F>,
+        limit: f64,
     ) -> Result<(Event, Message), Failure>
     where
         F: std::future::Future<Output = Result<crate::Execution, RuntimeError>>,
     {
-        let limit = self
-            .agent
-            .config
-            .max_exec_timeout
-            .unwrap_or_default()
-            .as_secs_f64();
         let interruption = self.interrupt_execution();
         let settled = tokio::time::timeout(INTERRUPT_GRACE, execution).await;
         let mut state_lost = interruption == Some(Interruption::StateLost);
