@@ -123,6 +123,12 @@ pub struct KernelConfig {
     pub working_dir: Option<PathBuf>,
     /// The sandbox layers the child runs under. Default: off.
     pub sandbox: Sandbox,
+    /// Put the child in a control group of its own where the host can make one: it holds every
+    /// process the child starts (detached ones included) and ends them with it, also when the
+    /// host is killed, and it enforces the memory and process limits. Off: memory and process
+    /// limits fall back to rlimits, and what a cell detaches ends only on the ends the host
+    /// drives (see docs/SANDBOX.md). Default: on.
+    pub control_group: bool,
     /// Runs the worker in a kernel behind a Jupyter server instead of a child (feature
     /// `jupyter`): the interpreter, limits, environment, working directory and sandbox are
     /// then the server's to set.
@@ -143,6 +149,7 @@ impl Default for KernelConfig {
             env: Vec::new(),
             working_dir: None,
             sandbox: Sandbox::off(),
+            control_group: true,
             #[cfg(feature = "jupyter")]
             jupyter: None,
             pre_exec: None,
@@ -195,6 +202,11 @@ impl KernelConfig {
         self.sandbox = sandbox;
         self
     }
+    /// Turns the child's control group on (the default, where the host can make one) or off.
+    pub fn control_group(mut self, on: bool) -> Self {
+        self.control_group = on;
+        self
+    }
     /// Runs the worker in a kernel behind the Jupyter server `jupyter` describes (started
     /// there, or attached to) instead of a child process.
     #[cfg(feature = "jupyter")]
@@ -242,6 +254,8 @@ impl fmt::Debug for KernelConfig {
             .field("limits", &self.limits)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)
+            .field("sandbox", &self.sandbox)
+            .field("control_group", &self.control_group)
             .field("pre_exec", &self.pre_exec.is_some())
             .field("remote", &self.is_remote())
             .finish()

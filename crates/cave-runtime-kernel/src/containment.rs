@@ -9,8 +9,8 @@
 //!   or died) it kills every process listed in the group and ends.
 //! - The worker is a child subreaper: what its cells orphan stays its descendant, and the host
 //!   kills that tree before the worker on every end it drives. Without a control group this is
-//!   the whole of it, and a host killed with SIGKILL leaves detached processes behind (said by
-//!   `enforcement()` and `cave doctor`).
+//!   the whole of it, and a worker that dies by itself (a crash) or a host killed with SIGKILL
+//!   leaves detached processes behind (said by `enforcement()` and `cave doctor`).
 
 use std::collections::HashSet;
 
@@ -19,7 +19,7 @@ pub(crate) fn describe(control_group: bool) -> String {
     if control_group {
         "processes end with the session: a control group, also when the host is killed".to_owned()
     } else {
-        "processes end with the session: a child subreaper (no control group here: processes a cell detaches outlive a host killed by SIGKILL)".to_owned()
+        "processes end with the session: a child subreaper (no control group: processes a cell detaches outlive a crash of the worker or a host killed by SIGKILL)".to_owned()
     }
 }
 

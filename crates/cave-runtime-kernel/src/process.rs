@@ -207,12 +207,16 @@ impl Process {
             processes: config.limits.processes,
         };
         // Made whether or not a limit asks for one: it holds every process the child starts.
-        let group = match ChildGroup::create(wanted) {
-            Ok(group) => Some(Arc::new(group)),
-            Err(why) => {
-                tracing::info!(%why, "no control group for the kernel child; rlimits only");
-                None
+        let group = if config.control_group {
+            match ChildGroup::create(wanted) {
+                Ok(group) => Some(Arc::new(group)),
+                Err(why) => {
+                    tracing::info!(%why, "no control group for the kernel child; rlimits only");
+                    None
+                }
             }
+        } else {
+            None
         };
         let members = group.as_deref().map(ChildGroup::members);
         let mut command = Command::new(python);
@@ -736,6 +740,11 @@ impl Process {
     /// Asks the child to exit, then kills it after `grace`.
     pub(crate) async fn stop(&self, grace: std::time::Duration) {
         if self.alive() {
+            // First, while the worker is still the ancestor of what its cells detached: once
+            // it exits, those are orphaned beyond its reach.
+            if self.pgid > 0 {
+                crate::containment::kill_descendants(self.pid());
+            }
             let stop = self.request("stop", Vec::new());
             let _ = tokio::time::timeout(grace, stop).await;
             let mut exit = self.exit.clone();
@@ -751,9 +760,6 @@ impl Process {
         }
         // The group may still hold what a cell started (a remote kernel has none here).
         if self.pgid > 0 {
-            if self.alive() {
-                crate::containment::kill_descendants(self.pid());
-            }
             if let Some(group) = &self.group {
                 group.kill_all();
             }

@@ -5,9 +5,9 @@
 //! traceback for the same cell as every other one. A new runtime starts by passing these.
 
 use crate::{
-    Args, DiscardOutput, Execution, Field, Function, HostError, HostObject, Interruption, Method,
-    ObjectBinding, OutputSink, Param, ParamKind, Resources, Runtime, RuntimeError, RuntimeExt,
-    Signature, TypeSchema, Value, Variable,
+    Args, DiscardOutput, Execution, Field, Function, HostError, HostObject, Interrupt,
+    Interruption, Method, ObjectBinding, OutputSink, Param, ParamKind, Resources, Runtime,
+    RuntimeError, RuntimeExt, Signature, TypeSchema, Value, Variable,
 };
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -105,20 +105,10 @@ pub async fn run(runtime: &dyn Runtime, code: &str) -> Execution {
 pub async fn a_sleep_is_interrupted(rt: &dyn Runtime) {
     run(rt, "import time\nkept = 'yes'").await;
     let interrupter = rt.interrupter().expect("the runtime can interrupt");
-    let stopper = tokio::spawn(async move {
-        // Until the cell is there to be interrupted.
-        for _ in 0..100 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let interruption = interrupter.interrupt();
-            if interruption != Interruption::Idle {
-                return interruption;
-            }
-        }
-        Interruption::Idle
-    });
+    let stopper = interrupt_once_running(interrupter);
     let slept = run(rt, "time.sleep(100)").await;
     assert_eq!(
-        stopper.await.expect("the stopper ran"),
+        stopper.await.expect("the stopper ran").0,
         Interruption::Delivered
     );
     assert_eq!(
@@ -253,14 +243,12 @@ pub async fn long_cells_stream_their_output(rt: &dyn Runtime) {
     assert!(chunks.len() >= 2, "streamed in pieces: {chunks:?}");
 }
 
-/// An interrupt stops a pure-Python loop with `KeyboardInterrupt`; state survives.
-pub async fn a_busy_loop_is_preempted(rt: &dyn Runtime) {
-    let interrupter = rt.interrupter().expect("the runtime can interrupt");
-    assert_eq!(interrupter.interrupt(), Interruption::Idle);
-    // Started first, so that the interrupt finds the loop running on any runtime.
-    run(rt, "n = 0").await;
-    let stopper = tokio::spawn(async move {
-        // Until the loop is there to be interrupted (a slow machine may take a while).
+/// Interrupts the cell that is about to start, once it is running (a slow machine may take a
+/// while to start it): what the interrupt said, and when.
+fn interrupt_once_running(
+    interrupter: Arc<dyn Interrupt>,
+) -> tokio::task::JoinHandle<(Interruption, Instant)> {
+    tokio::spawn(async move {
         for _ in 0..100 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let interruption = interrupter.interrupt();
@@ -269,7 +257,16 @@ pub async fn a_busy_loop_is_preempted(rt: &dyn Runtime) {
             }
         }
         (Interruption::Idle, Instant::now())
-    });
+    })
+}
+
+/// An interrupt stops a pure-Python loop with `KeyboardInterrupt`; state survives.
+pub async fn a_busy_loop_is_preempted(rt: &dyn Runtime) {
+    let interrupter = rt.interrupter().expect("the runtime can interrupt");
+    assert_eq!(interrupter.interrupt(), Interruption::Idle);
+    // Started first, so that the interrupt finds the loop running on any runtime.
+    run(rt, "n = 0").await;
+    let stopper = interrupt_once_running(interrupter);
     let out = run(rt, "while True:\n    n += 1").await;
     let (interruption, at) = stopper.await.expect("the stopper ran");
     assert_eq!(interruption, Interruption::Delivered);
@@ -297,16 +294,7 @@ pub async fn a_busy_loop_is_preempted(rt: &dyn Runtime) {
 pub async fn a_printing_loop_is_preempted(rt: &dyn Runtime) {
     let interrupter = rt.interrupter().expect("the runtime can interrupt");
     run(rt, "k = 0").await;
-    let stopper = tokio::spawn(async move {
-        for _ in 0..100 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            let interruption = interrupter.interrupt();
-            if interruption != Interruption::Idle {
-                return (interruption, Instant::now());
-            }
-        }
-        (Interruption::Idle, Instant::now())
-    });
+    let stopper = interrupt_once_running(interrupter);
     let looping = run(rt, "while True:\n    k += 1\n    print('line', k)");
     // A loop the interrupt cannot stop would hang the suite: give up well past the bound.
     let out = tokio::time::timeout(Duration::from_secs(60), looping)
