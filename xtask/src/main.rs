@@ -1,7 +1,9 @@
 //! Project chores: `cargo xtask test` (the workspace tests, with the Python packages they
 //! need), `cargo xtask bench`, `cargo xtask test-live` (the live suite against a real model),
 //! `cargo xtask local-llm start|stop|status` (a local one), `cargo xtask soak [N]` (N random inputs through the fence
-//! parser, then N random model replies through the whole agent). Tidy checks are its tests
+//! parser, then N random model replies through the whole agent), `cargo xtask fuzz [N]` (N
+//! mutated inputs through each decoder of bytes another party sends: the kernel child's frames,
+//! a Jupyter server's messages, a model server's event stream). Tidy checks are its tests
 //! (`cargo test -p xtask`), run by the workspace test command.
 
 mod bench;
@@ -65,9 +67,36 @@ fn main() -> ExitCode {
                 )
             })
         }
+        Some("fuzz") => {
+            let cases = args.get(1).cloned().unwrap_or_else(|| "1000000".to_owned());
+            if cases.parse::<u64>().is_err() {
+                Err(format!("fuzz takes a number of cases, not {cases:?}"))
+            } else {
+                // Each target is a test that calls `cave_core::testing::fuzz::soak`; the suite
+                // runs them with the short default.
+                cargo(
+                    &[
+                        "test",
+                        "--release",
+                        "-p",
+                        "cave-runtime-kernel",
+                        "-p",
+                        "cave-models",
+                        "--all-features",
+                        "--lib",
+                        "fuzz_",
+                        "--",
+                        "--nocapture",
+                        "--test-threads",
+                        "1",
+                    ],
+                    &[("CAVE_FUZZ_CASES", cases.as_str())],
+                )
+            }
+        }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES]"
+                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES] | cargo xtask fuzz [CASES]"
             );
             return ExitCode::from(2);
         }
@@ -299,6 +328,7 @@ mod tidy {
     fn the_environment_is_read_only_where_the_architecture_says() {
         const ALLOWED: &[&str] = &[
             "crates/cave-cli/src/config.rs",
+            "crates/cave-core/src/testing/fuzz.rs",
             "crates/cave-models/src/config.rs",
             "crates/cave-python/src/report.rs",
             "crates/cave-python/src/interpreter.rs",

@@ -59,3 +59,18 @@ async fn an_agent_runs_in_a_kernel_behind_a_gateway() {
     assert!(std::sync::Arc::ptr_eq(&same, &tally));
     runtime.stop().await;
 }
+
+/// The time limits stop a printing cell in a kernel behind a gateway too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_printing_loop_is_stopped_behind_a_gateway() {
+    let Some(gateway) = gateway::gateway() else {
+        return;
+    };
+    let runtime = KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())),
+    )
+    .expect("a runtime");
+    cave_agent::testing::contract::time_limits_stop_a_printing_loop(runtime).await;
+}

@@ -149,67 +149,18 @@ async fn a_runaway_loop_is_stopped_at_the_time_limit() {
     );
 }
 
-/// A cell that prints without pause is stopped at `max_exec_timeout`, and at the run's time
-/// budget when that comes first (the output path must not keep the deadline from firing).
-async fn a_printing_loop_is_stopped(runtime: impl Runtime + Clone + 'static) {
-    // A cell nothing stops would hang the suite: fail instead, well past either limit.
-    async fn run_to_end(agent: &mut Agent) -> Vec<Event> {
-        tokio::time::timeout(Duration::from_secs(60), agent.stream("Print.").collect())
-            .await
-            .expect("a time limit ended the printing cell")
-    }
-    let timeout_of = |events: &[Event]| {
-        events.iter().find_map(|e| match e {
-            Event::ExecutionTimeout { timeout, .. } => Some(*timeout),
-            _ => None,
-        })
-    };
-    let stop_reason = |events: &[Event]| match events.last() {
-        Some(Event::Stopped { stop_reason, .. }) => Some(*stop_reason),
-        _ => None,
-    };
-    let printing = block("n = 0\nwhile True:\n    n += 1\n    print('line', n)");
-    let model = ScriptedModel::new([
-        Reply::text(printing.clone()),
-        Reply::text(block("print(n > 0)")),
-        Reply::text("Done."),
-    ]);
-    let mut agent = Agent::builder(model, runtime.clone())
-        .max_exec_timeout(Duration::from_millis(500))
-        .build()
-        .unwrap();
-    let events = run_to_end(&mut agent).await;
-    assert_eq!(timeout_of(&events), Some(0.5));
-    assert_eq!(stop_reason(&events), Some(StopReason::Completed));
-    assert_eq!(
-        results(agent.history())[1],
-        prompt::execution_output("True\n")
-    );
-
-    // The run's budget: the cell is stopped when the run's time is up, and the run ends.
-    let model = ScriptedModel::new([Reply::text(printing), Reply::text("never asked")]);
-    let mut agent = Agent::builder(model, runtime)
-        .max_exec_timeout(Duration::from_secs(600))
-        .max_run_time(Duration::from_millis(800))
-        .build()
-        .unwrap();
-    let events = run_to_end(&mut agent).await;
-    assert!(
-        timeout_of(&events).is_some_and(|t| t <= 0.8),
-        "{:?}",
-        timeout_of(&events)
-    );
-    assert_eq!(stop_reason(&events), Some(StopReason::Timeout));
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_printing_loop_is_stopped_in_process() {
-    a_printing_loop_is_stopped(InProcRuntime::new().unwrap()).await;
+    cave_agent::testing::contract::time_limits_stop_a_printing_loop(InProcRuntime::new().unwrap())
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_printing_loop_is_stopped_in_a_kernel() {
-    a_printing_loop_is_stopped(cave_agent::KernelRuntime::new().unwrap()).await;
+    cave_agent::testing::contract::time_limits_stop_a_printing_loop(
+        cave_agent::KernelRuntime::new().unwrap(),
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

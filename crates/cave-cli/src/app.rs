@@ -188,7 +188,7 @@ impl Session {
                 InProcRuntime::new().context("the in-process Python runtime could not start")?,
             ),
             RuntimeChoice::Kernel(config) => {
-                let sandboxed = !config.sandbox.is_off();
+                let sandboxed = !config.sandbox_in_force().is_off();
                 let remote = config.jupyter.as_ref().map(|j| j.url().to_owned());
                 let rt = KernelRuntime::with_config(*config)
                     .context("the kernel runtime could not be set up")?;
@@ -207,6 +207,9 @@ impl Session {
                         )?;
                     let layers = rt.sandbox_layers().await.unwrap_or_default();
                     eprintln!("cave: sandbox: {}", sandbox_summary(&layers));
+                    if let Some(limits) = rt.limits().await {
+                        eprintln!("cave: limits: {limits}");
+                    }
                     if let Some(audit) = &audit {
                         let layers: Vec<String> = layers.iter().map(ToString::to_string).collect();
                         audit.record("sandbox", serde_json::json!({ "layers": layers }));
@@ -602,6 +605,10 @@ fn doctor() -> Exit {
         }
     }
     println!("Processes: {}", cave_agent::kernel::containment_support());
+    println!(
+        "Default limits (--sandbox strict): {}",
+        cave_agent::kernel::KernelConfig::new().limits_in_force()
+    );
     match KernelRuntime::new() {
         Ok(rt) => println!("Python: {}", rt.python().display()),
         Err(e) => println!("Python: {e}"),

@@ -192,7 +192,8 @@ pub struct CommonArgs {
     #[arg(long, value_name = "PATH", help_heading = "Runtime")]
     pub python: Option<PathBuf>,
     /// Kernel runtime: the child's memory; past it the child is killed, "out of memory" (a
-    /// control group where the host can make one, else an address-space limit) (e.g. 2G).
+    /// control group where the host can make one, else an address-space limit) (e.g. 2G)
+    /// [default with the sandbox: half of this machine's memory, where a control group holds it].
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Runtime")]
     pub memory_limit: Option<u64>,
     /// Kernel runtime: the child's address space; past it allocations raise MemoryError (e.g. 4G).
@@ -204,7 +205,9 @@ pub struct CommonArgs {
     /// Kernel runtime: the child's open files [default: 1024].
     #[arg(long, value_name = "N", help_heading = "Runtime")]
     pub max_open_files: Option<u64>,
-    /// Kernel runtime: processes of the child's user (not enforced for root).
+    /// Kernel runtime: processes and threads of the child (a control group where the host can
+    /// make one, else RLIMIT_NPROC, which counts all of the user's processes and spares root)
+    /// [default with the sandbox: 512, where a control group holds it].
     #[arg(long, value_name = "N", help_heading = "Runtime")]
     pub max_processes: Option<u64>,
     /// Kernel runtime: the largest file the child may write [default: 4G].

@@ -4,7 +4,7 @@
 use crate::args::{CommonArgs, PolicyPreset, Provider, RuntimeKind, SandboxMode};
 use anyhow::{Context, bail};
 use cave_agent::SecurityPolicy;
-use cave_agent::kernel::{JupyterConfig, KernelConfig, Limits, Sandbox};
+use cave_agent::kernel::{JupyterConfig, KernelConfig, Sandbox};
 use cave_agent::models::{ApiKey, ModelConfig};
 use cave_agent::{Value, Variable};
 use std::path::PathBuf;
@@ -379,7 +379,14 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
             Ok(RuntimeChoice::InProc)
         }
         RuntimeKind::Kernel => {
-            let mut limits = Limits::default();
+            let sandbox = match args.sandbox.unwrap_or(SandboxMode::Strict) {
+                SandboxMode::Strict => Sandbox::strict(),
+                SandboxMode::Off => Sandbox::off(),
+            };
+            let mut config = KernelConfig::new().spare(!args.no_spare).sandbox(sandbox);
+            // An option changes one limit; the others keep the defaults of the sandbox.
+            let mut limits = config.limits_in_force();
+            let defaults = limits.clone();
             if let Some(bytes) = args.memory_limit {
                 limits = limits.memory(bytes);
             }
@@ -401,14 +408,9 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
             if let Some(bytes) = args.max_file_size {
                 limits = limits.file_size(bytes);
             }
-            let sandbox = match args.sandbox.unwrap_or(SandboxMode::Strict) {
-                SandboxMode::Strict => Sandbox::strict(),
-                SandboxMode::Off => Sandbox::off(),
-            };
-            let mut config = KernelConfig::new()
-                .limits(limits)
-                .spare(!args.no_spare)
-                .sandbox(sandbox);
+            if limits != defaults {
+                config = config.limits(limits);
+            }
             if let Some(python) = &args.python {
                 config = config.python(python);
             }

@@ -262,11 +262,27 @@ async fn the_kernel_is_sandboxed_by_default() {
     } else {
         eprintln!("skipped the sandboxed read: {listed}");
     }
+    // The limits come with the sandbox, printed beside its layers; `cave doctor` lists them.
+    assert!(
+        outputs[0].1.contains("cave: limits: processes ")
+            && outputs[0].1.contains("open files 1024, file size 4 GiB"),
+        "{}",
+        outputs[0].1
+    );
     assert_eq!(outputs[1].0, "hunter2\n");
     assert!(!outputs[1].1.contains("cave: sandbox"), "{}", outputs[1].1);
     for layer in ["network", "filesystem", "syscalls", "no_new_privs"] {
         assert!(listed.contains(&format!("  {layer}: ")), "{listed}");
     }
+    assert!(
+        listed.contains("Processes: processes end with the session"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("Default limits (--sandbox strict): processes ")
+            && listed.contains("open files 1024"),
+        "{listed}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

@@ -51,6 +51,7 @@ mod gate;
 pub mod macro_support;
 mod message;
 mod model;
+mod output;
 mod parser;
 mod policy;
 pub mod prompt;
@@ -84,6 +85,9 @@ pub use message::{
 };
 pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
+};
+pub use output::{
+    CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, STRAY_OUTPUT_CAP, StrayOutput, format_size,
 };
 pub use parser::{FenceParser, Parsed};
 pub use policy::{CodePolicy, Violation, ViolationKind};

@@ -113,6 +113,39 @@ pub fn execution_timeout(seconds: f64) -> String {
     )
 }
 
+/// Put between the beginning and the end of a cell's output when its middle was dropped
+/// (`bytes` and `lines` of it) because the output passed `cap` bytes.
+pub fn output_dropped(bytes: u64, lines: u64, cap: usize) -> String {
+    format!(
+        "[… {} ({lines} lines) of output dropped here: a cell's output is kept up to {}, its \
+beginning and its end. Print less, or write large results to a file and read parts of it.]\n",
+        crate::format_size(bytes),
+        crate::format_size(cap as u64),
+    )
+}
+
+/// Put before a cell's output when a thread or a process an earlier cell left running wrote
+/// after that cell ended: `written`, what was kept of it.
+pub fn written_outside_cells(written: &str) -> String {
+    let mut text = String::from(
+        "[Written after its cell ended, by a thread or process an earlier cell left running:]\n",
+    );
+    text.push_str(written);
+    if !written.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("[The output of this cell:]\n");
+    text
+}
+
+/// Put where output written while no cell ran was dropped (`bytes` of it).
+pub fn written_outside_dropped(bytes: u64) -> String {
+    format!(
+        "[… {} more written outside any cell]\n",
+        crate::format_size(bytes)
+    )
+}
+
 /// Added (after a blank line) when stopping an execution restarted the runtime process.
 pub const STATE_LOST_NOTICE: &str = "Stopping it restarted the runtime process: variables, imports and \
 functions created by earlier code are gone, and the registered functions, variables and types are back. \

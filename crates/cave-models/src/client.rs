@@ -119,18 +119,7 @@ pub(crate) fn stream(
     request: &ChatRequest,
 ) -> Result<DeltaStream, ModelError> {
     let body = client.body(request)?;
-    let state = StreamState {
-        client,
-        body,
-        request: request.clone(),
-        events: None,
-        retries: 0,
-        wait: None,
-        content_seen: false,
-        finished: false,
-        done: false,
-        pending: VecDeque::new(),
-    };
+    let state = StreamState::new(client, body, request.clone(), None);
     Ok(Box::pin(futures_util::stream::unfold(
         state,
         |mut state| async move {
@@ -158,6 +147,27 @@ struct StreamState {
 }
 
 impl StreamState {
+    /// A stream about to connect (or reading `events` already).
+    fn new(
+        client: Arc<Client>,
+        body: Vec<u8>,
+        request: ChatRequest,
+        events: Option<Events>,
+    ) -> Self {
+        Self {
+            client,
+            body,
+            request,
+            events,
+            retries: 0,
+            wait: None,
+            content_seen: false,
+            finished: false,
+            done: false,
+            pending: VecDeque::new(),
+        }
+    }
+
     async fn next(&mut self) -> Option<Result<Delta, ModelError>> {
         loop {
             if let Some(delta) = self.pending.pop_front() {
@@ -333,5 +343,106 @@ impl StreamState {
             "" => backoff,
             message => backoff.with_backoff_reason(message),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What a model server could stream, cut into pieces as the network cuts it, read by the
+    /// SSE parser and the chunk reader: every stream ends in deltas, an error or its end,
+    /// never a panic or a reconnect loop (`cargo xtask fuzz` runs a million cases).
+    #[test]
+    fn fuzz_event_streams_from_the_server() {
+        let client = Arc::new(Client {
+            http: reqwest::Client::new(),
+            endpoint: "http://127.0.0.1:9/chat/completions".to_owned(),
+            model: "m".to_owned(),
+            api_key: Some(ApiKey::new("sk-fuzz-secret")),
+            headers: Vec::new(),
+            extra: Map::new(),
+            max_tokens: None,
+            stream_usage: true.into(),
+            send_reasoning: false,
+            // No retry: a broken stream ends the case instead of reconnecting.
+            retry: RetryPolicy {
+                max_retries: 0,
+                ..RetryPolicy::default()
+            },
+        });
+        let chunk = |delta: &str| {
+            format!(
+                "data: {{\"id\":\"c\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{{\"index\":0,\"delta\":{delta},\"finish_reason\":null}}]}}\n\n"
+            )
+        };
+        let seeds: Vec<Vec<u8>> = [
+            chunk(r#"{"role":"assistant","content":"Hello ```python\nprint(1)\n```"}"#)
+                + &chunk(r#"{"reasoning_content":"think"}"#)
+                + "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"total_tokens\":7}}\n\n"
+                + "data: [DONE]\n\n",
+            chunk(r#"{"content":"partial"}"#)
+                + "data: {\"error\":{\"message\":\"overloaded sk-abc\",\"type\":\"server_error\",\"code\":529}}\n\n",
+            ": keep-alive\r\n\r\nevent: message\r\nid: 7\r\nretry: 10\r\ndata: {\"choices\":[]}\r\n\r\n".to_owned(),
+        ]
+        .into_iter()
+        .map(String::into_bytes)
+        .collect();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
+        // The harness reads what it is given: the first seed, whole, is an answer.
+        let mut whole = StreamState::new(
+            client.clone(),
+            Vec::new(),
+            ChatRequest::new(Vec::new()),
+            Some(
+                futures_util::stream::iter([Ok(bytes::Bytes::from(seeds[0].clone()))])
+                    .boxed()
+                    .eventsource(),
+            ),
+        );
+        let text = runtime.block_on(async {
+            let mut text = String::new();
+            while let Some(Ok(delta)) = whole.next().await {
+                text.push_str(&delta.text);
+            }
+            text
+        });
+        assert_eq!(text, "Hello ```python\nprint(1)\n```");
+        let mut cuts = cave_core::testing::fuzz::Rng::new(11);
+        cave_core::testing::fuzz::soak("sse-stream", &seeds, |input| {
+            // Cut as the network would: pieces of 1 to 64 bytes.
+            let mut pieces = Vec::new();
+            let mut rest = input;
+            while !rest.is_empty() {
+                let n = (1 + cuts.below(64)).min(rest.len());
+                pieces.push(Ok(bytes::Bytes::copy_from_slice(&rest[..n])));
+                rest = &rest[n..];
+            }
+            let events: Events = futures_util::stream::iter(pieces).boxed().eventsource();
+            let mut state = StreamState::new(
+                client.clone(),
+                Vec::new(),
+                ChatRequest::new(Vec::new()),
+                Some(events),
+            );
+            runtime.block_on(async {
+                // Bounded: a stream of n bytes yields at most n deltas and one end.
+                for _ in 0..=input.len() + 1 {
+                    match state.next().await {
+                        None => return,
+                        Some(Err(error)) => {
+                            assert!(!error.message().contains("sk-fuzz-secret"));
+                        }
+                        Some(Ok(delta)) => {
+                            assert!(delta.backoff.is_none(), "no retry was allowed");
+                        }
+                    }
+                }
+                panic!("the stream did not end");
+            });
+        });
     }
 }

@@ -113,9 +113,29 @@ class _RoutedText(io.TextIOBase):
 _routers = {}
 
 
+_thread_start = threading.Thread.start
+
+
+def _start_with_output(thread, *args, **kwargs):
+    """`Thread.start`: a thread a cell starts writes where that cell writes, during the cell
+    and after it (the runtime keeps what comes after for its next cell); threads started
+    elsewhere (the host's own) keep the real streams."""
+    sink = _output.get()
+    if sink is not None:
+        run = thread.run
+
+        def run_with_output():
+            _output.set(sink)
+            run()
+
+        thread.run = run_with_output
+    return _thread_start(thread, *args, **kwargs)
+
+
 def install():
     """Routes `sys.stdout` and `sys.stderr` through the executor, and provides the
     `cave_agent.runtime` compatibility module (idempotent)."""
+    threading.Thread.start = _start_with_output
     for name in ("stdout", "stderr"):
         current = getattr(sys, name)
         if not isinstance(current, _RoutedText):

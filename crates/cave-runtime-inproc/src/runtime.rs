@@ -8,16 +8,17 @@ use crate::stdio::{self, CellSink, StdioCapture};
 use crate::worker::Worker;
 use async_trait::async_trait;
 use cave_core::{
-    Args, Description, Entry, Execution, ExecutionError, Function, FunctionBody, HostError,
-    HostObject, Interrupt, ObjectBinding, OutputSink, Param, Registry, Resource, Resources,
-    Runtime, RuntimeError, TypeSchema, TypeShape, Value, Variable, normalize_name,
+    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, Description, Entry, Execution, ExecutionError,
+    Function, FunctionBody, HostError, HostObject, Interrupt, ObjectBinding, OutputSink, Param,
+    Registry, Resource, Resources, Runtime, RuntimeError, StrayOutput, TypeSchema, TypeShape,
+    Value, Variable, normalize_name,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple};
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::UnboundedSender;
@@ -41,11 +42,13 @@ struct Inner {
     namespace: Py<PyDict>,
     /// The runtime's output function (one for all its cells: executions never overlap).
     write: Py<PyAny>,
-    output: Arc<Mutex<CellOutput>>,
+    output: Arc<Mutex<Outputs>>,
     registry: Mutex<Registry>,
     state: Mutex<State>,
     interrupt: Arc<CellInterrupt>,
     executions: AtomicU64,
+    /// How much of one cell's output is held, in bytes.
+    max_output: AtomicUsize,
     /// The process's captured descriptors, when the host attached them to this runtime.
     stdio: Mutex<Option<Arc<stdio::Shared>>>,
     /// Where host functions' futures run (the creator's tokio runtime, or our own).
@@ -67,20 +70,26 @@ struct Created<'py> {
     proxy: bool,
 }
 
-/// Where the running cell's output goes.
+/// Where this runtime's output goes: the running cell's, or, between cells (a thread a cell
+/// started, still writing), kept within a cap for the next cell.
 #[derive(Default)]
-struct CellOutput {
-    text: String,
-    live: Option<UnboundedSender<String>>,
+struct Outputs {
+    cell: Option<CellOutput>,
+    between: StrayOutput,
 }
 
-impl CellSink for Mutex<CellOutput> {
-    fn captured(&self, text: &str) {
-        let mut output = lock(self);
-        if let Some(live) = &output.live {
-            let _ = live.send(text.to_owned());
+impl Outputs {
+    fn push(&mut self, text: &str) {
+        match &mut self.cell {
+            Some(cell) => cell.push(text),
+            None => self.between.push(text),
         }
-        output.text.push_str(text);
+    }
+}
+
+impl CellSink for Mutex<Outputs> {
+    fn captured(&self, text: &str) {
+        lock(self).push(text);
     }
 }
 
@@ -124,7 +133,7 @@ impl InProcRuntime {
                 (rt.handle().clone(), Some(rt))
             }
         };
-        let output = Arc::new(Mutex::new(CellOutput::default()));
+        let output = Arc::new(Mutex::new(Outputs::default()));
         let sink = output.clone();
         let (namespace, write) =
             Python::attach(|py| -> Result<(Py<PyDict>, Py<PyAny>), InProcError> {
@@ -144,11 +153,7 @@ impl InProcRuntime {
                           -> PyResult<()> {
                         let text =
                             text_of(args.get_item(0)?.cast::<PyString>().map_err(PyErr::from)?)?;
-                        let mut sink = lock(&sink);
-                        if let Some(live) = &sink.live {
-                            let _ = live.send(text.clone());
-                        }
-                        sink.text.push_str(&text);
+                        lock(&sink).push(&text);
                         Ok(())
                     },
                 )
@@ -176,11 +181,19 @@ impl InProcRuntime {
                 state: Mutex::new(State::default()),
                 interrupt,
                 executions: AtomicU64::new(0),
+                max_output: AtomicUsize::new(DEFAULT_MAX_CELL_OUTPUT),
                 stdio: Mutex::new(None),
                 handle,
                 own_runtime: Mutex::new(own_runtime),
             }),
         })
+    }
+
+    /// Sets how much of one cell's output is held, in bytes (default:
+    /// [`DEFAULT_MAX_CELL_OUTPUT`]): past it, the beginning and the end are kept and the
+    /// middle is counted in a note.
+    pub fn set_max_output(&self, bytes: usize) {
+        self.inner.max_output.store(bytes, Ordering::Relaxed);
     }
 
     /// A runtime with these resources registered.
@@ -544,10 +557,16 @@ impl Inner {
             message: e.to_string(),
         })?;
         let number = self.executions.fetch_add(1, Ordering::SeqCst) + 1;
-        *lock(&self.output) = CellOutput {
-            text: String::new(),
-            live: Some(live),
-        };
+        let cap = self.max_output.load(Ordering::Relaxed);
+        {
+            let mut outputs = lock(&self.output);
+            let mut cell = CellOutput::new(cap, Some(live));
+            // What threads of earlier cells wrote meanwhile comes first.
+            if let Some(between) = outputs.between.take() {
+                cell.push(&between);
+            }
+            outputs.cell = Some(cell);
+        }
         let capture = lock(&self.stdio).clone();
         let captured = capture
             .as_ref()
@@ -568,7 +587,8 @@ impl Inner {
             // finish the write being waited for.
             py.detach(|| capture.end_cell(token));
         }
-        let mut output = std::mem::take(&mut *lock(&self.output)).text;
+        let held = lock(&self.output).cell.take();
+        let mut output = held.map(CellOutput::finish).unwrap_or_default();
         match result {
             Ok(raised) if raised.is_none() => Ok(Execution::ok(output)),
             Ok(raised) => {

@@ -43,9 +43,9 @@ async fn concurrent_runtimes_keep_their_own_output() {
 }
 
 #[tokio::test]
-async fn host_output_is_not_captured() {
+async fn a_thread_a_cell_starts_writes_into_the_cell() {
     let rt = InProcRuntime::new().unwrap();
-    // A thread the cell starts writes to the real stdout, not into the cell's output.
+    // Its output is the model code's, not the host's: the cell's, in order here (joined).
     let out = run(&rt, "import threading\nt = threading.Thread(target=lambda: print('from a thread'))\nt.start(); t.join()\nprint('cell')").await;
-    assert_eq!(out.output, "cell\n");
+    assert_eq!(out.output, "from a thread\ncell\n");
 }

@@ -208,13 +208,7 @@ pub(crate) fn available() -> bool {
 
 /// This process's group under v2, when it delegates `controllers` to children.
 fn v2_parent(mounts: &str, own: &str, controllers: &[&str]) -> Option<PathBuf> {
-    let mount = mounts
-        .lines()
-        .find(|l| l.split(' ').nth(2) == Some("cgroup2"))?
-        .split(' ')
-        .nth(1)?;
-    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let dir = Path::new(mount).join(path.trim_start_matches('/'));
+    let dir = v2_group(mounts, own)?;
     let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control")).ok()?;
     let enabled: Vec<&str> = enabled.split_whitespace().collect();
     controllers
@@ -225,6 +219,26 @@ fn v2_parent(mounts: &str, own: &str, controllers: &[&str]) -> Option<PathBuf> {
 
 /// This process's group in the v1 hierarchy of `controller`, when it is mounted and writable.
 fn v1_parent(mounts: &str, own: &str, controller: &str) -> Option<PathBuf> {
+    let dir = v1_group(mounts, own, controller)?;
+    // SAFETY: access(2) on a valid C string.
+    let writable = CString::new(dir.as_os_str().as_encoded_bytes())
+        .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0);
+    writable.then_some(dir)
+}
+
+/// This process's group directory under v2, if cgroup2 is mounted.
+fn v2_group(mounts: &str, own: &str) -> Option<PathBuf> {
+    let mount = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(2) == Some("cgroup2"))?
+        .split(' ')
+        .nth(1)?;
+    let path = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    Some(Path::new(mount).join(path.trim_start_matches('/')))
+}
+
+/// This process's group directory in the v1 hierarchy of `controller`, if it is mounted.
+fn v1_group(mounts: &str, own: &str, controller: &str) -> Option<PathBuf> {
     let mount = mounts.lines().find_map(|l| {
         let fields: Vec<&str> = l.split(' ').collect();
         (fields.get(2) == Some(&"cgroup")
@@ -238,9 +252,41 @@ fn v1_parent(mounts: &str, own: &str, controller: &str) -> Option<PathBuf> {
         let (_, list, path) = (parts.next()?, parts.next()?, parts.next()?);
         list.split(',').any(|c| c == controller).then_some(path)
     })?;
-    let dir = Path::new(mount).join(path.trim_start_matches('/'));
-    // SAFETY: access(2) on a valid C string.
-    let writable = CString::new(dir.as_os_str().as_encoded_bytes())
-        .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0);
-    writable.then_some(dir)
+    Some(Path::new(mount).join(path.trim_start_matches('/')))
+}
+
+/// The memory this host may use: the machine's, or the limit of the host's own control group
+/// when that is lower (a container, a CI job).
+pub(crate) fn host_memory() -> u64 {
+    // SAFETY: sysconf reads constants.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let machine = u64::try_from(pages)
+        .unwrap_or(0)
+        .saturating_mul(u64::try_from(page).unwrap_or(0));
+    let own = own_memory_limit().unwrap_or(u64::MAX);
+    match machine.min(own) {
+        // Unreadable: 4 GiB, a small machine's worth.
+        0 => 4 << 30,
+        bytes => bytes,
+    }
+}
+
+/// The memory limit of the host's own control group, if it has one.
+fn own_memory_limit() -> Option<u64> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let read = |path: PathBuf| {
+        std::fs::read_to_string(path)
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let v2 = v2_group(&mounts, &own).and_then(|dir| read(dir.join("memory.max")));
+    let v1 =
+        v1_group(&mounts, &own, "memory").and_then(|dir| read(dir.join("memory.limit_in_bytes")));
+    v2.into_iter().chain(v1).min()
 }

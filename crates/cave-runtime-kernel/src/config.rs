@@ -10,8 +10,18 @@ use std::time::Duration;
 /// either direction.
 pub const DEFAULT_MAX_FRAME: usize = 256 << 20;
 
-/// Resource limits applied to the child (`setrlimit`) before it runs Python. `None` leaves
-/// the host's own limit.
+/// Processes (and threads) a sandboxed child may have when no limit is set.
+pub const DEFAULT_PROCESSES: u64 = 512;
+/// Open files a child may have when no limit is set.
+pub const DEFAULT_OPEN_FILES: u64 = 1024;
+/// The largest file a child may write when no limit is set.
+pub const DEFAULT_FILE_SIZE: u64 = 4 << 30;
+
+/// Resource limits applied to the child. `None` leaves the host's own limit.
+///
+/// [`Limits::default`] is what a sandboxed child gets when none are set (the table in
+/// docs/SANDBOX.md); [`Limits::unsandboxed`] what a child without a sandbox gets;
+/// [`Limits::none`] sets nothing.
 #[derive(Clone, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Limits {
@@ -19,7 +29,8 @@ pub struct Limits {
     /// make one (cgroup v2 delegation, or writable v1 hierarchies, as for root): the kernel
     /// kills the child when it is exceeded, and the execution says "out of memory". Otherwise
     /// it is an address-space limit (`RLIMIT_AS`): allocations beyond it raise `MemoryError`.
-    /// Default: none.
+    /// Default: half of the machine's memory (or of the host's own control group's limit,
+    /// when lower).
     pub memory: Option<u64>,
     /// Address space in bytes (`RLIMIT_AS`): allocation beyond it raises `MemoryError` and
     /// the process lives on. Default: none.
@@ -27,25 +38,31 @@ pub struct Limits {
     /// CPU seconds over the child's life (`RLIMIT_CPU`): past it the child is killed.
     /// Default: none (`max_exec_timeout` bounds a cell).
     pub cpu_seconds: Option<u64>,
-    /// Open files (`RLIMIT_NOFILE`). Default: 1024.
+    /// Open files (`RLIMIT_NOFILE`). Default: [`DEFAULT_OPEN_FILES`].
     pub open_files: Option<u64>,
     /// Processes (and threads) the child may have. Enforced by its control group where the
     /// host can make one; otherwise `RLIMIT_NPROC`, which counts all of the user's processes
-    /// and which the kernel does not apply to root. Default: none.
+    /// and which the kernel does not apply to root. Default: [`DEFAULT_PROCESSES`].
     pub processes: Option<u64>,
-    /// Largest file the child may write, in bytes (`RLIMIT_FSIZE`). Default: 4 GiB.
+    /// Largest file the child may write, in bytes (`RLIMIT_FSIZE`). Default:
+    /// [`DEFAULT_FILE_SIZE`].
     pub file_size: Option<u64>,
 }
 
 impl Default for Limits {
+    /// The limits of a sandboxed child when none are set: processes, memory, open files and
+    /// file size. The memory and process defaults hold only through a control group: where
+    /// the host cannot make one, the child runs without them (an rlimit would count every
+    /// process of the user, and an address-space cap breaks programs that reserve more than
+    /// they use), and `enforcement()` says so.
     fn default() -> Self {
         Self {
-            memory: None,
+            memory: Some(crate::cgroup::host_memory() / 2),
             address_space: None,
             cpu_seconds: None,
-            open_files: Some(1024),
-            processes: None,
-            file_size: Some(4 << 30),
+            open_files: Some(DEFAULT_OPEN_FILES),
+            processes: Some(DEFAULT_PROCESSES),
+            file_size: Some(DEFAULT_FILE_SIZE),
         }
     }
 }
@@ -60,6 +77,15 @@ impl Limits {
             open_files: None,
             processes: None,
             file_size: None,
+        }
+    }
+    /// The limits of a child without a sandbox when none are set: open files and file size
+    /// only.
+    pub fn unsandboxed() -> Self {
+        Self {
+            open_files: Some(DEFAULT_OPEN_FILES),
+            file_size: Some(DEFAULT_FILE_SIZE),
+            ..Self::none()
         }
     }
     /// Sets the memory limit in bytes.
@@ -94,6 +120,24 @@ impl Limits {
     }
 }
 
+impl fmt::Display for Limits {
+    /// `processes 512, memory 11.7 GiB, open files 1024, file size 4 GiB, CPU time none,
+    /// address space none`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let none = || "none".to_owned();
+        write!(
+            f,
+            "processes {}, memory {}, open files {}, file size {}, CPU time {}, address space {}",
+            self.processes.map_or_else(none, |n| n.to_string()),
+            self.memory.map_or_else(none, cave_core::format_size),
+            self.open_files.map_or_else(none, |n| n.to_string()),
+            self.file_size.map_or_else(none, cave_core::format_size),
+            self.cpu_seconds.map_or_else(none, |n| format!("{n} s")),
+            self.address_space.map_or_else(none, cave_core::format_size),
+        )
+    }
+}
+
 /// Code run in the child between `fork` and `exec` (after the runtime's own set-up): the seam
 /// for sandbox layers. It must only make async-signal-safe calls.
 pub type PreExec = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
@@ -114,15 +158,21 @@ pub struct KernelConfig {
     pub stop_grace: Duration,
     /// The largest frame either side may send. Default: [`DEFAULT_MAX_FRAME`].
     pub max_frame: usize,
-    /// Resource limits for the child.
-    pub limits: Limits,
+    /// The output of one cell the host holds, in bytes: past it, the beginning and the end are
+    /// kept and the middle is counted in a note. Default: [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
+    pub max_output: usize,
+    /// Resource limits for the child; `None`: [`Limits::default`] under a sandbox,
+    /// [`Limits::unsandboxed`] without one ([`limits_in_force`](Self::limits_in_force)).
+    pub limits: Option<Limits>,
     /// Variables added to the child's environment (after the allow-list).
     pub env: Vec<(String, String)>,
     /// The child's working directory; `None` is the host's, or with a sandbox a fresh
     /// directory made for the runtime (removed with it).
     pub working_dir: Option<PathBuf>,
-    /// The sandbox layers the child runs under. Default: off.
-    pub sandbox: Sandbox,
+    /// The sandbox layers the child runs under; `None`: [`Sandbox::strict`], every layer this
+    /// machine supports ([`sandbox_in_force`](Self::sandbox_in_force)). [`Sandbox::off`] is
+    /// the explicit way out.
+    pub sandbox: Option<Sandbox>,
     /// Put the child in a control group of its own where the host can make one: it holds every
     /// process the child starts (detached ones included) and ends them with it, also when the
     /// host is killed, and it enforces the memory and process limits. Off: memory and process
@@ -145,10 +195,11 @@ impl Default for KernelConfig {
             interrupt_grace: Duration::from_millis(500),
             stop_grace: Duration::from_secs(1),
             max_frame: DEFAULT_MAX_FRAME,
-            limits: Limits::default(),
+            max_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
+            limits: None,
             env: Vec::new(),
             working_dir: None,
-            sandbox: Sandbox::off(),
+            sandbox: None,
             control_group: true,
             #[cfg(feature = "jupyter")]
             jupyter: None,
@@ -158,7 +209,7 @@ impl Default for KernelConfig {
 }
 
 impl KernelConfig {
-    /// The defaults.
+    /// The defaults: the strict sandbox and the default limits.
     pub fn new() -> Self {
         Self::default()
     }
@@ -182,9 +233,14 @@ impl KernelConfig {
         self.max_frame = bytes;
         self
     }
+    /// Sets how much of one cell's output the host holds, in bytes.
+    pub fn max_output(mut self, bytes: usize) -> Self {
+        self.max_output = bytes;
+        self
+    }
     /// Sets the limits.
     pub fn limits(mut self, limits: Limits) -> Self {
-        self.limits = limits;
+        self.limits = Some(limits);
         self
     }
     /// Adds a variable to the child's environment.
@@ -197,9 +253,9 @@ impl KernelConfig {
         self.working_dir = Some(dir.into());
         self
     }
-    /// Runs the child under these sandbox layers ([`Sandbox::strict`] for all of them).
+    /// Runs the child under these sandbox layers ([`Sandbox::off`] for none).
     pub fn sandbox(mut self, sandbox: Sandbox) -> Self {
-        self.sandbox = sandbox;
+        self.sandbox = Some(sandbox);
         self
     }
     /// Turns the child's control group on (the default, where the host can make one) or off.
@@ -213,6 +269,63 @@ impl KernelConfig {
     pub fn jupyter(mut self, jupyter: crate::jupyter::JupyterConfig) -> Self {
         self.jupyter = Some(jupyter);
         self
+    }
+
+    /// The sandbox the child runs under: the one set, or [`Sandbox::strict`] (none for a
+    /// kernel behind a Jupyter server, whose server decides).
+    pub fn sandbox_in_force(&self) -> Sandbox {
+        match &self.sandbox {
+            Some(sandbox) => sandbox.clone(),
+            None if self.is_remote() => Sandbox::off(),
+            None => Sandbox::strict(),
+        }
+    }
+
+    /// The limits the child gets: the ones set, or else the defaults for its sandbox
+    /// ([`Limits::default`] under one, [`Limits::unsandboxed`] without). The memory and process
+    /// defaults need a control group: without one here (or with
+    /// [`control_group`](Self::control_group) off) they are left out.
+    pub fn limits_in_force(&self) -> Limits {
+        if let Some(limits) = &self.limits {
+            return limits.clone();
+        }
+        if self.is_remote() {
+            return Limits::none();
+        }
+        if self.sandbox_in_force().is_off() {
+            return Limits::unsandboxed();
+        }
+        let mut limits = Limits::default();
+        if !self.control_group || !crate::cgroup::available() {
+            limits.memory = None;
+            limits.processes = None;
+        }
+        limits
+    }
+
+    /// Refuses a combination the transport cannot honour, naming the setting.
+    pub(crate) fn check(&self) -> Result<(), crate::KernelError> {
+        if !self.is_remote() {
+            return Ok(());
+        }
+        let set = [
+            (
+                "sandbox",
+                self.sandbox.as_ref().is_some_and(|s| !s.is_off()),
+            ),
+            ("limits", self.limits.is_some()),
+            ("python", self.python.is_some()),
+            ("working_dir", self.working_dir.is_some()),
+            ("env", !self.env.is_empty()),
+            ("pre_exec", self.pre_exec.is_some()),
+        ];
+        match set.into_iter().find(|(_, given)| *given) {
+            Some((setting, _)) => Err(crate::KernelError::Unsupported {
+                setting,
+                reason: "a kernel behind a Jupyter server runs the server's interpreter, with the server's limits, environment and isolation; leave it unset, or pass variables to the kernel with JupyterConfig::env".to_owned(),
+            }),
+            None => Ok(()),
+        }
     }
 
     /// Whether the worker runs in a kernel behind a Jupyter server.
@@ -251,6 +364,7 @@ impl fmt::Debug for KernelConfig {
             .field("interrupt_grace", &self.interrupt_grace)
             .field("stop_grace", &self.stop_grace)
             .field("max_frame", &self.max_frame)
+            .field("max_output", &self.max_output)
             .field("limits", &self.limits)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)

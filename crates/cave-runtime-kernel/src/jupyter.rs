@@ -977,6 +977,60 @@ fn reply_to(request: &JupyterMessage, value: String) -> JupyterMessage {
 mod tests {
     use super::*;
 
+    /// Messages a server could send, read as the WebSocket client reads them (JSON, then
+    /// `JupyterMessage::from_value`) and then by the bridge (the runtime's prompts, the tags of
+    /// stream output): each ends in a value or an error (`cargo xtask fuzz` runs a million).
+    #[test]
+    fn fuzz_messages_from_the_server() {
+        let prompt = format!(
+            "{MARK}{}\n{}",
+            serde_json::json!({"seq": 3, "more": true, "final": false, "out": {"7": 12, "8": 0}}),
+            base64::engine::general_purpose::STANDARD.encode(b"\x00\x00\x00\x02hi")
+        );
+        let request = JupyterMessage::new(
+            jupyter_protocol::InputRequest {
+                prompt: prompt.clone(),
+                password: false,
+            },
+            None,
+        );
+        let mut stream =
+            JupyterMessage::new(jupyter_protocol::StreamContent::stdout("tick\n"), None);
+        stream.metadata = serde_json::json!({"cave_execution": 7});
+        let seeds: Vec<Vec<u8>> = [&request, &stream]
+            .iter()
+            .map(|m| serde_json::to_vec(m).unwrap())
+            .chain([prompt.into_bytes()])
+            .collect();
+        cave_core::testing::fuzz::soak("jupyter-messages", &seeds, |input| {
+            if let Some(prompt) = read_prompt(&String::from_utf8_lossy(input)) {
+                let _ = frame_len(&prompt.data);
+            }
+            let Ok(value) = serde_json::from_slice::<serde_json::Value>(input) else {
+                return;
+            };
+            let Ok(message) = JupyterMessage::from_value(value) else {
+                return;
+            };
+            let _ = message_size(&message);
+            match &message.content {
+                JupyterMessageContent::InputRequest(request) => {
+                    if let Some(prompt) = read_prompt(&request.prompt) {
+                        let _ = frame_len(&prompt.data);
+                        let _ = answer(&prompt.data, prompt.more, prompt.seq);
+                    }
+                }
+                JupyterMessageContent::StreamContent(stream) => {
+                    let _ = (
+                        message.metadata["cave_execution"].as_u64(),
+                        stream.text.chars().count(),
+                    );
+                }
+                _ => {}
+            }
+        });
+    }
+
     #[test]
     fn prompts_and_answers_carry_frames_and_counts() {
         let prompt = format!(

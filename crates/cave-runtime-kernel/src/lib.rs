@@ -36,7 +36,10 @@ mod sandbox;
 mod spec;
 
 pub use checkpoint::Checkpoint;
-pub use config::{DEFAULT_MAX_FRAME, KernelConfig, Limits, PreExec};
+pub use config::{
+    DEFAULT_FILE_SIZE, DEFAULT_MAX_FRAME, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, KernelConfig,
+    Limits, PreExec,
+};
 pub use containment::support as containment_support;
 #[cfg(feature = "jupyter")]
 pub use jupyter::JupyterConfig;
@@ -78,6 +81,15 @@ pub enum KernelError {
     /// The process ended before it answered.
     #[error("the Python process ended before it answered")]
     Died,
+    /// A setting the transport cannot honour (a sandbox or limits for a kernel behind a
+    /// Jupyter server).
+    #[error("KernelConfig::{setting} cannot apply here: {reason}")]
+    Unsupported {
+        /// The setting, as `KernelConfig` names it.
+        setting: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
     /// A checkpoint could not be made or returned to.
     #[error("{message}")]
     Checkpoint {

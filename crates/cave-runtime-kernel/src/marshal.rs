@@ -456,6 +456,62 @@ mod tests {
         );
     }
 
+    /// Streams of frames a child could send, cut by the host's codec and decoded: each ends in
+    /// a value or an error (`cargo xtask fuzz` runs a million cases; the suite a short form).
+    #[test]
+    fn fuzz_frames_from_the_child() {
+        use tokio_util::bytes::BytesMut;
+        use tokio_util::codec::{Decoder, LengthDelimitedCodec};
+        let values = [
+            Value::Tuple(vec!["out".into(), Value::Int(3), "line\n".into()]),
+            Value::Tuple(vec![
+                "done".into(),
+                Value::Int(3),
+                Value::Tuple(vec!["ValueError".into(), "bad".into()]),
+            ]),
+            Value::Tuple(vec![
+                "call".into(),
+                Value::Int(9),
+                Value::Int(1),
+                "method".into(),
+                Value::List(vec![Value::Tuple(vec!["x".into(), Value::Float(1.5)])]),
+            ]),
+            Value::Tuple(vec![
+                "reply".into(),
+                Value::Int(4),
+                "ok".into(),
+                Value::Dict(vec![
+                    ("é✓".into(), Value::Bytes(vec![0, 255])),
+                    (Value::Int(-(1 << 100)), Value::Set(vec![Value::Bool(true)])),
+                ]),
+            ]),
+            Value::List(vec![Value::List(vec![Value::List(vec![Value::None])])]),
+        ];
+        let mut seeds = Vec::new();
+        for value in &values {
+            let mut frame = Vec::new();
+            encode(&Data::Borrowed(value), &mut frame).unwrap();
+            seeds.push(frame.clone());
+            let mut framed = (frame.len() as u32).to_be_bytes().to_vec();
+            framed.extend_from_slice(&frame);
+            seeds.push(framed.repeat(2));
+        }
+        cave_core::testing::fuzz::soak("kernel-frames", &seeds, |input| {
+            let _ = decode(input);
+            let _ = python_text(input);
+            let mut codec = LengthDelimitedCodec::builder()
+                .max_frame_length(1 << 20)
+                .new_codec();
+            let mut buffer = BytesMut::from(input);
+            while let Ok(Some(frame)) = codec.decode(&mut buffer) {
+                if let Ok((value, _)) = decode(&frame) {
+                    // What decodes is data the host can hold and send back.
+                    let _ = encode(&Data::Borrowed(&value), &mut Vec::new());
+                }
+            }
+        });
+    }
+
     #[test]
     fn lone_surrogates_become_one_replacement_each() {
         assert_eq!(python_text(b"a\xed\xa0\x80b"), "a\u{FFFD}b");

@@ -14,7 +14,7 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use tokio::io::AsyncReadExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{oneshot, watch};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 
 /// The descriptor the child finds its socket on.
@@ -100,7 +100,7 @@ pub(crate) type Raised = Option<(String, String)>;
 enum Pending {
     Reply(oneshot::Sender<Reply>),
     Execution {
-        live: mpsc::UnboundedSender<String>,
+        output: Arc<Mutex<cave_core::CellOutput>>,
         done: oneshot::Sender<Raised>,
     },
 }
@@ -127,6 +127,8 @@ struct Shared {
     /// The paused copy a rollback is handing the socket to: the waiter watches it once the
     /// process it watches now exits.
     successor: Mutex<Option<i32>>,
+    /// What was written while no execution ran, for the next one.
+    stray: cave_core::StrayOutput,
 }
 
 impl Shared {
@@ -139,6 +141,7 @@ impl Shared {
             last_words: Mutex::new(Vec::new()),
             executing: Mutex::new(None),
             successor: Mutex::new(None),
+            stray: cave_core::StrayOutput::default(),
         }
     }
 }
@@ -162,6 +165,8 @@ pub(crate) struct Process {
     group: Option<Arc<ChildGroup>>,
     /// How each limit is enforced.
     pub(crate) enforcement: Vec<String>,
+    /// The limits in force (`None` for a kernel behind a Jupyter server: the server's).
+    pub(crate) limits: Option<crate::Limits>,
     /// Output the child buffered and had not sent when it died.
     shadow: Shadow,
     /// How each sandbox layer stands in this child.
@@ -202,14 +207,28 @@ impl Process {
         let child: OwnedFd = child.into();
         let shadow = Shadow::create().map_err(setup)?;
         let shadow_fd = shadow.fd.as_raw_fd();
+        let mut limits = config.limits_in_force();
         let wanted = crate::cgroup::Wanted {
-            memory: config.limits.memory,
-            processes: config.limits.processes,
+            memory: limits.memory,
+            processes: limits.processes,
         };
         // Made whether or not a limit asks for one: it holds every process the child starts.
         let group = if config.control_group {
             match ChildGroup::create(wanted) {
                 Ok(group) => Some(Arc::new(group)),
+                Err(why) if config.limits.is_none() => {
+                    // The defaults are not worth losing the group for (a host that delegates
+                    // `pids` but not `memory`): without them, then.
+                    tracing::info!(%why, "no control group with the default limits");
+                    limits.memory = None;
+                    limits.processes = None;
+                    ChildGroup::create(crate::cgroup::Wanted::default())
+                        .map(Arc::new)
+                        .map_err(
+                            |why| tracing::info!(%why, "no control group for the kernel child"),
+                        )
+                        .ok()
+                }
                 Err(why) => {
                     tracing::info!(%why, "no control group for the kernel child; rlimits only");
                     None
@@ -237,12 +256,13 @@ impl Process {
         if let Some(dir) = &work_dir {
             command.current_dir(dir);
         }
-        let sandbox = (!config.sandbox.is_off()).then(|| {
+        let sandbox = config.sandbox_in_force();
+        let sandbox = (!sandbox.is_off()).then(|| {
             let dir = work_dir
                 .clone()
                 .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
             // The keeper reads who is in the group.
-            let mut sandbox = config.sandbox.clone();
+            let mut sandbox = sandbox;
             if let Some(members) = &members {
                 sandbox = sandbox.readable(members);
             }
@@ -261,7 +281,13 @@ impl Process {
             }
         }
         let mut enforcement = vec![crate::containment::describe(group.is_some())];
-        let limits = rlimits(config, group.as_deref(), &mut enforcement);
+        if config.limits.is_none() && !config.sandbox_in_force().is_off() && group.is_none() {
+            enforcement.push(
+                "memory and processes: no default limit (the defaults hold through a control group, which this host cannot make; set them to have rlimits)".to_owned(),
+            );
+        }
+        let in_force = limits.clone();
+        let limits = rlimits(&limits, group.as_deref(), &mut enforcement);
         let joins = group.as_deref().map(ChildGroup::procs).unwrap_or_default();
         let hook = config.pre_exec.clone();
         let parent = std::process::id() as libc::pid_t;
@@ -391,6 +417,7 @@ impl Process {
             version: (0, 0, 0),
             group,
             enforcement,
+            limits: Some(in_force),
             shadow,
             sandbox: layers,
             #[cfg(feature = "jupyter")]
@@ -427,6 +454,7 @@ impl Process {
             version: (0, 0, 0),
             group: None,
             enforcement: Vec::new(),
+            limits: None,
             shadow,
             sandbox: Vec::new(),
             remote: Some(remote),
@@ -652,11 +680,11 @@ impl Process {
         &self,
         code: &str,
         number: u64,
-        live: mpsc::UnboundedSender<String>,
+        output: Arc<Mutex<cave_core::CellOutput>>,
     ) -> Result<(u64, oneshot::Receiver<Raised>), KernelError> {
         let id = self.next_id();
         let (done, rx) = oneshot::channel();
-        lock(&self.shared.pending).insert(id, Pending::Execution { live, done });
+        lock(&self.shared.pending).insert(id, Pending::Execution { output, done });
         lock(&self.shared.executing).get_or_insert(id);
         let message = Data::Owned(Value::Tuple(vec![
             "execute".into(),
@@ -776,6 +804,12 @@ impl Process {
         let mut exit = self.exit.clone();
         let status = exit.wait_for(Option::is_some).await.ok()?;
         status.flatten()
+    }
+
+    /// What was written while no execution ran since the last call, as the next execution's
+    /// output begins with it.
+    pub(crate) fn take_stray_output(&self) -> Option<String> {
+        self.shared.stray.take()
     }
 
     /// What the child wrote to its own stderr last (a fatal error, a faulthandler dump).
@@ -1099,11 +1133,10 @@ fn setup(e: std::io::Error) -> KernelError {
 /// The rlimits to set, and how each limit is enforced (for the start-up report). Memory and
 /// processes go to `group` when there is one.
 fn rlimits(
-    config: &KernelConfig,
+    limits: &crate::Limits,
     group: Option<&ChildGroup>,
     enforcement: &mut Vec<String>,
 ) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
-    let limits = &config.limits;
     let mut address_space = limits.address_space;
     let mut processes = limits.processes;
     if let Some(bytes) = limits.memory {
@@ -1206,15 +1239,12 @@ async fn serve(
                 };
                 let pending = lock(&shared.pending);
                 match pending.get(&id) {
-                    Some(Pending::Execution { live, .. }) => {
-                        let _ = live.send(text);
-                    }
+                    Some(Pending::Execution { output, .. }) => lock(output).push(&text),
                     _ => {
                         drop(pending);
                         // Written outside any execution (a thread or subprocess a cell left
-                        // behind): the host's stderr, never its stdout.
-                        use std::io::Write;
-                        let _ = std::io::stderr().write_all(text.as_bytes());
+                        // behind): kept, within a cap, for the next execution.
+                        shared.stray.push(&text);
                     }
                 }
             }

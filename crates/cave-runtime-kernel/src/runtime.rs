@@ -8,7 +8,7 @@ use crate::sandbox::{Layer, WorkDir};
 use crate::spec;
 use async_trait::async_trait;
 use cave_core::{
-    Description, Entry, Execution, ExecutionError, FunctionBody, HostObject, Interrupt,
+    CellOutput, Description, Entry, Execution, ExecutionError, FunctionBody, HostObject, Interrupt,
     Interruption, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Value,
     normalize_name,
 };
@@ -81,6 +81,7 @@ impl KernelRuntime {
 
     /// A runtime with these settings.
     pub fn with_config(config: KernelConfig) -> Result<Self, KernelError> {
+        config.check()?;
         let python = match &config.python {
             Some(path) => path.clone(),
             // A remote kernel brings its own interpreter.
@@ -93,14 +94,16 @@ impl KernelRuntime {
             process: Mutex::new(Weak::new()),
             grace: config.interrupt_grace,
         });
-        let work_dir =
-            if config.sandbox.is_off() || config.working_dir.is_some() || config.is_remote() {
-                None
-            } else {
-                Some(WorkDir::create().map_err(|e| KernelError::Start {
-                    message: format!("could not create the sandbox's work directory: {e}"),
-                })?)
-            };
+        let work_dir = if config.sandbox_in_force().is_off()
+            || config.working_dir.is_some()
+            || config.is_remote()
+        {
+            None
+        } else {
+            Some(WorkDir::create().map_err(|e| KernelError::Start {
+                message: format!("could not create the sandbox's work directory: {e}"),
+            })?)
+        };
         Ok(Self {
             inner: Arc::new(Inner {
                 config,
@@ -193,6 +196,13 @@ impl KernelRuntime {
             .as_ref()
             .map(|p| p.enforcement.clone())
             .unwrap_or_default()
+    }
+
+    /// The limits in force in the running child (`None` before the first start, and for a
+    /// kernel behind a Jupyter server, whose limits are the server's).
+    pub async fn limits(&self) -> Option<crate::Limits> {
+        let current = self.inner.current.lock().await;
+        current.as_ref().and_then(|p| p.limits.clone())
     }
 
     /// The interpreter this runtime runs.
@@ -564,45 +574,56 @@ impl Runtime for KernelRuntime {
         let process = self.inner.process().await?;
         let number = self.inner.executions.fetch_add(1, Ordering::SeqCst) + 1;
         let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<String>();
+        // Filled by the process's reader, which sends pieces live up to the cap and keeps the
+        // beginning and the end: a consumer slower than the cell does not grow the host.
+        let collected = Arc::new(Mutex::new(CellOutput::new(
+            self.inner.config.max_output,
+            Some(live),
+        )));
+        if let Some(stray) = process.take_stray_output() {
+            lock(&collected).push(&stray);
+        }
         let (id, done) = process
-            .execute(code, number, live)
+            .execute(code, number, collected.clone())
             .map_err(|e| died("execute", e))?;
         self.inner.interrupt.begin(&process);
-        let mut text = String::new();
         tokio::pin!(done);
         let raised = loop {
             tokio::select! {
                 raised = &mut done => break raised,
-                Some(chunk) = chunks.recv() => {
-                    output.write(&chunk);
-                    text.push_str(&chunk);
-                }
+                Some(chunk) = chunks.recv() => output.write(&chunk),
             }
         };
-        while let Ok(chunk) = chunks.try_recv() {
-            output.write(&chunk);
-            text.push_str(&chunk);
-        }
+        let finish =
+            |output: &dyn OutputSink, chunks: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
+                while let Ok(chunk) = chunks.try_recv() {
+                    output.write(&chunk);
+                }
+                std::mem::replace(&mut *lock(&collected), CellOutput::new(0, None)).finish()
+            };
         let mut execution = match raised {
-            Ok(None) => Execution::ok(text),
-            Ok(Some((python_type, message))) => {
-                Execution::failed(text, ExecutionError::new(python_type, message))
-            }
+            Ok(None) => Execution::ok(finish(output, &mut chunks)),
+            Ok(Some((python_type, message))) => Execution::failed(
+                finish(output, &mut chunks),
+                ExecutionError::new(python_type, message),
+            ),
             Err(_) => {
                 let death = process.death().await;
-                // What the cell printed just before it died, buffered and not yet sent.
-                if let Some((execution, unsent)) = death.unsent
-                    && execution == id
                 {
-                    output.write(&unsent);
-                    text.push_str(&unsent);
+                    let mut text = lock(&collected);
+                    // What the cell printed just before it died, buffered and not yet sent.
+                    if let Some((execution, unsent)) = death.unsent
+                        && execution == id
+                    {
+                        text.push(&unsent);
+                    }
+                    let mut line = format!("{PROCESS_DIED}: {}\n", death.description);
+                    if !text.is_empty() && !text.ends_with_newline() {
+                        line.insert(0, '\n');
+                    }
+                    text.push(&line);
                 }
-                let line = format!("{PROCESS_DIED}: {}\n", death.description);
-                if !text.is_empty() && !text.ends_with('\n') {
-                    text.push('\n');
-                }
-                output.write(&line);
-                text.push_str(&line);
+                let text = finish(output, &mut chunks);
                 // Reported here: the next request starts a fresh process without saying so again.
                 self.inner.current.lock().await.take();
                 self.inner.ensure_spare();

@@ -480,6 +480,18 @@ fn landlock_ruleset(
         .map_err(error)?;
     let fd: Option<OwnedFd> = ruleset.into();
     let fd = fd.ok_or_else(|| "Landlock is not enforced by this kernel".to_owned())?;
+    // Above the descriptors the child's set-up overwrites (3 and 4, its socket and shadow): a
+    // ruleset that happened to sit there would be replaced before it is applied (EBADFD).
+    // SAFETY: fcntl on a descriptor we own; the duplicate is owned by what it returns.
+    let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
+    if high < 0 {
+        return Err(format!(
+            "cannot move the Landlock ruleset: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: `high` is a new descriptor nothing else owns.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) };
     let mut how = format!(
         "Landlock ABI {kernel}: read-only system and interpreter directories, read-write {}",
         work_dir.display()
@@ -780,6 +792,23 @@ const DOCKER_REFUSED: &[(&str, i64)] = &[
 #[cfg(all(test, target_arch = "x86_64"))]
 mod tests {
     use super::*;
+
+    /// The ruleset sits above the descriptors the child's set-up replaces (3 and 4), however
+    /// few the host has open: a ruleset on 3 became the socket before it was applied.
+    #[test]
+    fn the_landlock_ruleset_is_above_the_childs_descriptors() {
+        if landlock_abi().is_err() {
+            eprintln!("skipped: no Landlock here");
+            return;
+        }
+        let dir = std::env::temp_dir();
+        let python = Path::new("/usr/bin/python3");
+        for _ in 0..3 {
+            let prepared = Prepared::new(&Sandbox::strict(), python, &[], &dir);
+            let fd = prepared.landlock.as_ref().expect("a ruleset").as_raw_fd();
+            assert!(fd >= 10, "the ruleset is on {fd}");
+        }
+    }
 
     /// Call by call: what Docker's default profile refuses, this filter refuses (`clone3` is
     /// answered `ENOSYS` by a program of its own, as Docker answers it, so that the C library

@@ -705,3 +705,33 @@ async fn a_server_with_a_private_ca_is_reached_over_tls_once_the_ca_is_given() {
     assert_eq!(out.output, "42\n", "{out:?}");
     rt.stop().await;
 }
+
+/// A setting the Jupyter transport cannot honour is refused by name, not dropped.
+#[test]
+fn settings_a_jupyter_kernel_cannot_honour_are_refused() {
+    use cave_runtime_kernel::{KernelConfig, KernelError, Limits, Sandbox};
+    let jupyter = || cave_runtime_kernel::JupyterConfig::new("http://127.0.0.1:9");
+    let refused = [
+        (KernelConfig::new().sandbox(Sandbox::strict()), "sandbox"),
+        (KernelConfig::new().limits(Limits::none()), "limits"),
+        (KernelConfig::new().python("/usr/bin/python3"), "python"),
+        (KernelConfig::new().working_dir("/tmp"), "working_dir"),
+        (KernelConfig::new().env("NAME", "value"), "env"),
+    ];
+    for (config, setting) in refused {
+        match KernelRuntime::with_config(config.jupyter(jupyter())) {
+            Err(error @ KernelError::Unsupported { setting: named, .. }) => {
+                assert_eq!(named, setting);
+                assert!(error.to_string().contains(setting), "{error}");
+            }
+            Err(other) => panic!("{setting}: {other}"),
+            Ok(_) => panic!("{setting} was accepted with the Jupyter transport"),
+        }
+    }
+    for config in [
+        KernelConfig::new(),
+        KernelConfig::new().sandbox(Sandbox::off()),
+    ] {
+        KernelRuntime::with_config(config.jupyter(jupyter())).expect("nothing it cannot honour");
+    }
+}

@@ -55,7 +55,8 @@ async fn descriptor_output_belongs_to_the_cell_that_wrote_it() {
             .output,
         "'still here'\n"
     );
-    // A thread that writes after its cell ended does not leak into the next cell.
+    // A thread that writes after its cell ended: shown before the next cell's output, said
+    // to be the thread's, not the cell's.
     rt.execute(
         "import threading, time, os\nthreading.Thread(target=lambda: (time.sleep(0.2), os.write(1, b'late\\n'))).start()",
         &DiscardOutput,
@@ -64,7 +65,12 @@ async fn descriptor_output_belongs_to_the_cell_that_wrote_it() {
     .expect("runs");
     tokio::time::sleep(std::time::Duration::from_millis(400)).await;
     let next = rt.execute("1 + 1", &DiscardOutput).await.expect("runs");
-    assert_eq!(next.output, "2\n");
+    assert_eq!(
+        next.output,
+        cave_core::prompt::written_outside_cells("late\n") + "2\n"
+    );
+    let after = rt.execute("1 + 1", &DiscardOutput).await.expect("runs");
+    assert_eq!(after.output, "2\n", "said once");
 }
 
 /// Records live output.

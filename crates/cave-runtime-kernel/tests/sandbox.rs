@@ -41,7 +41,8 @@ fn strict() -> KernelRuntime {
 }
 
 fn open() -> KernelRuntime {
-    KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python")
+    KernelRuntime::with_config(KernelConfig::new().spare(false).sandbox(Sandbox::off()))
+        .expect("python")
 }
 
 /// A file outside any directory the sandbox allows.
@@ -303,4 +304,87 @@ async fn the_agent_reports_the_isolation_once() {
     let second: Vec<Event> = agent.stream("Second.").collect().await;
     assert!(isolation(&second).is_empty(), "said once");
     rt.stop().await;
+}
+
+/// Whether this machine gives a child a control group (the process and memory defaults need
+/// one).
+fn control_groups() -> bool {
+    cave_runtime_kernel::containment_support().contains("a control group")
+        && std::env::var_os("CAVE_TEST_NO_CGROUPS").is_none()
+}
+
+/// What a program gets with nothing configured: every layer this machine supports, the
+/// default limits, and a work directory of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_defaults_are_the_strict_sandbox_and_its_limits() {
+    let rt = KernelRuntime::new().expect("python");
+    rt.start().await.expect("starts");
+    let layers = rt.sandbox_layers().await.expect("started");
+    for supported in sandbox_support() {
+        let layer = layers
+            .iter()
+            .find(|l| l.name == supported.name)
+            .unwrap_or_else(|| panic!("{} is reported", supported.name));
+        match supported.state {
+            LayerState::Active(_) => {
+                assert!(matches!(layer.state, LayerState::Active(_)), "{layer}")
+            }
+            _ => assert!(matches!(layer.state, LayerState::Unavailable(_)), "{layer}"),
+        }
+    }
+    let limits = rt.limits().await.expect("the child's limits");
+    assert_eq!(limits, KernelConfig::new().limits_in_force());
+    assert_eq!(limits.open_files, Some(1024));
+    assert_eq!(limits.file_size, Some(4 << 30));
+    if control_groups() {
+        assert_eq!(limits.processes, Some(512));
+        assert!(limits.memory.is_some_and(|m| m >= 1 << 30), "{limits}");
+    }
+    let cwd = run(&rt, "import os\nprint(os.getcwd())").await.output;
+    let host = std::env::current_dir().unwrap();
+    assert_ne!(
+        cwd.trim(),
+        host.to_str().unwrap(),
+        "a work directory of its own"
+    );
+    let off = KernelRuntime::with_config(KernelConfig::new().sandbox(Sandbox::off())).unwrap();
+    off.start().await.unwrap();
+    assert_eq!(off.limits().await, Some(Limits::unsandboxed()));
+}
+
+/// A fork loop under the defaults is refused with an `OSError` the cell can catch, and the
+/// session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_loop_is_refused_under_the_defaults() {
+    if !control_groups() {
+        eprintln!("skipped: no control group here, so no default process limit");
+        return;
+    }
+    let rt = KernelRuntime::new().expect("python");
+    let out = run(
+        &rt,
+        "import os, time\n\
+         children = []\n\
+         try:\n    \
+             while len(children) < 2000:\n        \
+                 pid = os.fork()\n        \
+                 if pid == 0:\n            \
+                     time.sleep(60)\n            \
+                     os._exit(0)\n        \
+                 children.append(pid)\n    \
+             print('not refused')\n\
+         except OSError as error:\n    \
+             print('refused:', type(error).__name__)\n\
+         for pid in children:\n    \
+             os.kill(pid, 9)\n    \
+             os.waitpid(pid, 0)\n\
+         print(len(children))",
+    )
+    .await;
+    assert!(out.success(), "{out:?}");
+    let mut lines = out.output.lines();
+    assert_eq!(lines.next(), Some("refused: BlockingIOError"), "{out:?}");
+    let made: u64 = lines.next().unwrap().parse().unwrap();
+    assert!(made < 512, "{made} processes");
+    assert_eq!(run(&rt, "1 + 1").await.output, "2\n");
 }

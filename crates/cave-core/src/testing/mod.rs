@@ -18,6 +18,7 @@
 //! ```
 
 pub mod contract;
+pub mod fuzz;
 
 use crate::{
     ChatRequest, Delta, DeltaStream, Description, Execution, FinishReason, Model, ModelError,

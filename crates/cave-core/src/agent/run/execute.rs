@@ -4,13 +4,49 @@ use super::*;
 use crate::agent::sub::LinkScope;
 use crate::{Approval, ApprovalRequest, SecretRedactor};
 
-/// Forwards live output into the run as `ExecutionOutput` events.
-pub(super) struct ChannelSink(mpsc::UnboundedSender<String>);
+/// Forwards live output into the run as `ExecutionOutput` events, up to
+/// [`DEFAULT_MAX_CELL_OUTPUT`](crate::DEFAULT_MAX_CELL_OUTPUT) per cell: past it, pieces are
+/// counted instead of queued, so that a cell printing faster than the consumer reads cannot
+/// grow the host (the runtime's result keeps the output's end).
+pub(super) struct ChannelSink {
+    sender: mpsc::UnboundedSender<String>,
+    sent: std::sync::atomic::AtomicUsize,
+    held_back: std::sync::atomic::AtomicU64,
+}
+
+impl ChannelSink {
+    fn new(sender: mpsc::UnboundedSender<String>) -> Self {
+        Self {
+            sender,
+            sent: 0.into(),
+            held_back: 0.into(),
+        }
+    }
+
+    /// What the consumer is told in place of the live output held back, if any was.
+    fn held_back_note(&self) -> Option<String> {
+        let bytes = self.held_back.load(std::sync::atomic::Ordering::Relaxed);
+        (bytes > 0).then(|| {
+            format!(
+                "\n[… {} more output, not shown live (live output stops at {} a cell); the result keeps its end]\n",
+                crate::format_size(bytes),
+                crate::format_size(crate::DEFAULT_MAX_CELL_OUTPUT as u64)
+            )
+        })
+    }
+}
 
 impl OutputSink for ChannelSink {
     fn write(&self, chunk: &str) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let sent = self.sent.fetch_add(chunk.len(), Relaxed);
+        if sent.saturating_add(chunk.len()) > crate::DEFAULT_MAX_CELL_OUTPUT {
+            self.sent.fetch_sub(chunk.len(), Relaxed);
+            self.held_back.fetch_add(chunk.len() as u64, Relaxed);
+            return;
+        }
         // The receiver is gone only once the execution is over; late output has no reader.
-        let _ = self.0.send(chunk.to_owned());
+        let _ = self.sender.send(chunk.to_owned());
     }
 }
 
@@ -61,7 +97,7 @@ impl Run<'_> {
         }
         let runtime = self.agent.runtime.clone();
         let (sender, mut live) = mpsc::unbounded_channel();
-        let sink = ChannelSink(sender);
+        let sink = ChannelSink::new(sender);
         // The cell's own limit, or the run's when that comes first: a cell cannot outlast
         // the run's time budget, which is otherwise checked between steps.
         let now = tokio::time::Instant::now();
@@ -122,7 +158,10 @@ impl Run<'_> {
                 self.emit.emit(Event::ExecutionOutput { chunk }).await;
             }
         }
-        let tail = shown.finish();
+        let mut tail = shown.finish();
+        if let Some(note) = sink.held_back_note() {
+            tail.push_str(&note);
+        }
         if !tail.is_empty() {
             self.emit.emit(Event::ExecutionOutput { chunk: tail }).await;
         }

@@ -1,0 +1,299 @@
+//! A cell's output held up to a cap: its beginning and its end, with a count of what was
+//! dropped between them, so that a printing loop cannot grow the host.
+
+/// The output of one cell a runtime holds by default: 8 MiB, its first and last 4 MiB.
+pub const DEFAULT_MAX_CELL_OUTPUT: usize = 8 << 20;
+
+/// Text kept up to a cap: nothing is dropped until the cap is reached; past it, the first
+/// half and the last half are kept and the bytes and lines between are counted.
+#[derive(Clone, Debug)]
+pub struct CappedOutput {
+    head_cap: usize,
+    tail_cap: usize,
+    head: String,
+    tail: String,
+    dropped_bytes: u64,
+    dropped_lines: u64,
+}
+
+impl CappedOutput {
+    /// Keeps up to `cap` bytes (at least 2).
+    pub fn new(cap: usize) -> Self {
+        let cap = cap.max(2);
+        Self {
+            head_cap: cap / 2,
+            tail_cap: cap - cap / 2,
+            head: String::new(),
+            tail: String::new(),
+            dropped_bytes: 0,
+            dropped_lines: 0,
+        }
+    }
+
+    /// Adds text.
+    pub fn push(&mut self, mut text: &str) {
+        if self.tail.is_empty() && self.head.len() < self.head_cap {
+            let room = floor_boundary(text, self.head_cap - self.head.len());
+            self.head.push_str(&text[..room]);
+            text = &text[room..];
+        }
+        if text.is_empty() {
+            return;
+        }
+        self.tail.push_str(text);
+        // Trimmed to its cap once it holds twice as much: amortised, one copy per byte.
+        if self.tail.len() > 2 * self.tail_cap {
+            self.trim_tail();
+        }
+    }
+
+    /// Bytes dropped so far.
+    pub fn dropped(&self) -> u64 {
+        self.dropped_bytes + self.tail.len().saturating_sub(self.tail_cap) as u64
+    }
+
+    /// Bytes held.
+    pub fn len(&self) -> usize {
+        self.head.len() + self.tail.len()
+    }
+
+    /// Returns true if and only if nothing was pushed (or only empty text).
+    pub fn is_empty(&self) -> bool {
+        self.head.is_empty() && self.tail.is_empty()
+    }
+
+    /// Returns true if and only if the text held so far ends with a line break.
+    pub fn ends_with_newline(&self) -> bool {
+        let last = if self.tail.is_empty() {
+            &self.head
+        } else {
+            &self.tail
+        };
+        last.ends_with('\n')
+    }
+
+    /// The text: whole when it fitted, else its beginning, `note(bytes, lines)` and its end.
+    pub fn finish(mut self, note: impl FnOnce(u64, u64) -> String) -> String {
+        self.trim_tail();
+        if self.dropped_bytes == 0 {
+            self.head.push_str(&self.tail);
+            return self.head;
+        }
+        // The end starts on a line of its own when one starts near its beginning.
+        if let Some(newline) = self.tail[..self.tail.len().min(4096)].find('\n') {
+            self.dropped_bytes += newline as u64 + 1;
+            self.dropped_lines += 1;
+            self.tail.drain(..=newline);
+        }
+        let mut text = self.head;
+        if !text.is_empty() && !text.ends_with('\n') {
+            text.push('\n');
+        }
+        text.push_str(&note(self.dropped_bytes, self.dropped_lines));
+        text.push_str(&self.tail);
+        text
+    }
+
+    fn trim_tail(&mut self) {
+        let excess = self.tail.len().saturating_sub(self.tail_cap);
+        if excess == 0 {
+            return;
+        }
+        let cut = ceil_boundary(&self.tail, excess);
+        self.dropped_bytes += cut as u64;
+        self.dropped_lines += bytecount(&self.tail.as_bytes()[..cut]);
+        self.tail.drain(..cut);
+    }
+}
+
+fn bytecount(bytes: &[u8]) -> u64 {
+    bytes.iter().filter(|&&b| b == b'\n').count() as u64
+}
+
+/// The largest char boundary of `text` at or below `at`.
+fn floor_boundary(text: &str, at: usize) -> usize {
+    if at >= text.len() {
+        return text.len();
+    }
+    (0..=at)
+        .rev()
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(0)
+}
+
+/// The smallest char boundary of `text` at or above `at`.
+fn ceil_boundary(text: &str, at: usize) -> usize {
+    (at..=text.len())
+        .find(|&i| text.is_char_boundary(i))
+        .unwrap_or(text.len())
+}
+
+/// A running cell's output as a runtime collects it: sent live up to the cap (past it, the
+/// pieces are not queued: a consumer slower than the cell must not make the host hold them),
+/// and held up to the cap, its beginning and its end, for the result.
+#[derive(Debug)]
+pub struct CellOutput {
+    cap: usize,
+    text: CappedOutput,
+    live: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    live_left: usize,
+}
+
+impl CellOutput {
+    /// Collects up to `cap` bytes, sending pieces to `live` as they come (up to `cap` too).
+    pub fn new(cap: usize, live: Option<tokio::sync::mpsc::UnboundedSender<String>>) -> Self {
+        Self {
+            cap,
+            text: CappedOutput::new(cap),
+            live,
+            live_left: cap,
+        }
+    }
+
+    /// Adds a piece of output.
+    pub fn push(&mut self, text: &str) {
+        if let Some(live) = &self.live
+            && text.len() <= self.live_left
+        {
+            self.live_left -= text.len();
+            let _ = live.send(text.to_owned());
+        } else {
+            self.live_left = 0;
+        }
+        self.text.push(text);
+    }
+
+    /// Returns true if and only if nothing was pushed.
+    pub fn is_empty(&self) -> bool {
+        self.text.is_empty()
+    }
+
+    /// Returns true if and only if the output so far ends with a line break.
+    pub fn ends_with_newline(&self) -> bool {
+        self.text.ends_with_newline()
+    }
+
+    /// The output for the result: whole when within the cap, else its beginning, a note of
+    /// what was dropped ([`prompt::output_dropped`](crate::prompt::output_dropped)) and its end.
+    pub fn finish(self) -> String {
+        let cap = self.cap;
+        self.text
+            .finish(|bytes, lines| crate::prompt::output_dropped(bytes, lines, cap))
+    }
+}
+
+/// The output written while no cell runs that a runtime keeps for the next cell: 64 KiB.
+pub const STRAY_OUTPUT_CAP: usize = 64 << 10;
+
+/// Output written while no cell runs (a thread or process a cell left running), kept up to
+/// [`STRAY_OUTPUT_CAP`] until the next cell takes it, the rest counted.
+#[derive(Debug)]
+pub struct StrayOutput(std::sync::Mutex<Option<CappedOutput>>);
+
+impl Default for StrayOutput {
+    fn default() -> Self {
+        Self(std::sync::Mutex::new(None))
+    }
+}
+
+impl StrayOutput {
+    /// Keeps `text`, within the cap.
+    pub fn push(&self, text: &str) {
+        let mut held = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        held.get_or_insert_with(|| CappedOutput::new(STRAY_OUTPUT_CAP))
+            .push(text);
+    }
+
+    /// What was written since the last call, as the model reads it before a cell's output
+    /// (`None` if nothing was).
+    pub fn take(&self) -> Option<String> {
+        let held = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()?;
+        let text = held.finish(|bytes, _| crate::prompt::written_outside_dropped(bytes));
+        Some(crate::prompt::written_outside_cells(&text))
+    }
+}
+
+/// A size for people: `512 B`, `4 KiB`, `11.7 GiB`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 || value >= 100.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn note(bytes: u64, lines: u64) -> String {
+        format!("[{bytes}/{lines}]")
+    }
+
+    #[test]
+    fn output_within_the_cap_is_whole() {
+        let mut out = CappedOutput::new(16);
+        for piece in ["abc", "def\n", "ghijklmn"] {
+            out.push(piece);
+        }
+        assert_eq!(out.dropped(), 0);
+        assert_eq!(out.finish(note), "abcdef\nghijklmn");
+    }
+
+    #[test]
+    fn output_past_the_cap_keeps_its_ends_and_counts_the_rest() {
+        let mut out = CappedOutput::new(40);
+        let mut all = String::new();
+        for i in 0..1000 {
+            let line = format!("line {i:04}\n");
+            all.push_str(&line);
+            out.push(&line);
+        }
+        let text = out.finish(note);
+        assert!(text.starts_with("line 0000\nline 0001\n["), "{text}");
+        assert!(text.ends_with("line 0999\n"), "{text}");
+        let open = text.find('[').unwrap();
+        let close = text.find(']').unwrap();
+        let (bytes, lines) = text[open + 1..close].split_once('/').unwrap();
+        let kept = text.len() - (close + 1 - open);
+        assert_eq!(bytes.parse::<usize>().unwrap() + kept, all.len());
+        let kept_lines = text.matches('\n').count() as u64;
+        assert_eq!(lines.parse::<u64>().unwrap() + kept_lines, 1000);
+    }
+
+    #[test]
+    fn multibyte_text_is_cut_on_char_boundaries() {
+        let mut out = CappedOutput::new(7);
+        for _ in 0..100 {
+            out.push("é漢🦀");
+        }
+        let text = out.finish(note);
+        assert!(text.contains('['));
+        assert!(text.len() < 7 + 20, "{text}");
+    }
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size(4 << 30), "4 GiB");
+        assert_eq!(format_size(3 << 19), "1.5 MiB");
+        assert_eq!(format_size(12_563_767_296), "11.7 GiB");
+    }
+}
