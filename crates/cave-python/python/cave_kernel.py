@@ -66,6 +66,11 @@ class _State:
     wake_fd = -1
     # This process is a copy a cell made with `os.fork`.
     forked = False
+    # This process is the first worker, the root of the child's process tree (the host's
+    # child, a child subreaper): at its first rollback it becomes the reaper (`_REAPER`).
+    root = True
+    # A pipe on which a copy handing over to the next one tells the root the new server's pid.
+    announce = (-1, -1)
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
 
 
@@ -590,6 +595,7 @@ def _checkpoint(checkpoint_id):
             return pid, rollback_request
         # The at-fork hook took this for a cell's fork; it is not.
         _State.forked = False
+        _State.root = False
         os.close(write_fd)
         rollback_request = _paused(read_fd)
         _resumed()
@@ -660,9 +666,63 @@ def _rollback(request_id, checkpoint_id):
     _State.send_lock.acquire()
     _Buffered.lock.acquire()
     try:
+        if not _State.root:
+            # Told before this process ends, so that the root knows its end is a hand-over.
+            os.write(_State.announce[1], entry[0].to_bytes(8, "little"))
         os.write(entry[1], request_id.to_bytes(8, "little"))
+        if _State.root:
+            _become_reaper(entry[0])
     finally:
         os._exit(0)
+
+
+# The first worker after its first hand-over: it stays the root of the child's process tree (a
+# child subreaper keeps that across `exec`), reaps every process of the session that ends there
+# (a copy that handed over has no parent left to reap it, and not every init reaps at once:
+# the control group counts zombies against the process limit), and ends as the serving process
+# ends, with its status: that is what the host waits for. Its pid is learnt from the hand-overs
+# announced on a pipe (argv[1]), the first one given (argv[2]).
+_REAPER = r"""
+import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+null = os.open(os.devnull, os.O_RDWR)
+for fd in (0, 1, 2):
+    os.dup2(null, fd)
+announced = int(sys.argv[1])
+server = int(sys.argv[2])
+os.set_blocking(announced, False)
+pending = b""
+while True:
+    try:
+        pid, status = os.wait()
+    except ChildProcessError:
+        os._exit(0)
+    try:
+        pending += os.read(announced, 4096)
+    except OSError:
+        pass
+    while len(pending) >= 8:
+        server = int.from_bytes(pending[:8], "little")
+        pending = pending[8:]
+    if pid == server:
+        if os.WIFSIGNALED(status):
+            try:
+                signal.signal(os.WTERMSIG(status), signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+            os.kill(os.getpid(), os.WTERMSIG(status))
+        os._exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1)
+"""
+
+
+def _become_reaper(server):
+    """The root hands over: it becomes `_REAPER` in an interpreter of its own, so that the state
+    it held is freed."""
+    os.set_inheritable(_State.announce[0], True)
+    os.execv(
+        sys.executable,
+        [sys.executable, "-S", "-c", _REAPER, str(_State.announce[0]), str(server)],
+    )
 
 
 def _drop_checkpoint(checkpoint_id):
@@ -863,6 +923,7 @@ def main(fd, max_frame, shadow_fd, shadow_size):
         _Buffered.shadow = None
     _State.fd = fd
     _State.max_frame = max_frame
+    _State.announce = os.pipe()
     os.set_inheritable(fd, False)
     os.set_blocking(fd, False)
     _State.readable = select.poll()

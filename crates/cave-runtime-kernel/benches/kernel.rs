@@ -5,7 +5,7 @@
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-runtime-kernel`).
 
 use cave_core::{DiscardOutput, Resources, Runtime, Value, Variable};
-use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, Sandbox};
+use cave_runtime_kernel::{KernelConfig, KernelRuntime, Sandbox};
 use criterion::{Criterion, criterion_group, criterion_main};
 
 #[path = "support/bench.rs"]
@@ -62,16 +62,7 @@ fn round_trips(c: &mut Criterion) {
 /// taken once: a rollback keeps it). The cell's own cost is `execute_x_equals_1`.
 fn checkpoints(c: &mut Criterion) {
     let rt = bench::tokio(1);
-    // Each rollback leaves the process it replaced as a zombie of init (its parent, the process
-    // before it, is gone), and an init may reap lazily (this VM's: within about 2 s), while the
-    // control group counts zombies: thousands of rollbacks back to back would meet the default
-    // process limit. A limit of its own, then; the leak is a known issue (see CHANGELOG).
-    let runtime = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .limits(Limits::default().processes(1 << 20)),
-    )
-    .expect("python");
+    let runtime = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
     rt.block_on(runtime.execute("import json\ndata = list(range(100000))", &DiscardOutput))
         .expect("runs");
     let mut group = c.benchmark_group("kernel");

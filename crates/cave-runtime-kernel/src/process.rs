@@ -124,9 +124,6 @@ struct Shared {
     last_words: Mutex<Vec<u8>>,
     /// The outermost execution in progress (its request id).
     executing: Mutex<Option<u64>>,
-    /// The paused copy a rollback is handing the socket to: the waiter watches it once the
-    /// process it watches now exits.
-    successor: Mutex<Option<i32>>,
     /// What was written while no execution ran, for the next one.
     stray: cave_core::StrayOutput,
 }
@@ -140,7 +137,6 @@ impl Shared {
             kill_reason: Mutex::new(None),
             last_words: Mutex::new(Vec::new()),
             executing: Mutex::new(None),
-            successor: Mutex::new(None),
             stray: cave_core::StrayOutput::default(),
         }
     }
@@ -354,7 +350,6 @@ impl Process {
         let (exit_tx, exit) = watch::channel(None);
         let (started_tx, started) = std::sync::mpsc::channel();
         let shared = Arc::new(Shared::new());
-        let watched = shared.clone();
         let held = group.clone();
         // The thread that forks the child waits for it: the child's death signal is tied to
         // this thread, which therefore ends only after the child.
@@ -365,15 +360,9 @@ impl Process {
                     drop(child);
                     let stderr = spawned.stderr.take();
                     let _ = started_tx.send(Ok((spawned.id(), stderr)));
-                    let mut status = spawned.wait().ok();
-                    // A rollback handed the socket to a copy: watch that one in turn.
-                    loop {
-                        // Taken in a statement of its own: the lock must not be held while
-                        // the copy runs (a second rollback sets the next one).
-                        let successor = lock(&watched.successor).take();
-                        let Some(successor) = successor else { break };
-                        status = wait_for_exit(successor);
-                    }
+                    // After a rollback the first worker is the reaper of the tree, and ends as
+                    // the serving copy ends, with its status (`_REAPER` in cave_kernel.py).
+                    let status = spawned.wait().ok();
                     // What is left of the group (paused copies, what cells started, detached
                     // or not) goes too.
                     // SAFETY: a signal to our child's process group.
@@ -592,7 +581,6 @@ impl Process {
                 message: format!("checkpoint {id} is not held by this process"),
             });
         };
-        *lock(&self.shared.successor) = Some(copy);
         let request = self.request("rollback", vec![Data::Owned(Value::Int(id.into()))]);
         // A copy that never answers (the process died before it handed over) is given up.
         let reply = match tokio::time::timeout(ROLLBACK_TIMEOUT, request).await {
@@ -615,7 +603,6 @@ impl Process {
             }
             (_, payload) => {
                 // Refused before any hand-over: the serving process goes on.
-                lock(&self.shared.successor).take();
                 Err(KernelError::Checkpoint {
                     message: format!("the rollback was refused: {payload}"),
                 })
@@ -1064,34 +1051,6 @@ fn last_words_for_the_model(words: &str) -> String {
 
 /// How long a rollback may take before the process is given up.
 const ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Waits until `pid`, a process that is not our child (a copy a rollback handed over to), has
-/// exited. Its status cannot be read.
-fn wait_for_exit(pid: i32) -> Option<ExitStatus> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor, owned here.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if fd < 0 {
-        // Already gone (or pidfds are unavailable: then poll its /proc entry).
-        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
-            std::thread::sleep(std::time::Duration::from_millis(20));
-        }
-        return None;
-    }
-    let fd = fd as i32;
-    let mut poll = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one valid pollfd; the descriptor is closed once, after the wait.
-    unsafe {
-        while libc::poll(&mut poll, 1, -1) < 0
-            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-        {}
-        libc::close(fd);
-    }
-    None
-}
 
 /// How an exit status reads: "was killed by SIGSEGV (signal 11)", "exited with status 3".
 pub(crate) fn describe_status(status: Option<ExitStatus>) -> String {

@@ -187,10 +187,11 @@ async fn copies_live_exactly_as_long_as_their_checkpoints() {
 
     rt.rollback(&first).await.expect("rolls back");
     assert_eq!(run(&rt, "print(x)").await.output, "0\n");
-    // The serving copy and a fresh copy of the first checkpoint; the second is gone.
+    // The serving copy, a fresh copy of the first checkpoint, and the first worker, now the
+    // reaper of the tree; the second copy is gone.
     assert_eq!(
-        group_settles(pgid, 2 + keeper).await.len(),
-        2 + keeper,
+        group_settles(pgid, 3 + keeper).await.len(),
+        3 + keeper,
         "{:?}",
         group_members(pgid)
     );
@@ -231,11 +232,38 @@ async fn a_crash_after_a_rollback_is_reported() {
     rt.rollback(&checkpoint).await.expect("rolls back");
     let crashed = run(&rt, "import os\nos._exit(3)").await;
     assert!(crashed.state_lost);
-    assert_eq!(
-        crashed.error.expect("died").python_type,
-        cave_runtime_kernel::PROCESS_DIED
+    let error = crashed.error.expect("died");
+    assert_eq!(error.python_type, cave_runtime_kernel::PROCESS_DIED);
+    // Its status too, passed on by the first worker, which reaps the tree after a rollback.
+    assert!(
+        error.message.contains("exited with status 3"),
+        "{}",
+        error.message
     );
     assert_eq!(run(&rt, "print('fresh')").await.output, "fresh\n");
+    rt.stop().await;
+}
+
+/// Rollbacks back to back leave nothing behind: each ends the process it replaces, which is
+/// reaped at once (a zombie left to a slow init counted against the process limit: 64 here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollbacks_back_to_back_leave_no_process_behind() {
+    let rt = runtime(Sandbox::strict());
+    run(&rt, "x = 0").await;
+    let checkpoint = rt.checkpoint().await.expect("a checkpoint");
+    for n in 0..300 {
+        run(&rt, "x += 1").await;
+        if let Err(error) = rt.rollback(&checkpoint).await {
+            panic!("rollback {n}: {error}");
+        }
+    }
+    assert_eq!(run(&rt, "print(x)").await.output, "0\n");
+    let forked = run(
+        &rt,
+        "import os\npid = os.fork()\nif pid == 0:\n    os._exit(0)\nos.waitpid(pid, 0)[1]",
+    )
+    .await;
+    assert_eq!(forked.output, "0\n", "a cell can still fork");
     rt.stop().await;
 }
 
