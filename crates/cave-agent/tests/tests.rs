@@ -495,3 +495,89 @@ async fn a_broken_injection_says_what_python_said() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A provider that reports a transient failure mid-answer (an error event in the stream) is
+/// asked again from the start: the half answer is neither continued nor spliced into the next,
+/// and the provider's message is in the backoff.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_reported_mid_answer_is_asked_again_from_the_start() {
+    use cave_agent::{ModelError, ModelErrorKind};
+    let overloaded = ModelError::new(
+        ModelErrorKind::Transient {
+            retry_after: Some(Duration::from_millis(10)),
+        },
+        "the provider failed mid-stream: Overloaded",
+    );
+    let model = ScriptedModel::new([
+        Reply::text("Let me compute.\n```pytho").then_error(overloaded),
+        Reply::text(block("print(6 * 7)")),
+        Reply::text("The answer is 42."),
+    ]);
+    let mut agent = Agent::builder(model, InProcRuntime::new().unwrap())
+        .build()
+        .unwrap();
+    let events: Vec<Event> = agent.stream("Compute.").collect().await;
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::Backoff { reason: Some(reason), .. } if reason.contains("Overloaded")
+        )),
+        "{events:?}"
+    );
+    let codes: Vec<&str> = agent
+        .history()
+        .iter()
+        .filter_map(|m| match m {
+            Message::Code { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(codes, [block("print(6 * 7)")]);
+    assert!(
+        !agent
+            .history()
+            .iter()
+            .any(|m| m.to_chat().content.contains("```pytho\n")
+                || m.to_chat().content.contains("pytho```")),
+        "nothing of the failed answer is kept"
+    );
+    assert_eq!(results(agent.history()), [prompt::execution_output("42\n")]);
+    assert!(matches!(
+        events.last(),
+        Some(Event::Stopped {
+            stop_reason: StopReason::Completed,
+            ..
+        })
+    ));
+}
+
+/// A failure the provider reports mid-answer that is not worth retrying ends the run with the
+/// provider's message, and the half answer is not the run's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filtered_answer_ends_the_run_without_its_half() {
+    use cave_agent::{ModelError, ModelErrorKind};
+    let filtered = ModelError::new(
+        ModelErrorKind::ContentFiltered,
+        "the provider failed mid-stream: content_filter",
+    );
+    let model = ScriptedModel::new([Reply::text("Here is half").then_error(filtered)]);
+    let mut agent = Agent::builder(model, InProcRuntime::new().unwrap())
+        .build()
+        .unwrap();
+    let response = agent.run("Go.").await;
+    assert!(!response.completed());
+    assert_eq!(response.stop_reason, StopReason::ModelError);
+    assert!(
+        !response.content.contains("Here is half"),
+        "{}",
+        response.content
+    );
+    let error = response.error.expect("the provider's error");
+    assert!(error.to_string().contains("content_filter"), "{error}");
+    assert!(
+        !agent
+            .history()
+            .iter()
+            .any(|m| m.to_chat().content.contains("Here is half"))
+    );
+}

@@ -108,9 +108,52 @@ pub(crate) fn classify_stream_error(
             .unwrap_or("the provider reported an error in the stream"),
     );
     let code = error.code.as_ref().map(json_text);
-    let status = code.as_deref().and_then(|c| c.parse::<u16>().ok());
-    let kind = kind_of(status, code.as_deref(), &message, None);
+    let named = error.kind.as_ref().map(json_text);
+    // Its status: given, a numeric code, or what the code or type names.
+    let status = error
+        .status
+        .as_ref()
+        .map(json_text)
+        .and_then(|s| s.parse::<u16>().ok())
+        .or_else(|| code.as_deref().and_then(|c| c.parse::<u16>().ok()))
+        .or_else(|| {
+            [&code, &named]
+                .into_iter()
+                .flatten()
+                .find_map(|n| status_named(n))
+        });
+    let filtered = [&code, &named]
+        .into_iter()
+        .flatten()
+        .any(|n| n.contains("content_filter") || n.contains("content_policy"));
+    let kind = if filtered {
+        ModelErrorKind::ContentFiltered
+    } else {
+        kind_of(status, code.as_deref(), &message, None)
+    };
     ModelError::new(kind, format!("the provider failed mid-stream: {message}"))
+}
+
+/// The HTTP status an error's code or type stands for (`rate_limit_error`, `overloaded_error`,
+/// `server_error`, `authentication_error`…), as providers name them in streamed errors.
+fn status_named(name: &str) -> Option<u16> {
+    let name = name.to_ascii_lowercase();
+    let has = |parts: &[&str]| parts.iter().any(|p| name.contains(p));
+    if has(&["rate_limit", "too_many_requests"]) {
+        Some(429)
+    } else if has(&["overloaded", "unavailable", "capacity"]) {
+        Some(503)
+    } else if has(&["server_error", "internal", "api_error", "timeout"]) {
+        Some(500)
+    } else if has(&["authentication", "invalid_api_key", "unauthorized"]) {
+        Some(401)
+    } else if has(&["permission"]) {
+        Some(403)
+    } else if has(&["invalid_request"]) {
+        Some(400)
+    } else {
+        None
+    }
 }
 
 /// Classifies a transport failure (no HTTP status).

@@ -5,7 +5,7 @@ use crate::classify::{
     parse_retry_after,
 };
 use crate::config::{ApiKey, RetryPolicy};
-use crate::wire::{ChatCompletionChunk, RequestBody};
+use crate::wire::{ChatCompletion, ChatCompletionChunk, RequestBody};
 use cave_core::{ChatRequest, Delta, DeltaStream, FinishReason, ModelError, ModelErrorKind};
 use eventsource_stream::{EventStream, Eventsource};
 use futures_util::stream::{BoxStream, StreamExt};
@@ -31,6 +31,16 @@ pub(crate) struct Client {
 }
 
 type Events = EventStream<BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>>;
+
+/// The largest whole (non-streamed) completion read.
+const MAX_WHOLE_BODY: usize = 32 << 20;
+
+/// What a server answered with: an event stream, or a whole completion (a server that ignores
+/// `stream: true`), read as the deltas it amounts to.
+enum Body {
+    Events(Events),
+    Whole(Vec<Delta>),
+}
 
 impl Client {
     /// Removes the API key (and anything shaped like one) from text bound for errors and logs.
@@ -72,7 +82,7 @@ impl Client {
         })
     }
 
-    async fn connect(&self, body: &[u8]) -> Result<Events, ModelError> {
+    async fn connect(&self, body: &[u8]) -> Result<Body, ModelError> {
         let mut request = self
             .http
             .post(&self.endpoint)
@@ -104,9 +114,84 @@ impl Client {
             };
             return Err(classify_response(&failure, &|t| self.redact(t)));
         }
+        // The content type decides how the body is read.
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        if content_type.starts_with("application/json") {
+            let text = self.read_bounded(response).await?;
+            return self.whole(&text).map(Body::Whole);
+        }
+        if !content_type.is_empty() && !content_type.starts_with("text/event-stream") {
+            let text = self.read_bounded(response).await.unwrap_or_default();
+            let start: String = self.redact(&text).chars().take(200).collect();
+            return Err(ModelError::new(
+                ModelErrorKind::Other,
+                format!(
+                    "the model server answered with {content_type}, neither an event stream nor JSON (is the base URL the API's?); it began: {start:?}"
+                ),
+            ));
+        }
         let bytes: BoxStream<'static, Result<bytes::Bytes, reqwest::Error>> =
             response.bytes_stream().boxed();
-        Ok(bytes.eventsource())
+        Ok(Body::Events(bytes.eventsource()))
+    }
+
+    /// A body, up to [`MAX_WHOLE_BODY`] bytes.
+    async fn read_bounded(&self, response: reqwest::Response) -> Result<String, ModelError> {
+        let mut body = Vec::new();
+        let mut chunks = response.bytes_stream();
+        while let Some(chunk) = chunks.next().await {
+            let chunk = chunk.map_err(|e| classify_transport(&e, &|t| self.redact(t)))?;
+            if body.len() + chunk.len() > MAX_WHOLE_BODY {
+                return Err(ModelError::new(
+                    ModelErrorKind::Other,
+                    format!(
+                        "the model server's answer is larger than {} MiB",
+                        MAX_WHOLE_BODY >> 20
+                    ),
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(String::from_utf8_lossy(&body).into_owned())
+    }
+
+    /// A whole completion as the deltas a stream of it would have carried.
+    fn whole(&self, text: &str) -> Result<Vec<Delta>, ModelError> {
+        let completion: ChatCompletion = serde_json::from_str(text).map_err(|e| {
+            let shown: String = self.redact(text).chars().take(200).collect();
+            ModelError::new(
+                ModelErrorKind::StreamInterrupted,
+                format!("the model sent JSON that is not a chat completion ({e}): {shown}"),
+            )
+        })?;
+        if let Some(error) = &completion.error {
+            return Err(classify_stream_error(error, &|t| self.redact(t)));
+        }
+        let mut delta = Delta::default();
+        if let Some(choice) = completion.choices.into_iter().next() {
+            if let Some(message) = choice.message {
+                delta.text = message.content.unwrap_or_default();
+                delta.reasoning = message
+                    .reasoning_content
+                    .or(message.reasoning)
+                    .unwrap_or_default();
+                delta.refusal = message.refusal.unwrap_or_default();
+            }
+            delta.finish_reason = choice
+                .finish_reason
+                .as_deref()
+                .map(FinishReason::from_provider);
+        }
+        delta.usage = completion
+            .usage
+            .map(|u| u.to_usage())
+            .filter(|u| u.total_tokens > 0);
+        Ok(vec![delta])
     }
 }
 
@@ -181,7 +266,12 @@ impl StreamState {
                     tokio::time::sleep(delay).await;
                 }
                 match self.client.connect(&self.body).await {
-                    Ok(events) => self.events = Some(events),
+                    Ok(Body::Events(events)) => self.events = Some(events),
+                    Ok(Body::Whole(deltas)) => {
+                        self.content_seen = true;
+                        self.pending.extend(deltas);
+                        self.done = true;
+                    }
                     Err(error) if self.refuses_stream_options(&error) => {
                         tracing::info!(error = %error, "the server refuses stream_options; asking again without (usage will be estimated)");
                         self.client

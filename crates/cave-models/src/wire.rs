@@ -82,6 +82,37 @@ impl RequestBody<'_> {
     }
 }
 
+/// A whole completion, as a server that ignores `stream: true` answers.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct ChatCompletion {
+    #[serde(default)]
+    pub(crate) choices: Vec<CompletionChoice>,
+    #[serde(default)]
+    pub(crate) usage: Option<WireUsage>,
+    #[serde(default)]
+    pub(crate) error: Option<ErrorObject>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CompletionChoice {
+    #[serde(default)]
+    pub(crate) message: Option<CompletionMessage>,
+    #[serde(default)]
+    pub(crate) finish_reason: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct CompletionMessage {
+    #[serde(default)]
+    pub(crate) content: Option<String>,
+    #[serde(default)]
+    pub(crate) reasoning_content: Option<String>,
+    #[serde(default)]
+    pub(crate) reasoning: Option<String>,
+    #[serde(default)]
+    pub(crate) refusal: Option<String>,
+}
+
 /// One streamed chunk. Every field is optional: providers differ, and metadata chunks (Azure
 /// filter annotations) carry none of them.
 #[derive(Debug, Default, Deserialize)]
@@ -159,4 +190,7 @@ pub(crate) struct ErrorObject {
     pub(crate) kind: Option<Json>,
     #[serde(default)]
     pub(crate) code: Option<Json>,
+    /// An HTTP status some providers give with an error they report in the stream.
+    #[serde(default)]
+    pub(crate) status: Option<Json>,
 }

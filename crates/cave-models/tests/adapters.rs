@@ -657,3 +657,175 @@ fn retry_delays_double_and_spread() {
         "capped at 32 s, plus jitter: {capped:?}"
     );
 }
+
+/// An error the provider reports inside the stream, after some text, is classified like an
+/// HTTP error: by its status, its code and its type, the provider's message kept (redacted).
+#[tokio::test]
+async fn errors_inside_the_stream_are_classified() {
+    let transient = ModelErrorKind::Transient { retry_after: None };
+    let cases = [
+        (
+            json!({"message": "Overloaded", "type": "overloaded_error"}),
+            transient.clone(),
+        ),
+        (
+            json!({"message": "Rate limit reached", "type": "rate_limit_error", "code": "rate_limit_exceeded"}),
+            transient.clone(),
+        ),
+        (json!({"message": "busy", "code": 529}), transient.clone()),
+        (json!({"message": "busy", "status": 503}), transient.clone()),
+        (
+            json!({"message": "oops", "type": "server_error", "code": null}),
+            transient,
+        ),
+        (
+            json!({"message": format!("Incorrect API key {KEY}"), "type": "authentication_error"}),
+            ModelErrorKind::Auth,
+        ),
+        (
+            json!({"message": "flagged", "code": "content_filter"}),
+            ModelErrorKind::ContentFiltered,
+        ),
+        (
+            json!({"message": "too long", "code": "context_length_exceeded"}),
+            ModelErrorKind::PromptTooLong,
+        ),
+        (
+            json!({"message": "no credit", "code": "insufficient_quota"}),
+            ModelErrorKind::BillingExhausted,
+        ),
+    ];
+    for (error, kind) in cases {
+        let server = TestServer::start([Reply::Sse(vec![
+            text("half an ans"),
+            Part::Data(json!({ "error": error })),
+        ])])
+        .await;
+        let model = OpenAiModel::new(config(&server)).unwrap();
+        let (deltas, failure) = collect(&model).await;
+        assert_eq!(text_of(&deltas), "half an ans");
+        let failure = failure.expect("the provider's error");
+        assert_eq!(failure.kind(), &kind, "{error}");
+        let message = error["message"].as_str().unwrap().replace(KEY, "");
+        assert!(failure.message().contains(message.trim()), "{failure}");
+        assert!(!failure.message().contains(KEY), "{failure}");
+        assert_eq!(server.received().len(), 1, "no reconnect after content");
+    }
+}
+
+/// Through the agent: a transient error the provider reports mid-answer makes the agent ask
+/// again from the start; the half answer is not continued, not spliced, and not kept.
+#[tokio::test]
+async fn an_agent_asks_again_after_an_error_inside_the_stream() {
+    let server = TestServer::start([
+        Reply::Sse(vec![
+            text("Let me run it.\n```pytho"),
+            Part::Data(json!({"error": {"message": "Overloaded", "type": "overloaded_error"}})),
+        ]),
+        answer("```python\nprint(1)\n```", 7, "stop"),
+        answer("Done.", 8, "stop"),
+    ])
+    .await;
+    let model = OpenAiModel::new(config(&server)).unwrap();
+    let mut agent = Agent::builder(model, EchoRuntime::new()).build().unwrap();
+    let events: Vec<Event> = agent.stream("Run it.").collect().await;
+    assert!(
+        events.iter().any(|e| matches!(
+            e,
+            Event::Backoff { reason: Some(reason), .. } if reason.contains("Overloaded")
+        )),
+        "{events:?}"
+    );
+    let final_response = events.iter().find_map(|e| match e {
+        Event::FinalResponse { content } => Some(content.clone()),
+        _ => None,
+    });
+    assert_eq!(final_response.as_deref(), Some("Done."));
+    let history: Vec<String> = agent
+        .history()
+        .iter()
+        .map(|m| m.to_chat().content)
+        .collect();
+    assert!(
+        history.iter().any(|m| m == "```python\nprint(1)\n```"),
+        "{history:?}"
+    );
+    assert!(
+        !history
+            .iter()
+            .any(|m| m.contains("pytho```") || m.contains("Let me run it.")),
+        "{history:?}"
+    );
+    assert_eq!(server.received().len(), 3);
+}
+
+/// The content type decides how the answer is read: a whole JSON completion (a server that
+/// ignores `stream: true`) is the answer, usage included; anything but an event stream or JSON
+/// is a clear error naming it.
+#[tokio::test]
+async fn the_content_type_decides_how_the_answer_is_read() {
+    let completion = json!({
+        "id": "c", "object": "chat.completion", "created": 1, "model": "m",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello whole"}, "finish_reason": "stop"}],
+        "usage": {"prompt_tokens": 5, "completion_tokens": 2, "total_tokens": 7}
+    });
+    let server = TestServer::start([Reply::Status {
+        status: 200,
+        headers: vec![],
+        body: completion.to_string(),
+    }])
+    .await;
+    let model = OpenAiModel::new(config(&server)).unwrap();
+    let (deltas, error) = collect(&model).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "Hello whole");
+    assert_eq!(
+        deltas.iter().find_map(|d| d.finish_reason.clone()),
+        Some(FinishReason::Stop)
+    );
+    assert_eq!(
+        deltas.iter().find_map(|d| d.usage).map(|u| u.total_tokens),
+        Some(7)
+    );
+
+    let server = TestServer::start([Reply::Status {
+        status: 200,
+        headers: vec![(
+            "content-type".to_owned(),
+            "text/html; charset=utf-8".to_owned(),
+        )],
+        body: "<html><body>Welcome to the proxy</body></html>".to_owned(),
+    }])
+    .await;
+    let model = OpenAiModel::new(config(&server)).unwrap();
+    let (deltas, error) = collect(&model).await;
+    assert!(deltas.is_empty());
+    let error = error.expect("refused");
+    assert!(error.message().contains("text/html"), "{error}");
+    assert!(error.message().contains("Welcome to the proxy"), "{error}");
+}
+
+/// Event streams as servers write them: comments, CRLF line ends, `data:` without a space,
+/// one event's data over several lines, no `[DONE]` at the end.
+#[tokio::test]
+async fn event_streams_are_read_as_servers_write_them() {
+    let chunk = |content: &str| {
+        json!({"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": null}]})
+            .to_string()
+    };
+    let server = TestServer::start([Reply::Sse(vec![
+        Part::Raw(": keep-alive\r\n\r\n".to_owned()),
+        Part::Raw(format!("data:{}\r\n\r\n", chunk("one "))),
+        Part::Raw(
+            "event: message\ndata: {\"choices\": [{\"index\": 0,\ndata: \"delta\": {\"content\": \"two \"}, \"finish_reason\": null}]}\n\n"
+                .to_owned(),
+        ),
+        Part::Raw(format!("data: {}\n\n", chunk("three"))),
+        finish("stop"),
+    ])])
+    .await;
+    let model = OpenAiModel::new(config(&server)).unwrap();
+    let (deltas, error) = collect(&model).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "one two three");
+}

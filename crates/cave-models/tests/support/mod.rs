@@ -33,6 +33,8 @@ pub enum Part {
     Hang,
     /// Closes the connection without ending the response.
     Drop,
+    /// These bytes as they are (comments, CRLF, `data:` without a space…).
+    Raw(String),
 }
 
 /// A request as the server received it.
@@ -185,8 +187,17 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
             headers,
             body,
         } => {
+            // A content type among the headers replaces the default.
+            let typed = headers
+                .iter()
+                .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
             let mut head = format!(
-                "HTTP/1.1 {status} Scripted\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
+                "HTTP/1.1 {status} Scripted\r\n{}content-length: {}\r\nconnection: close\r\n",
+                if typed {
+                    ""
+                } else {
+                    "content-type: application/json\r\n"
+                },
                 body.len()
             );
             for (n, v) in headers {
@@ -204,6 +215,7 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
                 let data = match part {
                     Part::Data(json) => format!("data: {json}\n\n"),
                     Part::Done => "data: [DONE]\n\n".to_owned(),
+                    Part::Raw(raw) => raw,
                     Part::Hang => {
                         std::future::pending::<()>().await;
                         continue;

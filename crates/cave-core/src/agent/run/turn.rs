@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// How many times one call is asked again from the start after the provider reported a
+/// transient failure mid-answer.
+const MAX_PROVIDER_RESTARTS: u32 = 3;
+
 /// One model call.
 #[derive(Default)]
 pub(super) struct Turn {
@@ -20,6 +24,9 @@ pub(super) struct Turn {
     pub(super) unclosed: bool,
     pub(super) stopped_at_code: bool,
     pub(super) error: Option<ModelError>,
+    /// The provider reported a failure after some answer (an error event in the stream): what
+    /// came is not an answer to keep or continue.
+    pub(super) provider_failure: Option<ModelError>,
     pub(super) recoverable: bool,
     pub(super) prompt_estimate: u64,
 }
@@ -91,10 +98,45 @@ pub(super) enum Kept {
 }
 
 impl Run<'_> {
+    /// One model call: retried from scratch when the provider reports a transient failure
+    /// after part of the answer (that part is dropped, never continued or spliced), failed
+    /// without it otherwise; compacted and retried once when the prompt is too long.
     pub(super) async fn stream_with_overflow_retry(
         &mut self,
         turn: &mut Turn,
     ) -> Result<(), ModelError> {
+        let mut restarts = 0;
+        loop {
+            self.stream_with_compaction(turn).await?;
+            let Some(error) = turn.provider_failure.take() else {
+                return Ok(());
+            };
+            // Shown live already; not the answer.
+            turn.text.clear();
+            let retry_after = match error.kind() {
+                ModelErrorKind::Transient { retry_after } => Some(*retry_after),
+                _ => None,
+            };
+            let Some(retry_after) = retry_after.filter(|_| restarts < MAX_PROVIDER_RESTARTS) else {
+                return Err(error);
+            };
+            let delay = retry_after
+                .unwrap_or(Duration::from_millis(500) * 2u32.pow(restarts))
+                .min(Duration::from_secs(30));
+            restarts += 1;
+            tracing::warn!(error = %error, attempt = restarts, "the provider failed mid-answer; asking again from the start");
+            self.emit
+                .emit(Event::Backoff {
+                    delay: delay.as_secs_f64(),
+                    reason: Some(error.message().to_owned()),
+                })
+                .await;
+            tokio::time::sleep(delay).await;
+            *turn = Turn::new(std::mem::take(&mut turn.prefix));
+        }
+    }
+
+    async fn stream_with_compaction(&mut self, turn: &mut Turn) -> Result<(), ModelError> {
         match self.stream_once(turn).await {
             Err(error) if error.is_prompt_too_long() => {
                 tracing::warn!(error = %error, "prompt too long, compacting and retrying once");
@@ -182,6 +224,16 @@ impl Run<'_> {
                 // After the terminal delta only usage was pending: not a failure.
                 Some(Err(_)) if turn.finish.is_some() => break,
                 Some(Err(error)) if !saw_content => return Err(error),
+                Some(Err(error))
+                    if !matches!(
+                        error.kind(),
+                        ModelErrorKind::StreamInterrupted | ModelErrorKind::StreamStalled
+                    ) =>
+                {
+                    tracing::warn!(error = %error, "the provider reported a failure mid-answer");
+                    turn.provider_failure = Some(error);
+                    break;
+                }
                 Some(Err(error)) => {
                     tracing::warn!(error = %error, "the model stream broke mid-answer; keeping the partial answer");
                     turn.error = Some(error);
