@@ -1,5 +1,5 @@
 //! Project chores: `cargo xtask test` (the workspace tests, with the Python packages they
-//! need), `cargo xtask bench`, `cargo xtask test-live` (the live suite against a real model),
+//! need; `--pythons`: the runtime contract with every Python 3.9+ found), `cargo xtask bench`, `cargo xtask test-live` (the live suite against a real model),
 //! `cargo xtask local-llm start|stop|status` (a local one), `cargo xtask soak [N]` (N random inputs through the fence
 //! parser, then N random model replies through the whole agent), `cargo xtask fuzz [N]` (N
 //! mutated inputs through each decoder of bytes another party sends: the kernel child's frames,
@@ -9,6 +9,7 @@
 mod bench;
 mod live;
 mod local_llm;
+mod pythons;
 mod test_env;
 
 use std::process::{Command, ExitCode};
@@ -20,6 +21,7 @@ fn main() -> ExitCode {
         .unwrap_or(std::path::Path::new("."))
         .to_owned();
     let result = match args.first().map(String::as_str) {
+        Some("test") if args.iter().any(|a| a == "--pythons") => pythons::run(cargo),
         Some("test") => test_env::prepare(&root).and_then(|mut env| {
             env.extend(test_env::litellm(&root));
             env.extend(test_env::jupyter(&root));
@@ -96,7 +98,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES] | cargo xtask fuzz [CASES]"
+                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask test --pythons | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES] | cargo xtask fuzz [CASES]"
             );
             return ExitCode::from(2);
         }

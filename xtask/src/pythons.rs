@@ -1,0 +1,101 @@
+//! `cargo xtask test --pythons`: the runtime contract on the kernel runtime with every Python
+//! this machine has (pyenv's versions, `python3.N` on `PATH`), one line per interpreter.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// The oldest Python the kernel runtime supports (its worker says so at start too).
+const MINIMUM: (u32, u32) = (3, 9);
+
+/// Every interpreter found, by version (`(3, 12)`), one per minor version.
+fn interpreters() -> BTreeMap<(u32, u32), (String, PathBuf)> {
+    let mut candidates: Vec<PathBuf> = Vec::new();
+    let pyenv = std::env::var_os("PYENV_ROOT")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".pyenv")));
+    if let Some(versions) = pyenv.map(|p| p.join("versions"))
+        && let Ok(entries) = std::fs::read_dir(versions)
+    {
+        candidates.extend(entries.flatten().map(|e| e.path().join("bin/python3")));
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        for dir in std::env::split_paths(&path) {
+            candidates.extend((9..=20).map(|minor| dir.join(format!("python3.{minor}"))));
+        }
+    }
+    let mut found = BTreeMap::new();
+    for candidate in candidates.into_iter().filter(|c| c.is_file()) {
+        let Ok(out) = Command::new(&candidate)
+            .args(["-c", "import sys; print('%d %d %s' % (sys.version_info[0], sys.version_info[1], sys.version.split()[0]))"])
+            .output()
+        else {
+            continue;
+        };
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let mut parts = text.split_whitespace();
+        let (Some(Ok(major)), Some(Ok(minor)), Some(full)) = (
+            parts.next().map(str::parse::<u32>),
+            parts.next().map(str::parse::<u32>),
+            parts.next(),
+        ) else {
+            continue;
+        };
+        found
+            .entry((major, minor))
+            .or_insert((full.to_owned(), candidate));
+    }
+    found
+}
+
+/// Runs the contract with each interpreter from [`MINIMUM`] up; says which were skipped.
+pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Result<(), String> {
+    let found = interpreters();
+    let mut failed = Vec::new();
+    let mut tested = 0;
+    for ((major, minor), (full, path)) in &found {
+        if (*major, *minor) < MINIMUM {
+            println!(
+                "python {full} ({}): skipped, older than {}.{}",
+                path.display(),
+                MINIMUM.0,
+                MINIMUM.1
+            );
+            continue;
+        }
+        let python = path.to_string_lossy().into_owned();
+        let result = cargo(
+            &[
+                "test",
+                "-p",
+                "cave-runtime-kernel",
+                "--all-features",
+                "--test",
+                "contract",
+                "--quiet",
+            ],
+            &[("CAVE_PYTHON", python.as_str())],
+        );
+        tested += 1;
+        match result {
+            Ok(()) => println!("python {full} ({python}): the runtime contract passed"),
+            Err(e) => {
+                println!("python {full} ({python}): FAILED ({e})");
+                failed.push(full.clone());
+            }
+        }
+    }
+    if tested == 0 {
+        return Err(
+            "no Python 3.9 or later found (pyenv's versions, python3.N on PATH)".to_owned(),
+        );
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the runtime contract failed on Python {}",
+            failed.join(", ")
+        ))
+    }
+}
