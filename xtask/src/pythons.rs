@@ -1,5 +1,8 @@
 //! `cargo xtask test --pythons`: the runtime contract on the kernel runtime with every Python
-//! this machine has (pyenv's versions, `python3.N` on `PATH`), one line per interpreter.
+//! this machine has (pyenv's versions, `python3.N` on `PATH`), one line per interpreter; then
+//! the in-process runtime built against a second libpython (the newest found that has a shared
+//! library, when it is not the one the workspace builds against), in a target directory of its
+//! own.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -48,6 +51,74 @@ fn interpreters() -> BTreeMap<(u32, u32), (String, PathBuf)> {
     found
 }
 
+/// The in-process runtime's tests (the contract and its own), built against the newest libpython
+/// found besides the default one.
+fn second_libpython(
+    found: &BTreeMap<(u32, u32), (String, PathBuf)>,
+    cargo: &impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>,
+) -> Result<(), String> {
+    let default = Command::new("python3")
+        .args(["-c", "import sys; print(sys.version_info[1])"])
+        .output()
+        .ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .trim()
+                .parse::<u32>()
+                .ok()
+        });
+    let second = found.iter().rev().find(|((major, minor), (_, path))| {
+        (*major, *minor) >= MINIMUM
+            && Some(*minor) != default
+            && path.parent().and_then(Path::parent).is_some_and(|prefix| {
+                prefix
+                    .join(format!("lib/libpython{major}.{minor}.so"))
+                    .exists()
+            })
+    });
+    let Some(((major, minor), (full, path))) = second else {
+        println!(
+            "in-process runtime: no second libpython here (a Python 3.9+ other than python3's, with its shared library)"
+        );
+        return Ok(());
+    };
+    let python = path.to_string_lossy().into_owned();
+    let target = format!("target/py{major}{minor}");
+    let result = cargo(
+        &[
+            "test",
+            "-p",
+            "cave-runtime-inproc",
+            "--test",
+            "contract",
+            "--test",
+            "tests",
+            "--quiet",
+            "--",
+            // The one test that needs pandas, which this interpreter need not have.
+            "--skip",
+            "pandas",
+        ],
+        &[
+            ("PYO3_PYTHON", python.as_str()),
+            ("CAVE_PYTHON", python.as_str()),
+            ("CARGO_TARGET_DIR", target.as_str()),
+        ],
+    );
+    match result {
+        Ok(()) => {
+            println!(
+                "in-process runtime built against libpython {full} ({python}): its tests passed"
+            );
+            Ok(())
+        }
+        Err(e) => {
+            println!("in-process runtime built against libpython {full}: FAILED ({e})");
+            Err(format!("the in-process runtime on libpython {full}"))
+        }
+    }
+}
+
 /// Runs the contract with each interpreter from [`MINIMUM`] up; says which were skipped.
 pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Result<(), String> {
     let found = interpreters();
@@ -89,6 +160,9 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
         return Err(
             "no Python 3.9 or later found (pyenv's versions, python3.N on PATH)".to_owned(),
         );
+    }
+    if let Err(e) = second_libpython(&found, &cargo) {
+        failed.push(e);
     }
     if failed.is_empty() {
         Ok(())
