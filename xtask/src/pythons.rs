@@ -93,7 +93,6 @@ fn second_libpython(
             "contract",
             "--test",
             "tests",
-            "--quiet",
             "--",
             // The one test that needs pandas, which this interpreter need not have.
             "--skip",
