@@ -26,17 +26,22 @@ impl Tally {
     }
 }
 
+/// A kernel runtime on the test gateway.
+fn on_gateway(gateway: &gateway::Gateway) -> KernelRuntime {
+    KernelRuntime::with_config(
+        KernelConfig::new()
+            .spare(false)
+            .jupyter(JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())),
+    )
+    .expect("a runtime")
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_agent_runs_in_a_kernel_behind_a_gateway() {
     let Some(gateway) = gateway::gateway() else {
         return;
     };
-    let runtime = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())),
-    )
-    .expect("a runtime");
+    let runtime = on_gateway(gateway);
     let tally = Shared::new(Tally::default());
     runtime
         .register(Resources::new().object(ObjectBinding::new("tally", tally.clone())))
@@ -66,11 +71,6 @@ async fn a_printing_loop_is_stopped_behind_a_gateway() {
     let Some(gateway) = gateway::gateway() else {
         return;
     };
-    let runtime = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())),
-    )
-    .expect("a runtime");
+    let runtime = on_gateway(gateway);
     cave_agent::testing::contract::time_limits_stop_a_printing_loop(runtime).await;
 }

@@ -140,25 +140,28 @@ pub struct CellOutput {
 }
 
 impl CellOutput {
-    /// Collects up to `cap` bytes, sending pieces to `live` as they come (up to `cap` too).
+    /// Collects up to `cap` bytes, sending pieces to `live` as they come (up to `cap` too, the
+    /// note that live output stops included).
     pub fn new(cap: usize, live: Option<tokio::sync::mpsc::UnboundedSender<String>>) -> Self {
         Self {
             cap,
             text: CappedOutput::new(cap),
             live,
-            live_left: cap,
+            live_left: cap.saturating_sub(LIVE_NOTE_ROOM),
         }
     }
 
     /// Adds a piece of output.
     pub fn push(&mut self, text: &str) {
-        if let Some(live) = &self.live
-            && text.len() <= self.live_left
-        {
-            self.live_left -= text.len();
-            let _ = live.send(text.to_owned());
-        } else {
-            self.live_left = 0;
+        if let Some(live) = &self.live {
+            if text.len() <= self.live_left {
+                self.live_left -= text.len();
+                let _ = live.send(text.to_owned());
+            } else {
+                // Once, and nothing live after it: what follows is in the result's end.
+                let _ = live.send(crate::prompt::live_output_stopped(self.cap));
+                self.live = None;
+            }
         }
         self.text.push(text);
     }
@@ -181,6 +184,9 @@ impl CellOutput {
             .finish(|bytes, lines| crate::prompt::output_dropped(bytes, lines, cap))
     }
 }
+
+/// Room kept in the live cap for the note that live output stops.
+const LIVE_NOTE_ROOM: usize = 256;
 
 /// The output written while no cell runs that a runtime keeps for the next cell: 64 KiB.
 pub const STRAY_OUTPUT_CAP: usize = 64 << 10;
@@ -287,6 +293,23 @@ mod tests {
         let text = out.finish(note);
         assert!(text.contains('['));
         assert!(text.len() < 7 + 20, "{text}");
+    }
+
+    #[test]
+    fn live_output_stops_at_the_cap_with_a_note() {
+        let (live, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let mut out = CellOutput::new(1000, Some(live));
+        for _ in 0..80 {
+            out.push("0123456789\n");
+        }
+        let mut shown = String::new();
+        while let Ok(piece) = received.try_recv() {
+            shown.push_str(&piece);
+        }
+        assert!(shown.len() <= 1000, "{} bytes live", shown.len());
+        assert!(shown.ends_with(&crate::prompt::live_output_stopped(1000)));
+        assert!(shown.len() < 880, "live stopped before the end");
+        assert_eq!(out.finish().len(), 880, "all of it held: within the cap");
     }
 
     #[test]

@@ -124,6 +124,14 @@ beginning and its end. Print less, or write large results to a file and read par
     )
 }
 
+/// Sent live once a cell's live output reaches `cap` bytes (the result keeps the output's end).
+pub fn live_output_stopped(cap: usize) -> String {
+    format!(
+        "\n[live output stops here: it is shown up to {} a cell; the result keeps the end]\n",
+        crate::format_size(cap as u64)
+    )
+}
+
 /// Put before a cell's output when a thread or a process an earlier cell left running wrote
 /// after that cell ended: `written`, what was kept of it.
 pub fn written_outside_cells(written: &str) -> String {

@@ -117,9 +117,11 @@ _thread_start = threading.Thread.start
 
 
 def _start_with_output(thread, *args, **kwargs):
-    """`Thread.start`: a thread a cell starts writes where that cell writes, during the cell
-    and after it (the runtime keeps what comes after for its next cell); threads started
-    elsewhere (the host's own) keep the real streams."""
+    """`Thread.start` where the output route of a cell is the runtime's own (in-process: one
+    `write` per runtime, which gives the running cell what it gets and keeps what comes
+    between cells for the next): a thread a cell starts writes through it, also in later cells;
+    threads started elsewhere (the host's own) keep the real streams. The kernel's worker has no
+    need of it: what a thread writes there reaches descriptor 1, which goes to the running cell."""
     sink = _output.get()
     if sink is not None:
         run = thread.run
@@ -132,10 +134,12 @@ def _start_with_output(thread, *args, **kwargs):
     return _thread_start(thread, *args, **kwargs)
 
 
-def install():
+def install(threads_keep_the_route=False):
     """Routes `sys.stdout` and `sys.stderr` through the executor, and provides the
-    `cave_agent.runtime` compatibility module (idempotent)."""
-    threading.Thread.start = _start_with_output
+    `cave_agent.runtime` compatibility module (idempotent). `threads_keep_the_route`: threads
+    a cell starts write through the route it was given (see `_start_with_output`)."""
+    if threads_keep_the_route:
+        threading.Thread.start = _start_with_output
     for name in ("stdout", "stderr"):
         current = getattr(sys, name)
         if not isinstance(current, _RoutedText):

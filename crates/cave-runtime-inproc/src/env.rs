@@ -134,7 +134,8 @@ fn initialize() -> Result<PythonEnvironment, InProcError> {
             message: e.to_string(),
         })?;
         let module = PyModule::from_code(py, &source, &file, &name).map_err(setup)?;
-        module.call_method0("install").map_err(setup)?;
+        // The runtime's `write` is its own, not a cell's: threads a cell starts keep it.
+        module.call_method1("install", (true,)).map_err(setup)?;
         let _ = EXECUTOR.set(module.unbind());
         tracing::info!(source = ?environment.source, executable = ?environment.executable, "embedded Python ready");
         Ok(environment)

@@ -49,3 +49,17 @@ async fn a_thread_a_cell_starts_writes_into_the_cell() {
     let out = run(&rt, "import threading\nt = threading.Thread(target=lambda: print('from a thread'))\nt.start(); t.join()\nprint('cell')").await;
     assert_eq!(out.output, "from a thread\ncell\n");
 }
+
+#[tokio::test]
+async fn a_pool_thread_writes_into_the_cell_that_waits_for_it() {
+    let rt = InProcRuntime::new().unwrap();
+    run(&rt, "from concurrent.futures import ThreadPoolExecutor\npool = ThreadPoolExecutor(1)\npool.submit(lambda: None).result()").await;
+    // The pool's thread was started by the first cell; the second cell's task writes.
+    let out = run(
+        &rt,
+        "pool.submit(lambda: print('from the pool')).result()\nprint('cell')",
+    )
+    .await;
+    assert_eq!(out.output, "from the pool\ncell\n");
+    run(&rt, "pool.shutdown()").await;
+}

@@ -195,8 +195,14 @@ impl Drop for ChildGroup {
     }
 }
 
-/// Whether a group could be made for a child here (what `cave doctor` says).
+/// Whether a group could be made for a child here (what `cave doctor` says). Read once: it is
+/// asked at each child's start.
 pub(crate) fn available() -> bool {
+    static AVAILABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *AVAILABLE.get_or_init(probe)
+}
+
+fn probe() -> bool {
     let (Ok(mounts), Ok(own)) = (
         std::fs::read_to_string("/proc/self/mounts"),
         std::fs::read_to_string("/proc/self/cgroup"),
@@ -256,8 +262,14 @@ fn v1_group(mounts: &str, own: &str, controller: &str) -> Option<PathBuf> {
 }
 
 /// The memory this host may use: the machine's, or the limit of the host's own control group
-/// when that is lower (a container, a CI job).
+/// when that is lower (a container, a CI job). Read once: the default limits ask at each
+/// child's start.
 pub(crate) fn host_memory() -> u64 {
+    static MEMORY: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *MEMORY.get_or_init(read_host_memory)
+}
+
+fn read_host_memory() -> u64 {
     // SAFETY: sysconf reads constants.
     let (pages, page) = unsafe {
         (

@@ -61,20 +61,26 @@ fn children(pid: i32) -> Vec<i32> {
 /// The most processes one kill walks: more than any limit the runtime sets.
 const MOST: usize = 1 << 16;
 
-/// Kills every descendant of `root` (not `root` itself). Each is stopped before its children
-/// are read, so none forks behind the walk; all are killed at the end.
-pub(crate) fn kill_descendants(root: i32) {
+/// Kills every descendant of `root` (not `root` itself) but `keep`, whose own descendants go
+/// too. Each is stopped before its children are read, so none forks behind the walk; all are
+/// killed at the end.
+pub(crate) fn kill_descendants(root: i32, keep: Option<i32>) {
     let mut seen = HashSet::new();
     let mut queue = children(root);
     while let Some(pid) = queue.pop() {
         if seen.len() >= MOST || !seen.insert(pid) {
             continue;
         }
-        // SAFETY: a signal to a descendant of our own child.
-        unsafe {
-            libc::kill(pid, libc::SIGSTOP);
+        if Some(pid) != keep {
+            // SAFETY: a signal to a descendant of our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGSTOP);
+            }
         }
         queue.extend(children(pid));
+    }
+    if let Some(keep) = keep {
+        seen.remove(&keep);
     }
     for pid in seen {
         // SAFETY: as above.

@@ -727,8 +727,9 @@ impl Process {
             return;
         }
         if self.exit.borrow().is_none() {
-            // While the serving process lives, what its cells detached is its descendant.
-            crate::containment::kill_descendants(self.pid());
+            // While the first worker lives, what cells detached is its descendant (after a
+            // rollback the first worker is the reaper, the serving copy one of its descendants).
+            crate::containment::kill_descendants(self.pgid, None);
             // SAFETY: signals to our child's process group and to the child itself.
             unsafe {
                 libc::kill(-self.pgid, libc::SIGKILL);
@@ -755,10 +756,11 @@ impl Process {
     /// Asks the child to exit, then kills it after `grace`.
     pub(crate) async fn stop(&self, grace: std::time::Duration) {
         if self.alive() {
-            // First, while the worker is still the ancestor of what its cells detached: once
-            // it exits, those are orphaned beyond its reach.
+            // First, while the first worker is still the ancestor of what cells detached (once
+            // it exits, those are orphaned beyond its reach); the serving process is kept, to be
+            // asked to exit.
             if self.pgid > 0 {
-                crate::containment::kill_descendants(self.pid());
+                crate::containment::kill_descendants(self.pgid, Some(self.pid()));
             }
             let stop = self.request("stop", Vec::new());
             let _ = tokio::time::timeout(grace, stop).await;

@@ -267,8 +267,8 @@ fn all_end(mark: &str) -> Vec<u32> {
     }
 }
 
-/// The configurations the daemon tests run under: the sandbox off or strict, and the sandbox
-/// off without a control group (the worker as a child subreaper is all that holds).
+/// The configurations the daemon tests run under: the sandbox off or strict, and the default
+/// (strict) without a control group (the worker as a child subreaper is all that holds).
 fn configured(mode: &str) -> KernelConfig {
     let config = KernelConfig::new().spare(false);
     match mode {
@@ -295,6 +295,22 @@ async fn detach(rt: &KernelRuntime, mark: &str) {
     while marked(mark).is_empty() {
         assert!(Instant::now() < deadline, "the daemon never started");
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// After a rollback the serving process is a copy, and what its cells detach is adopted by the
+/// first worker (the reaper), not by the copy: `stop` still ends it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_detached_after_a_rollback_ends_with_stop() {
+    for (i, mode) in ["off", "no control group"].into_iter().enumerate() {
+        let rt = KernelRuntime::with_config(configured(mode)).expect("python");
+        rt.start().await.expect("starts");
+        let checkpoint = rt.checkpoint().await.expect("a checkpoint");
+        rt.rollback(&checkpoint).await.expect("rolls back");
+        let detached = mark(90 + i as u32);
+        detach(&rt, &detached).await;
+        rt.stop().await;
+        assert_eq!(all_end(&detached), Vec::<u32>::new(), "{mode}: after stop");
     }
 }
 
