@@ -2,6 +2,7 @@
 //! (`crates/cave-agent/tests/live.rs`) against the endpoint in `LLM_MODEL_ID` / `LLM_BASE_URL`
 //! / `LLM_API_KEY`, one test at a time, then a summary of its results: structure checks
 //! (which must pass) and the task pass rate (for information), with the wall time.
+//! `--local`: against the local model, directly and through LiteLLM (what CI runs).
 
 use serde_json::Value as Json;
 use std::fmt::Write as _;
@@ -31,21 +32,60 @@ pub(crate) fn has_endpoint(var: impl Fn(&str) -> Option<String>) -> bool {
     var("LLM_MODEL_ID").is_some_and(|m| !m.trim().is_empty())
 }
 
-/// Runs the suite and prints its summary; `Ok` when every structure check passed.
+/// `cargo xtask test-live --local`: starts the local model and its LiteLLM proxy (`cargo
+/// xtask local-llm start`, installed once into `target/local-llm`), runs the suite against
+/// the model directly and through the proxy, and stops them again if it started them. `Ok`
+/// when every structure check passed both ways.
+pub(crate) fn run_local(root: &Path) -> Result<(), String> {
+    let dir = crate::local_llm::dir(root);
+    let started_here = crate::local_llm::running(&dir).is_none();
+    let state = crate::local_llm::start(root, &dir)?;
+    let mut failed = Vec::new();
+    for (provider, variables) in crate::local_llm::endpoints(&state) {
+        let variables: Vec<(&str, &str)> =
+            variables.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        if let Err(e) = run_against(root, provider, &variables) {
+            failed.push(format!("{provider}: {e}"));
+        }
+    }
+    if started_here {
+        crate::local_llm::stop(&dir);
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(failed.join("; "))
+    }
+}
+
+/// Runs the suite against the endpoint in the environment and prints its summary; `Ok` when
+/// every structure check passed.
 pub(crate) fn run(root: &Path, provider: &str) -> Result<(), String> {
     if !has_endpoint(|name| std::env::var(name).ok()) {
         println!("{SKIP}");
         return Ok(());
     }
-    let dir = root.join("target").join("live");
+    run_against(root, provider, &[])
+}
+
+/// Runs the suite with `endpoint` (`LLM_*` variables) over the environment's.
+fn run_against(root: &Path, provider: &str, endpoint: &[(&str, &str)]) -> Result<(), String> {
+    let var = |name: &str| {
+        endpoint
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| (*v).to_owned())
+            .or_else(|| std::env::var(name).ok())
+    };
+    let dir = root.join("target").join("live").join(provider);
     // A fresh directory: the summary reads only this run's results.
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)
         .map_err(|e| format!("could not create {}: {e}", dir.display()))?;
     println!(
         "xtask: the live suite against {} at {} through the {provider} adapter",
-        std::env::var("LLM_MODEL_ID").unwrap_or_default(),
-        std::env::var("LLM_BASE_URL").unwrap_or_else(|_| "https://api.openai.com/v1".to_owned())
+        var("LLM_MODEL_ID").unwrap_or_default(),
+        var("LLM_BASE_URL").unwrap_or_else(|| "https://api.openai.com/v1".to_owned())
     );
     let started = Instant::now();
     let dir_text = dir.display().to_string();
@@ -65,7 +105,10 @@ pub(crate) fn run(root: &Path, provider: &str) -> Result<(), String> {
         &[
             ("CAVE_LIVE_PROVIDER", provider),
             ("CAVE_LIVE_DIR", dir_text.as_str()),
-        ],
+        ]
+        .into_iter()
+        .chain(endpoint.iter().copied())
+        .collect::<Vec<_>>(),
     );
     let results = std::fs::read_to_string(dir.join("results.jsonl")).unwrap_or_default();
     let summary = summary(&results, provider, started.elapsed().as_secs_f64());

@@ -23,7 +23,7 @@ const MODEL_ID: &str = "smollm2";
 /// The proxy's key (local only).
 const PROXY_KEY: &str = "sk-local-litellm";
 
-fn dir(root: &Path) -> PathBuf {
+pub(crate) fn dir(root: &Path) -> PathBuf {
     std::env::var_os("CAVE_LOCAL_LLM_DIR")
         .map(PathBuf::from)
         .unwrap_or_else(|| root.join("target").join("local-llm"))
@@ -33,7 +33,7 @@ fn dir(root: &Path) -> PathBuf {
 pub(crate) fn run(root: &Path, command: Option<&str>) -> Result<(), String> {
     let dir = dir(root);
     match command {
-        Some("start") => start(root, &dir),
+        Some("start") => start(root, &dir).map(drop),
         Some("stop") => {
             stop(&dir);
             println!("local-llm: stopped");
@@ -204,7 +204,7 @@ fn state_path(dir: &Path) -> PathBuf {
 }
 
 /// The saved state, when both servers still answer.
-fn running(dir: &Path) -> Option<Json> {
+pub(crate) fn running(dir: &Path) -> Option<Json> {
     let state: Json = serde_json::from_str(&std::fs::read_to_string(state_path(dir)).ok()?).ok()?;
     let up = |server: &str, path: &str| {
         let pid = state[server]["pid"].as_u64()? as u32;
@@ -216,11 +216,13 @@ fn running(dir: &Path) -> Option<Json> {
     Some(state)
 }
 
-fn start(root: &Path, dir: &Path) -> Result<(), String> {
+/// Starts both servers (installing them first if needed) unless they already answer, and
+/// returns their state.
+pub(crate) fn start(root: &Path, dir: &Path) -> Result<Json, String> {
     if let Some(state) = running(dir) {
         println!("local-llm: already running");
         print_env(&state);
-        return Ok(());
+        return Ok(state);
     }
     stop(dir);
     std::fs::create_dir_all(dir).map_err(|e| format!("could not create {}: {e}", dir.display()))?;
@@ -292,19 +294,47 @@ fn start(root: &Path, dir: &Path) -> Result<(), String> {
         "the LiteLLM proxy",
     )?;
     print_env(&state);
-    Ok(())
+    Ok(state)
+}
+
+/// The `LLM_*` variables of each endpoint: the model directly (`openai`), and through the
+/// LiteLLM proxy (`litellm`).
+pub(crate) fn endpoints(state: &Json) -> [(&'static str, Vec<(&'static str, String)>); 2] {
+    let llama = state["llama"]["port"].as_u64().unwrap_or(0);
+    let proxy = state["litellm"]["port"].as_u64().unwrap_or(0);
+    let endpoint = |url: String, key: &str| {
+        vec![
+            ("LLM_MODEL_ID", MODEL_ID.to_owned()),
+            ("LLM_BASE_URL", url),
+            ("LLM_API_KEY", key.to_owned()),
+        ]
+    };
+    [
+        (
+            "openai",
+            endpoint(format!("http://127.0.0.1:{llama}/v1"), "none"),
+        ),
+        (
+            "litellm",
+            endpoint(format!("http://127.0.0.1:{proxy}"), PROXY_KEY),
+        ),
+    ]
 }
 
 fn print_env(state: &Json) {
-    let llama = state["llama"]["port"].as_u64().unwrap_or(0);
-    let proxy = state["litellm"]["port"].as_u64().unwrap_or(0);
-    println!(
-        "# The model directly (cargo xtask test-live):\nexport LLM_MODEL_ID={MODEL_ID} LLM_BASE_URL=http://127.0.0.1:{llama}/v1 LLM_API_KEY=none\n# Through the LiteLLM proxy (cargo xtask test-live --provider litellm):\nexport LLM_MODEL_ID={MODEL_ID} LLM_BASE_URL=http://127.0.0.1:{proxy} LLM_API_KEY={PROXY_KEY}"
-    );
+    for (provider, variables) in endpoints(state) {
+        let exports: Vec<String> = variables.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if provider == "openai" {
+            println!("# The model directly (cargo xtask test-live):");
+        } else {
+            println!("# Through the LiteLLM proxy (cargo xtask test-live --provider {provider}):");
+        }
+        println!("export {}", exports.join(" "));
+    }
 }
 
 /// Ends both servers (their whole process groups), if the state names them.
-fn stop(dir: &Path) {
+pub(crate) fn stop(dir: &Path) {
     let Ok(text) = std::fs::read_to_string(state_path(dir)) else {
         return;
     };

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
             let quick = args.iter().any(|a| a == "--quick");
             bench::run(&root, quick, &bench::Compare::from_args(&args)).map(drop)
         }
+        Some("test-live") if args.iter().any(|a| a == "--local") => live::run_local(&root),
         Some("test-live") => live::provider(&args).and_then(|provider| live::run(&root, provider)),
         Some("local-llm") => local_llm::run(&root, args.get(1).map(String::as_str)),
         Some("soak") => {
@@ -98,7 +99,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask test --pythons | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES] | cargo xtask fuzz [CASES]"
+                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask test --pythons | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm | --local] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES] | cargo xtask fuzz [CASES]"
             );
             return ExitCode::from(2);
         }

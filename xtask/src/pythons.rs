@@ -9,10 +9,14 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The oldest Python the kernel runtime supports (its worker says so at start too).
-const MINIMUM: (u32, u32) = (3, 9);
+const MINIMUM: (u32, u32) = cave_python::MIN_PYTHON;
 
-/// Every interpreter found, by version (`(3, 12)`), one per minor version.
-fn interpreters() -> BTreeMap<(u32, u32), (String, PathBuf)> {
+/// Interpreters by version (`(3, 12)`): the full version and the executable.
+type Found = BTreeMap<(u32, u32), (String, PathBuf)>;
+
+/// Every interpreter found, by version (`(3, 12)`), one per minor version; and the
+/// free-threaded builds found (`3.13.1t`), which the runtimes refuse.
+fn interpreters() -> (Found, Vec<(String, PathBuf)>) {
     let mut candidates: Vec<PathBuf> = Vec::new();
     let pyenv = std::env::var_os("PYENV_ROOT")
         .map(PathBuf::from)
@@ -24,13 +28,17 @@ fn interpreters() -> BTreeMap<(u32, u32), (String, PathBuf)> {
     }
     if let Some(path) = std::env::var_os("PATH") {
         for dir in std::env::split_paths(&path) {
-            candidates.extend((9..=20).map(|minor| dir.join(format!("python3.{minor}"))));
+            for minor in 9..=20 {
+                candidates.push(dir.join(format!("python3.{minor}")));
+                candidates.push(dir.join(format!("python3.{minor}t")));
+            }
         }
     }
     let mut found = BTreeMap::new();
+    let mut free_threaded = Vec::new();
     for candidate in candidates.into_iter().filter(|c| c.is_file()) {
         let Ok(out) = Command::new(&candidate)
-            .args(["-c", "import sys; print('%d %d %s' % (sys.version_info[0], sys.version_info[1], sys.version.split()[0]))"])
+            .args(["-c", "import sys; print('%d %d %s%s' % (sys.version_info[0], sys.version_info[1], sys.version.split()[0], 't' if 't' in getattr(sys, 'abiflags', '') else ''))"])
             .output()
         else {
             continue;
@@ -44,17 +52,23 @@ fn interpreters() -> BTreeMap<(u32, u32), (String, PathBuf)> {
         ) else {
             continue;
         };
+        if full.ends_with('t') {
+            if !free_threaded.iter().any(|(f, _)| f == full) {
+                free_threaded.push((full.to_owned(), candidate));
+            }
+            continue;
+        }
         found
             .entry((major, minor))
             .or_insert((full.to_owned(), candidate));
     }
-    found
+    (found, free_threaded)
 }
 
 /// The in-process runtime's tests (the contract and its own), built against the newest libpython
 /// found besides the default one.
 fn second_libpython(
-    found: &BTreeMap<(u32, u32), (String, PathBuf)>,
+    found: &Found,
     cargo: &impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>,
 ) -> Result<(), String> {
     let default = Command::new("python3")
@@ -118,22 +132,51 @@ fn second_libpython(
     }
 }
 
-/// Runs the contract with each interpreter from [`MINIMUM`] up; says which were skipped.
+/// Runs the contract with each interpreter from [`MINIMUM`] up, checks that older ones are
+/// refused with the reason, and says which were skipped.
 pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Result<(), String> {
-    let found = interpreters();
+    let (found, free_threaded) = interpreters();
+    for (full, path) in &free_threaded {
+        println!(
+            "python {full} ({}): skipped, {}",
+            path.display(),
+            cave_python::FREE_THREADED_REFUSAL
+        );
+    }
     let mut failed = Vec::new();
     let mut tested = 0;
     for ((major, minor), (full, path)) in &found {
+        let python = path.to_string_lossy().into_owned();
         if (*major, *minor) < MINIMUM {
-            println!(
-                "python {full} ({}): skipped, older than {}.{}",
-                path.display(),
-                MINIMUM.0,
-                MINIMUM.1
+            // Not run, but refused at start with the reason: checked.
+            let refused = cargo(
+                &[
+                    "test",
+                    "-p",
+                    "cave-runtime-kernel",
+                    "--all-features",
+                    "--test",
+                    "lifecycle",
+                    "--quiet",
+                    "an_unsupported_interpreter_is_refused_with_the_reason",
+                ],
+                &[("CAVE_OLD_PYTHON", python.as_str())],
             );
+            match refused {
+                Ok(()) => println!(
+                    "python {full} ({python}): older than {}.{}, refused at start with the reason",
+                    MINIMUM.0, MINIMUM.1
+                ),
+                Err(e) => {
+                    println!(
+                        "python {full} ({python}): older than {}.{}, and not refused clearly: FAILED ({e})",
+                        MINIMUM.0, MINIMUM.1
+                    );
+                    failed.push(full.clone());
+                }
+            }
             continue;
         }
-        let python = path.to_string_lossy().into_owned();
         let result = cargo(
             &[
                 "test",
@@ -156,9 +199,10 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
         }
     }
     if tested == 0 {
-        return Err(
-            "no Python 3.9 or later found (pyenv's versions, python3.N on PATH)".to_owned(),
-        );
+        return Err(format!(
+            "no Python {}.{} or later found (pyenv's versions, python3.N on PATH)",
+            MINIMUM.0, MINIMUM.1
+        ));
     }
     if let Err(e) = second_libpython(&found, &cargo) {
         failed.push(e);

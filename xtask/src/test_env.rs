@@ -118,9 +118,66 @@ fn tool(
     vec![(variable.to_owned(), program.display().to_string())]
 }
 
+/// What the build and the tests need from the machine's Python, checked before anything is
+/// built, with the package that provides what is missing (the README's list): the in-process
+/// runtime links the libpython of `PYO3_PYTHON` (or `python3`), and the test environments are
+/// virtualenvs.
+pub(crate) fn check_prerequisites() -> Result<(), String> {
+    let python = std::env::var_os("PYO3_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("python3"));
+    let probe = "import importlib.util, os, sys, sysconfig\n\
+        v = '%d.%d' % sys.version_info[:2]\n\
+        libdir = sysconfig.get_config_var('LIBDIR') or ''\n\
+        shared = bool(sysconfig.get_config_var('Py_ENABLE_SHARED')) or os.path.exists(os.path.join(libdir, 'libpython%s.so.1.0' % v))\n\
+        linkable = os.path.exists(os.path.join(libdir, 'libpython%s.so' % v))\n\
+        venv = all(importlib.util.find_spec(m) is not None for m in ('venv', 'ensurepip'))\n\
+        print(v, int(shared), int(linkable), int(venv))";
+    let out = Command::new(&python).args(["-c", probe]).output().map_err(|e| {
+        format!(
+            "could not run {} ({e}): the build needs a Python 3 (Debian: apt-get install python3 python3-dev python3-venv)",
+            python.display()
+        )
+    })?;
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    let [version, shared, linkable, venv] = fields[..] else {
+        return Err(format!(
+            "{} could not be asked about its installation: {}",
+            python.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    };
+    let mut missing = Vec::new();
+    if shared != "1" {
+        missing.push(format!(
+            "{} was built without a shared libpython, which the in-process runtime links: use a Python built with --enable-shared (pyenv: PYTHON_CONFIGURE_OPTS=--enable-shared), or point PYO3_PYTHON at one",
+            python.display()
+        ));
+    } else if linkable != "1" {
+        missing.push(format!(
+            "libpython{version}.so, which the in-process runtime links (Debian: apt-get install libpython{version}-dev)"
+        ));
+    }
+    if venv != "1" {
+        missing.push(format!(
+            "the venv module with ensurepip, for the test environments (Debian: apt-get install python{version}-venv)"
+        ));
+    }
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "this machine lacks what the build and the tests need:\n  - {}",
+            missing.join("\n  - ")
+        ))
+    }
+}
+
 /// The environment variables the tests need: none when the selected environment has the
 /// packages, else those that activate the project's test virtualenv (created and filled here).
 pub(crate) fn prepare(root: &Path) -> Result<Vec<(String, String)>, String> {
+    check_prerequisites()?;
     let python = selected_python();
     if imports(&python, PACKAGES) {
         println!("xtask: {} has {}", python.display(), PACKAGES.join(", "));

@@ -71,7 +71,7 @@ struct Live {
 
 impl Live {
     fn new(name: &'static str) -> Live {
-        let dir = live_dir().join(provider());
+        let dir = live_dir();
         std::fs::create_dir_all(&dir).expect("the live directory");
         let transcript =
             std::fs::File::create(dir.join(format!("{name}.jsonl"))).expect("a transcript");

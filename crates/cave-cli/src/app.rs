@@ -697,6 +697,10 @@ fn open_model(source: ModelSource) -> anyhow::Result<Box<dyn Model>> {
             provider: Provider::Litellm,
             config,
         } => Box::new(LiteLlmModel::new(config)?),
-        ModelSource::Replay(path) => Box::new(ReplayModel::open(&path)?),
+        // An execution result that differs from the recording (another Python's wording) is
+        // played anyway, and said.
+        ModelSource::Replay(path) => Box::new(
+            ReplayModel::open(&path)?.on_difference(|difference| eprintln!("cave: {difference}")),
+        ),
     })
 }

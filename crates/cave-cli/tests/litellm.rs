@@ -37,13 +37,22 @@ impl Drop for Proxy {
 
 impl Proxy {
     fn start(program: &PathBuf) -> Proxy {
-        let dir = std::env::temp_dir().join(format!("cave-litellm-{}", std::process::id()));
+        Self::with_models(program, "")
+    }
+
+    /// A proxy with the test's mock models and `models` (more `model_list` entries).
+    fn with_models(program: &PathBuf, models: &str) -> Proxy {
+        let dir = std::env::temp_dir().join(format!(
+            "cave-litellm-{}-{}",
+            std::process::id(),
+            models.len()
+        ));
         std::fs::create_dir_all(&dir).expect("temp dir");
         let config = dir.join("config.yaml");
         std::fs::write(
             &config,
             format!(
-                "model_list:\n  - model_name: mock-answer\n    litellm_params:\n      model: openai/mock-answer\n      api_key: fake\n      mock_response: \"The answer is 42.\"\n  - model_name: mock-code\n    litellm_params:\n      model: openai/mock-code\n      api_key: fake\n      mock_response: \"Let me compute it.\\n```python3\\nprint(6 * 7)\\n\"\ngeneral_settings:\n  master_key: {MASTER_KEY}\n"
+                "model_list:\n  - model_name: mock-answer\n    litellm_params:\n      model: openai/mock-answer\n      api_key: fake\n      mock_response: \"The answer is 42.\"\n  - model_name: mock-code\n    litellm_params:\n      model: openai/mock-code\n      api_key: fake\n      mock_response: \"Let me compute it.\\n```python3\\nprint(6 * 7)\\n\"\n{models}router_settings:\n  num_retries: 0\ngeneral_settings:\n  master_key: {MASTER_KEY}\n"
             ),
         )
         .expect("config");
@@ -224,4 +233,72 @@ fn cave_against_a_real_litellm_proxy() {
         .find(|e| e["type"] == "execution_result")
         .expect("it ran");
     assert_eq!(result["output"], "42\n");
+}
+
+/// A failure upstream after part of the answer streamed: the proxy reports it inside the
+/// stream. `cave` classifies the provider's message, drops the half answer, asks again from
+/// the start, and the answer it shows is the second one alone.
+#[test]
+fn an_upstream_failure_mid_stream_through_the_proxy_is_asked_again() {
+    use crate::support::{Part, Reply, TestServer, answer, text};
+    let Some(program) = litellm() else {
+        eprintln!(
+            "skipped: the LiteLLM proxy is not installed (cargo xtask test installs it in target/litellm-venv; or set CAVE_LITELLM)"
+        );
+        return;
+    };
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for provider in ["litellm", "openai"] {
+        let failing = Reply::Sse(vec![
+            text("Half of an answer"),
+            text(" that never ends"),
+            Part::Data(serde_json::json!({"error": {
+                "message": "upstream overloaded, try again later",
+                "type": "server_error",
+                "code": "overloaded"
+            }})),
+        ]);
+        let upstream = runtime.block_on(TestServer::start([
+            failing,
+            answer("The answer is 42.", 4, "stop"),
+        ]));
+        let proxy = Proxy::with_models(
+            &program,
+            &format!(
+                "  - model_name: upstream\n    litellm_params:\n      model: openai/upstream\n      api_key: fake\n      api_base: {}\n",
+                upstream.base_url()
+            ),
+        );
+        let out = cave(
+            &proxy,
+            MASTER_KEY,
+            &["--provider", provider, "--model", "upstream", "What is it?"],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+
+        let events = events(&out);
+        let stop = stopped(&events);
+        assert_eq!(out.status.code(), Some(0), "{provider}: {stop} {stderr}");
+        assert_eq!(stop["content"], "The answer is 42.", "{provider}: {stop}");
+        let at = events
+            .iter()
+            .position(|e| e["type"] == "backoff")
+            .unwrap_or_else(|| panic!("{provider}: a backoff event: {events:?}"));
+        let backoff = &events[at];
+        // The proxy sent part of the answer before the error: it came inside the stream.
+        assert!(
+            events[..at]
+                .iter()
+                .any(|e| e["type"] == "text" && e["content"] == "Half of an answer"),
+            "{provider}: {events:?}"
+        );
+        assert!(
+            backoff["reason"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("upstream overloaded"),
+            "{provider}: the provider's message is kept: {backoff}"
+        );
+        assert_eq!(upstream.received().len(), 2, "{provider}: asked again once");
+    }
 }

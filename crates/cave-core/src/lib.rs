@@ -80,8 +80,8 @@ pub use compact::{
 pub use event::{EVENT_FORMAT_VERSION, Event, Status, StopError, StopErrorKind, StopReason};
 pub use gate::MethodFilter;
 pub use message::{
-    ChatMessage, ChatRole, HISTORY_FORMAT_VERSION, HistoryError, Message, PersistedOutput,
-    SavedHistory,
+    ChatMessage, ChatRole, HISTORY_FORMAT_VERSION, HistoryError, Message, MessageKind,
+    PersistedOutput, SavedHistory,
 };
 pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,

@@ -167,6 +167,11 @@ pub struct ChatMessage {
     /// The reasoning of an assistant turn.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reasoning: Option<String>,
+    /// What the message is in the agent's history, for readers of requests (a replayed
+    /// cassette matches an execution result by its place, not its text); never sent to a
+    /// provider. `None` for messages made outside the agent's history.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<MessageKind>,
 }
 
 impl ChatMessage {
@@ -176,6 +181,53 @@ impl ChatMessage {
             role,
             content: content.into(),
             reasoning: None,
+            kind: None,
+        }
+    }
+
+    /// The same message, marked as this kind.
+    pub fn with_kind(mut self, kind: MessageKind) -> Self {
+        self.kind = Some(kind);
+        self
+    }
+}
+
+/// What a wire message is in the agent's history: a [`Message`] variant, or the date
+/// reminder the agent adds to each request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MessageKind {
+    /// [`Message::System`].
+    System,
+    /// The date and time the agent tells the model at every call (not in the history).
+    Reminder,
+    /// [`Message::User`].
+    User,
+    /// [`Message::Assistant`].
+    Assistant,
+    /// [`Message::Code`].
+    Code,
+    /// [`Message::ExecutionResult`]: its text depends on the interpreter that ran the code.
+    ExecutionResult,
+    /// [`Message::Summary`].
+    Summary,
+    /// [`Message::SummaryAcknowledgement`].
+    SummaryAcknowledgement,
+}
+
+impl MessageKind {
+    /// How the kind is named in messages to people.
+    pub fn describe(self) -> &'static str {
+        match self {
+            MessageKind::System => "the system prompt",
+            MessageKind::Reminder => "the date reminder",
+            MessageKind::User => "a user message",
+            MessageKind::Assistant => "an answer",
+            MessageKind::Code => "a code message",
+            MessageKind::ExecutionResult => "an execution result",
+            MessageKind::Summary => "a summary",
+            MessageKind::SummaryAcknowledgement => "a summary's acknowledgement",
         }
     }
 }
@@ -273,12 +325,26 @@ impl Message {
         }
     }
 
+    /// What this message is, as wire messages carry it.
+    pub fn kind(&self) -> MessageKind {
+        match self {
+            Message::System { .. } => MessageKind::System,
+            Message::User { .. } => MessageKind::User,
+            Message::Assistant { .. } => MessageKind::Assistant,
+            Message::Code { .. } => MessageKind::Code,
+            Message::ExecutionResult { .. } => MessageKind::ExecutionResult,
+            Message::Summary { .. } => MessageKind::Summary,
+            Message::SummaryAcknowledgement { .. } => MessageKind::SummaryAcknowledgement,
+        }
+    }
+
     /// This message as sent to a chat model.
     pub fn to_chat(&self) -> ChatMessage {
         ChatMessage {
             role: self.chat_role(),
             content: self.content().to_owned(),
             reasoning: self.reasoning().map(str::to_owned),
+            kind: Some(self.kind()),
         }
     }
 }

@@ -7,8 +7,8 @@
 
 use async_trait::async_trait;
 use cave_core::{
-    ChatMessage, ChatRequest, ChatRole, Delta, DeltaStream, FinishReason, Model, ModelError,
-    ModelErrorKind, ModelInfo, Usage,
+    ChatMessage, ChatRequest, ChatRole, Delta, DeltaStream, FinishReason, MessageKind, Model,
+    ModelError, ModelErrorKind, ModelInfo, Usage,
 };
 use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
@@ -287,13 +287,27 @@ struct Call {
     items: Vec<Result<RecordedDelta, RecordedError>>,
 }
 
-/// Plays a cassette back: each call must send the request that was recorded (the per-call
-/// date reminder aside), or the call fails with a message showing where they differ.
-#[derive(Debug)]
+/// Plays a cassette back. Each call must send the request that was recorded, compared by
+/// what is stable: the same messages in the same order, of the same kind, with the same text,
+/// except the date reminder (skipped) and execution results, whose text depends on the
+/// interpreter that ran the code (a traceback's marks, a `repr`): one that differs is played
+/// anyway and reported (see [`ReplayModel::on_difference`]). Anything else that differs fails
+/// the call with a message naming the message and where its text differs.
 pub struct ReplayModel {
     calls: Vec<Call>,
     next: Mutex<usize>,
     info: ModelInfo,
+    report: Box<dyn Fn(&str) + Send + Sync>,
+}
+
+impl std::fmt::Debug for ReplayModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplayModel")
+            .field("calls", &self.calls.len())
+            .field("next", &self.next)
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReplayModel {
@@ -337,6 +351,7 @@ impl ReplayModel {
             calls,
             next: Mutex::new(0),
             info: ModelInfo::new("replay"),
+            report: Box::new(|difference| tracing::warn!("{difference}")),
         })
     }
 
@@ -345,32 +360,116 @@ impl ReplayModel {
         self.info = info;
         self
     }
+
+    /// Where a difference that does not stop the replay is reported (an execution result
+    /// whose text is not the recorded one); by default a `tracing` warning.
+    pub fn on_difference(mut self, report: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.report = Box::new(report);
+        self
+    }
 }
 
-/// The messages that must match: all but the per-call date reminder.
+/// What a message is: as it says, or (a message recorded before kinds were) the date
+/// reminder by its opening tag, or else what the message in its place says it is.
+fn kind_of(message: &ChatMessage, counterpart: Option<&ChatMessage>) -> Option<MessageKind> {
+    message.kind.or_else(|| {
+        if message.role == ChatRole::User && message.content.starts_with("<system-reminder>") {
+            Some(MessageKind::Reminder)
+        } else {
+            counterpart.and_then(|c| c.kind)
+        }
+    })
+}
+
+/// The messages that must match: all but the date reminder.
 fn comparable(messages: &[ChatMessage]) -> Vec<&ChatMessage> {
     messages
         .iter()
-        .filter(|m| !(m.role == ChatRole::User && m.content.starts_with("<system-reminder>")))
+        .filter(|m| kind_of(m, None) != Some(MessageKind::Reminder))
         .collect()
 }
 
-fn divergence(expected: &[ChatMessage], got: &[ChatMessage]) -> Option<String> {
+/// Where two texts first differ: the line, and a stretch of each from there.
+fn first_difference(recorded: &str, sent: &str) -> String {
+    let clip = |s: &str| -> String {
+        let mut clipped: String = s.chars().take(80).collect();
+        if clipped.len() < s.len() {
+            clipped.push('…');
+        }
+        clipped
+    };
+    let at = recorded
+        .char_indices()
+        .zip(sent.chars())
+        .find(|((_, r), s)| r != s)
+        .map_or(recorded.len().min(sent.len()), |((i, _), _)| i);
+    let at = (0..=at)
+        .rev()
+        .find(|i| sent.is_char_boundary(*i))
+        .unwrap_or(0);
+    let line = recorded[..at].matches('\n').count() + 1;
+    let start = recorded[..at].rfind('\n').map_or(0, |i| i + 1);
+    format!(
+        "from line {line}: recorded {:?}, sent {:?}",
+        clip(&recorded[start..]),
+        clip(&sent[start.min(sent.len())..])
+    )
+}
+
+/// How a request differs from the recorded one: `Err` stops the replay, `Ok` lists the
+/// execution results whose text differs.
+fn divergence(expected: &[ChatMessage], got: &[ChatMessage]) -> Result<Vec<String>, String> {
     let (expected, got) = (comparable(expected), comparable(got));
-    let clip = |s: &str| -> String { s.chars().take(120).collect() };
+    let mut tolerated = Vec::new();
     for (i, (e, g)) in expected.iter().zip(&got).enumerate() {
-        if e != g {
-            return Some(format!(
-                "message {i} differs: recorded {:?} {:?}, sent {:?} {:?}",
-                e.role,
-                clip(&e.content),
-                g.role,
-                clip(&g.content)
+        let (recorded_kind, sent_kind) = (kind_of(e, Some(g)), kind_of(g, Some(e)));
+        let name = |kind: Option<MessageKind>, role: ChatRole| {
+            kind.map_or_else(
+                || {
+                    let role = match role {
+                        ChatRole::System => "system",
+                        ChatRole::User => "user",
+                        ChatRole::Assistant => "assistant",
+                    };
+                    format!("a {role} message")
+                },
+                |k| k.describe().to_owned(),
+            )
+        };
+        if e.role != g.role || recorded_kind != sent_kind {
+            return Err(format!(
+                "message {i} is {} in the recording, {} now",
+                name(recorded_kind, e.role),
+                name(sent_kind, g.role)
+            ));
+        }
+        if e.content != g.content {
+            let difference = first_difference(&e.content, &g.content);
+            if sent_kind == Some(MessageKind::ExecutionResult) {
+                tolerated.push(format!(
+                    "message {i}, an execution result, differs from the recording {difference}"
+                ));
+            } else {
+                return Err(format!(
+                    "message {i} ({}) differs {difference}",
+                    name(sent_kind, g.role)
+                ));
+            }
+        } else if e.reasoning != g.reasoning {
+            return Err(format!(
+                "message {i} ({}) carries other reasoning than recorded",
+                name(sent_kind, g.role)
             ));
         }
     }
-    (expected.len() != got.len())
-        .then(|| format!("recorded {} messages, sent {}", expected.len(), got.len()))
+    if expected.len() != got.len() {
+        return Err(format!(
+            "recorded {} messages, sent {}",
+            expected.len(),
+            got.len()
+        ));
+    }
+    Ok(tolerated)
 }
 
 #[async_trait]
@@ -390,11 +489,21 @@ impl Model for ReplayModel {
                 ),
             ));
         };
-        if let Some(difference) = divergence(&call.request.messages, &request.messages) {
-            return Err(ModelError::new(
-                ModelErrorKind::Other,
-                format!("replay diverged at call {}: {difference}", index + 1),
-            ));
+        match divergence(&call.request.messages, &request.messages) {
+            Err(difference) => {
+                return Err(ModelError::new(
+                    ModelErrorKind::Other,
+                    format!("replay diverged at call {}: {difference}", index + 1),
+                ));
+            }
+            Ok(tolerated) => {
+                for difference in tolerated {
+                    (self.report)(&format!(
+                        "replay: call {}: {difference}; the recorded answer is played anyway",
+                        index + 1
+                    ));
+                }
+            }
         }
         // An error recorded before any delta is the call itself failing.
         if let Some(Err(error)) = call.items.first() {

@@ -14,6 +14,7 @@ use cave_models::{
 };
 use futures_util::StreamExt;
 use serde_json::json;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const KEY: &str = "sk-test-0123456789abcdef";
@@ -536,6 +537,123 @@ async fn a_recorded_run_replays_to_the_same_events() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
+/// A cassette recorded where the code printed something else (another Python words its
+/// errors differently) still plays: an execution result is matched by its place and kind,
+/// and its difference is reported, naming the line where it starts. Cassettes written
+/// before messages carried their kind play the same way. Any other message that differs
+/// still stops the replay, saying which message and where.
+#[tokio::test]
+async fn a_replay_matches_execution_results_by_place_and_reports_their_difference() {
+    let dir = std::env::temp_dir().join(format!("cave-cassette-stable-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cassette = dir.join("run.jsonl");
+    let server = TestServer::start([
+        answer(&block("print(1)"), 3, "stop"),
+        answer("Done.", 2, "stop"),
+    ])
+    .await;
+    let recording =
+        RecordingModel::create(OpenAiModel::new(config(&server)).unwrap(), &cassette).unwrap();
+    let (_, recorded) = run_agent(recording, None).await;
+    assert_eq!(stopped(&recorded).0, StopReason::Completed);
+    let text = std::fs::read_to_string(&cassette).unwrap();
+    assert!(text.contains(r#""kind":"execution_result""#), "{text}");
+
+    // The execution result as another interpreter would have printed it.
+    let mut lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let second = lines
+        .iter_mut()
+        .filter(|l| l.get("request").is_some())
+        .nth(1)
+        .unwrap();
+    let messages = second["request"]["messages"].as_array_mut().unwrap();
+    let result = messages
+        .iter_mut()
+        .find(|m| m["kind"] == "execution_result")
+        .unwrap();
+    let recorded_result = result["content"].as_str().unwrap().to_owned();
+    result["content"] = json!(recorded_result.replacen("print(1)", "print(1)  # 3.9", 1));
+    assert_ne!(
+        result["content"],
+        json!(recorded_result),
+        "the echo shows the code"
+    );
+    let write = |lines: &[serde_json::Value]| {
+        let text: Vec<String> = lines.iter().map(|l| l.to_string()).collect();
+        std::fs::write(&cassette, text.join("\n")).unwrap();
+    };
+    write(&lines);
+    let without_kinds: Vec<serde_json::Value> = lines
+        .iter()
+        .map(|l| {
+            let mut l = l.clone();
+            if let Some(messages) = l
+                .get_mut("request")
+                .and_then(|r| r.get_mut("messages"))
+                .and_then(|m| m.as_array_mut())
+            {
+                for m in messages {
+                    m.as_object_mut().unwrap().remove("kind");
+                }
+            }
+            l
+        })
+        .collect();
+    for (label, cassette_lines) in [("with kinds", &lines), ("without kinds", &without_kinds)] {
+        write(cassette_lines);
+        let reported = Arc::new(Mutex::new(Vec::<String>::new()));
+        let sink = reported.clone();
+        let replay = ReplayModel::open(&cassette)
+            .unwrap()
+            .on_difference(move |d| sink.lock().unwrap().push(d.to_owned()));
+        let (_, replayed) = run_agent(replay, None).await;
+        assert_eq!(
+            stopped(&replayed).0,
+            StopReason::Completed,
+            "{label}: {replayed:?}"
+        );
+        let reported = reported.lock().unwrap().clone();
+        assert_eq!(reported.len(), 1, "{label}: {reported:?}");
+        assert!(
+            reported[0].contains(
+                "call 2: message 3, an execution result, differs from the recording from line"
+            ) && reported[0].contains("# 3.9"),
+            "{label}: {}",
+            reported[0]
+        );
+    }
+
+    // The code message is the model's own answer: a difference there is a divergence.
+    let mut changed = lines.clone();
+    let second = changed
+        .iter_mut()
+        .filter(|l| l.get("request").is_some())
+        .nth(1)
+        .unwrap();
+    let code = second["request"]["messages"]
+        .as_array_mut()
+        .unwrap()
+        .iter_mut()
+        .find(|m| m["kind"] == "code")
+        .unwrap();
+    code["content"] = json!(block("print(2)"));
+    write(&changed);
+    let (_, replayed) = run_agent(ReplayModel::open(&cassette).unwrap(), None).await;
+    let Some(Event::Stopped { error, .. }) = replayed.last() else {
+        panic!("{replayed:?}")
+    };
+    let message = &error.as_ref().unwrap().message;
+    assert!(
+        message
+            .contains("replay diverged at call 2: message 2 (a code message) differs from line 2"),
+        "{message}"
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
 #[tokio::test]
 async fn reasoning_goes_back_only_when_configured() {
     for send in [false, true] {
@@ -757,6 +875,50 @@ async fn an_agent_asks_again_after_an_error_inside_the_stream() {
         "{history:?}"
     );
     assert_eq!(server.received().len(), 3);
+}
+
+/// A `refusal` field is the answer (shown, never run, even when it quotes code), and a
+/// `content_filter` finish with nothing streamed ends the run saying the provider filtered it.
+#[tokio::test]
+async fn a_refusal_is_the_answer_and_a_filtered_empty_answer_ends_the_run() {
+    let refusal = "I can't help with that:\n```python\nimport os\n```";
+    let server = TestServer::start([Reply::Sse(vec![
+        Part::Data(
+            json!({"choices": [{"index": 0, "delta": {"refusal": &refusal[..14]}, "finish_reason": null}]}),
+        ),
+        Part::Data(
+            json!({"choices": [{"index": 0, "delta": {"refusal": &refusal[14..]}, "finish_reason": null}]}),
+        ),
+        finish("stop"),
+        Part::Done,
+    ])])
+    .await;
+    let (_, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), None).await;
+    assert_eq!(stopped(&events).0, StopReason::Completed, "{events:?}");
+    assert!(
+        events.contains(&Event::FinalResponse {
+            content: refusal.into()
+        }),
+        "{events:?}"
+    );
+    assert!(!events.iter().any(|e| matches!(e, Event::Code { .. })));
+
+    let server = TestServer::start([Reply::Sse(vec![finish("content_filter"), Part::Done])]).await;
+    let (agent, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), None).await;
+    let Some(Event::Stopped {
+        stop_reason, error, ..
+    }) = events.last()
+    else {
+        panic!("{events:?}")
+    };
+    assert_eq!(*stop_reason, StopReason::ModelError);
+    let error = error.as_ref().unwrap();
+    assert!(error.message.contains("filtered"), "{error:?}");
+    assert_eq!(
+        agent.history().len(),
+        2,
+        "nothing kept from the filtered answer"
+    );
 }
 
 /// The content type decides how the answer is read: a whole JSON completion (a server that

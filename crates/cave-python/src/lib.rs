@@ -20,6 +20,16 @@ pub mod report;
 
 pub use interpreter::{EnvironmentSource, Interpreter, find_interpreter};
 
+/// The oldest Python the runtimes run, as `(major, minor)`: the kernel worker refuses an
+/// older interpreter when it starts, the in-process runtime an older libpython when it
+/// initializes, and `cargo xtask test --pythons` tests every version from this one up.
+pub const MIN_PYTHON: (u32, u32) = (3, 9);
+
+/// Why a free-threaded build (3.13t, `sys.abiflags` containing `t`) is refused: the workers
+/// and the host objects assume the GIL serializes the interpreter, and no such build could
+/// be tested here.
+pub const FREE_THREADED_REFUSAL: &str = "free-threaded builds of Python (3.13t and later) are not supported yet: use the standard build of the same version";
+
 /// The executor module's source.
 pub const EXECUTOR: &str = include_str!("../python/cave_executor.py");
 
@@ -46,14 +56,17 @@ struct ReadmeDoctests;
 
 #[cfg(test)]
 mod tests {
-    /// The sources use no syntax newer than Python 3.9, the oldest the kernel runtime runs:
-    /// checked by a real `python3` parsing them with `feature_version=(3, 9)`.
+    /// The sources use no syntax newer than [`MIN_PYTHON`](super::MIN_PYTHON), the oldest the
+    /// runtimes run: checked by a real `python3` parsing them with that `feature_version`.
     #[test]
-    fn the_sources_parse_as_python_3_9() {
-        let check = "import ast, sys\nfor path in sys.argv[1:]:\n    ast.parse(open(path).read(), path, feature_version=(3, 9))\n";
+    fn the_sources_parse_as_the_oldest_python() {
+        let (major, minor) = super::MIN_PYTHON;
+        let check = format!(
+            "import ast, sys\nfor path in sys.argv[1:]:\n    ast.parse(open(path).read(), path, feature_version=({major}, {minor}))\n"
+        );
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
         let status = std::process::Command::new("python3")
-            .args(["-c", check])
+            .args(["-c", &check])
             .arg(format!("{dir}/cave_executor.py"))
             .arg(format!("{dir}/cave_kernel.py"))
             .status()

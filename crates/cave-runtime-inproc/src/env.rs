@@ -92,6 +92,23 @@ fn initialize() -> Result<PythonEnvironment, InProcError> {
             .and_then(|p| p.call_method0("python_version"))
             .and_then(|v| v.extract())
             .map_err(setup)?;
+        let free_threaded = sys
+            .getattr("abiflags")
+            .and_then(|f| f.extract::<String>())
+            .is_ok_and(|flags| flags.contains('t'));
+        let (oldest_major, oldest_minor) = cave_python::MIN_PYTHON;
+        if embedded < cave_python::MIN_PYTHON {
+            return Err(InProcError::UnsupportedPython {
+                embedded: embedded_version,
+                reason: format!("Python {oldest_major}.{oldest_minor} or later is needed"),
+            });
+        }
+        if free_threaded {
+            return Err(InProcError::UnsupportedPython {
+                embedded: format!("{embedded_version}t"),
+                reason: cave_python::FREE_THREADED_REFUSAL.to_owned(),
+            });
+        }
         let mut environment = PythonEnvironment {
             source: EnvironmentSource::Embedded,
             executable: None,

@@ -79,6 +79,18 @@ interpreter with CAVE_PYTHON or VIRTUAL_ENV, or rebuild with PYO3_PYTHON pointin
         /// The embedded version.
         embedded: String,
     },
+    /// The embedded libpython is one the runtime does not support (too old, or a
+    /// free-threaded build).
+    #[error(
+        "this program embeds Python {embedded}, which the in-process runtime does not support: {reason} \
+(rebuild with PYO3_PYTHON pointing at a supported interpreter, or use the kernel runtime)"
+    )]
+    UnsupportedPython {
+        /// The embedded version (`3.13.1t` for a free-threaded build).
+        embedded: String,
+        /// Why it is refused.
+        reason: String,
+    },
     /// Starting the interpreter or the runtime failed.
     #[error("could not start the embedded Python runtime: {message}")]
     Setup {

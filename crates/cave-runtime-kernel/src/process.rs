@@ -5,6 +5,7 @@ use crate::cgroup::ChildGroup;
 use crate::config::KernelConfig;
 use crate::marshal::{self, Data};
 use cave_core::{Args, HostError, HostFunction, HostObject, Value};
+use cave_python::MIN_PYTHON;
 use futures_util::StreamExt;
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -27,9 +28,21 @@ const SHADOW_SIZE: usize = 1 << 20;
 /// How much of the child's own stderr is kept for a crash report.
 const LAST_WORDS: usize = 4096;
 
-/// Reads the sources frame, loads the executor and the worker as modules, and serves.
+/// Refuses an interpreter the worker does not support (argv 6: the oldest version, argv 7:
+/// why free-threaded builds are refused), reads the sources frame, loads the executor and the
+/// worker as modules, and serves. Written in syntax any Python 3 parses, so that an old one
+/// hears why it is refused.
 const BOOTSTRAP: &str = "\
-import marshal, os, sys, types
+import os, sys
+oldest = tuple(int(part) for part in sys.argv[6].split('.'))
+if sys.version_info[:2] < oldest:
+    sys.stderr.write('cave: this is Python %d.%d; the kernel runtime needs Python %s or later\\n'
+                     % (sys.version_info[0], sys.version_info[1], sys.argv[6]))
+    sys.exit(78)
+if 't' in getattr(sys, 'abiflags', ''):
+    sys.stderr.write('cave: this is a free-threaded build; %s\\n' % sys.argv[7])
+    sys.exit(78)
+import marshal, types
 fd = int(sys.argv[1])
 if sys.argv[5] != '-' and os.fork() == 0:
     # The keeper: once the host's end of the socket closes (stopped, dropped, or the host died),
@@ -243,6 +256,8 @@ impl Process {
             .arg(SHADOW_FD.to_string())
             .arg(SHADOW_SIZE.to_string())
             .arg(members.as_deref().unwrap_or(std::path::Path::new("-")))
+            .arg(format!("{}.{}", MIN_PYTHON.0, MIN_PYTHON.1))
+            .arg(cave_python::FREE_THREADED_REFUSAL)
             .env_clear()
             .envs(crate::environment::inherited())
             .envs(config.env.iter().map(|(k, v)| (k, v)))
@@ -524,12 +539,12 @@ impl Process {
         };
         process.version = version;
         tracing::info!(pid = process.pid(), ?version, enforcement = ?process.enforcement, "kernel child started");
-        if version < (3, 9, 0) {
+        if (version.0, version.1) < MIN_PYTHON {
             process.kill(None);
             return Err(KernelError::Start {
                 message: format!(
-                    "{what} is Python {}.{}; the kernel runtime needs Python 3.9 or later",
-                    version.0, version.1
+                    "{what} is Python {}.{}; the kernel runtime needs Python {}.{} or later",
+                    version.0, version.1, MIN_PYTHON.0, MIN_PYTHON.1
                 ),
             });
         }
@@ -745,12 +760,18 @@ impl Process {
     /// runtime attached to, which is let go gracefully (the link's end tells its worker to
     /// stop, and the kernel stays with its namespace).
     pub(crate) fn release(&self) {
-        self.outgoing.close();
         #[cfg(feature = "jupyter")]
-        if self.remote.as_ref().is_some_and(|r| !r.owned) && self.executing().is_none() {
+        if let Some(remote) = &self.remote {
+            self.outgoing.close();
+            if remote.owned || self.executing().is_some() {
+                self.kill(None);
+            }
             return;
         }
+        // Killed before the link closes: a worker that reads the end of its link exits, and
+        // what its cells detached would then be orphaned beyond the walk from it.
         self.kill(None);
+        self.outgoing.close();
     }
 
     /// Asks the child to exit, then kills it after `grace`.

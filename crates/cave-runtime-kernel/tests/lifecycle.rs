@@ -395,3 +395,61 @@ fn a_detached_daemon_ends_with_a_killed_host() {
         );
     }
 }
+
+/// An interpreter the worker does not support hears why at start, in the error the host
+/// returns: one older than the minimum, and a free-threaded build. Both are the machine's
+/// own Python, made by a `sitecustomize` to report what such an interpreter reports (no
+/// 3.13t can be installed here), so the check that runs is the worker's own; then a real
+/// older Python when `CAVE_OLD_PYTHON` names one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsupported_interpreter_is_refused_with_the_reason() {
+    let (oldest_major, oldest_minor) = cave_python::MIN_PYTHON;
+    for (name, pretend, expected) in [
+        (
+            "old",
+            format!(
+                "sys.version_info = ({oldest_major}, {}, 0, 'final', 0)",
+                oldest_minor - 1
+            ),
+            format!(
+                "is Python {oldest_major}.{}; the kernel runtime needs Python {oldest_major}.{oldest_minor} or later",
+                oldest_minor - 1
+            ),
+        ),
+        (
+            "free-threaded",
+            "sys.abiflags = 't'".to_owned(),
+            cave_python::FREE_THREADED_REFUSAL.to_owned(),
+        ),
+    ] {
+        let dir = std::env::temp_dir().join(format!("cave-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("sitecustomize.py"),
+            format!("import sys\n{pretend}\n"),
+        )
+        .unwrap();
+        // The work directory: the one place besides the interpreter's own the sandbox reads.
+        let config = KernelConfig::new()
+            .working_dir(&dir)
+            .env("PYTHONPATH", dir.to_str().unwrap());
+        let rt = KernelRuntime::with_config(config).unwrap();
+        let error = rt.start().await.expect_err(name).to_string();
+        assert!(error.contains(&expected), "{name}: {error}");
+        rt.stop().await;
+        std::fs::remove_dir_all(&dir).ok();
+    }
+    // A real older interpreter, where the machine has one (`cargo xtask test --pythons` sets
+    // this for each it finds).
+    if let Some(old) = std::env::var_os("CAVE_OLD_PYTHON") {
+        let rt = KernelRuntime::with_config(KernelConfig::new().python(&old)).unwrap();
+        let error = rt.start().await.expect_err("an older Python").to_string();
+        assert!(
+            error.contains(&format!(
+                "; the kernel runtime needs Python {oldest_major}.{oldest_minor} or later"
+            )),
+            "{error}"
+        );
+        println!("refused: {error}");
+    }
+}

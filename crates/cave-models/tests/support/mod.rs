@@ -170,6 +170,18 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
         buf.extend_from_slice(&chunk[..n]);
     }
     let body = serde_json::from_slice(&buf[head_end..]).unwrap_or(Json::Null);
+    // A proxy in front (LiteLLM) lists the models first: answered aside, so the script is
+    // the chat requests alone.
+    if path.ends_with("/models") {
+        let list = json!({"object": "list", "data": []}).to_string();
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            list.len()
+        );
+        socket.write_all(head.as_bytes()).await?;
+        socket.write_all(list.as_bytes()).await?;
+        return socket.shutdown().await;
+    }
     let reply = {
         let mut state = state.lock().unwrap();
         if state.record {

@@ -16,8 +16,8 @@ use crate::prompt;
 use crate::shape::persisted_marker;
 use crate::{
     ChatMessage, ChatRequest, ChatRole, Event, FenceParser, FinishReason, Interruption, Message,
-    ModelError, ModelErrorKind, OutputSink, PersistedOutput, Resources, RuntimeError, Status,
-    StopError, StopErrorKind, StopReason, TokenAnchor, Usage, Value,
+    MessageKind, ModelError, ModelErrorKind, OutputSink, PersistedOutput, Resources, RuntimeError,
+    Status, StopError, StopErrorKind, StopReason, TokenAnchor, Usage, Value,
 };
 use futures_util::{FutureExt, StreamExt};
 use std::panic::AssertUnwindSafe;

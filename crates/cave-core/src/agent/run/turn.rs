@@ -163,11 +163,11 @@ impl Run<'_> {
             .iter()
             .position(|m| m.role == ChatRole::System)
             .map_or(0, |i| i + 1);
-        let reminder = ChatMessage {
-            reasoning: None,
-            role: ChatRole::User,
-            content: prompt::date_reminder(&prompt::utc_hour_now()),
-        };
+        let reminder = ChatMessage::new(
+            ChatRole::User,
+            prompt::date_reminder(&prompt::utc_hour_now()),
+        )
+        .with_kind(MessageKind::Reminder);
         messages.insert(at, reminder);
         ChatRequest::new(messages)
     }
