@@ -4,6 +4,7 @@
 #[path = "../../cave-runtime-kernel/tests/support/gateway.rs"]
 mod gateway;
 
+use cave_agent::RuntimeExt;
 use cave_agent::kernel::{JupyterConfig, KernelConfig};
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{Agent, KernelRuntime, ObjectBinding, Resources, Runtime, Shared, StopReason};

@@ -2,6 +2,7 @@
 //! signatures and docstrings the model reads, calls with defaults, records and enums both
 //! ways, errors as Python exceptions, host objects whose state stays in the host.
 
+use cave_agent::RuntimeExt;
 use cave_agent::testing::contract::run;
 use cave_agent::{
     HostError, InProcRuntime, KernelRuntime, ObjectBinding, PythonType, Resources, Runtime, Shared,

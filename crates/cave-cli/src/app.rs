@@ -10,7 +10,7 @@ use cave_agent::inproc::{CapturedStreams, StdioCapture};
 use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};
 use cave_agent::{
     Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, KernelRuntime, MethodFilter,
-    Model, Resource, Resources, Runtime, RuntimeError, StopReason,
+    Model, Resource, Resources, Runtime, RuntimeError, RuntimeExt, SecretRedactor, StopReason,
 };
 use futures_util::StreamExt;
 use std::io::{self, Write};
@@ -40,13 +40,13 @@ pub fn run(
         Command::Skills(command) => return skills_command(command),
         Command::Doctor => return doctor(),
     };
-    let redactor = Redactor(key_text);
+    let redactor = SecretRedactor::for_api_key(key_text.as_deref());
     let session = config::resolve(common, api_key, &secrets)
         .and_then(|config| rt.block_on(Session::build(config, &redactor)));
     let mut session = match session {
         Ok(session) => session,
         Err(e) => {
-            eprintln!("cave: {}", redactor.apply(&format!("{e:#}")));
+            eprintln!("cave: {}", redactor.redact(&format!("{e:#}")));
             return Exit::Usage;
         }
     };
@@ -56,7 +56,7 @@ pub fn run(
     };
     let missing = rt.block_on(session.retrieve_all()).unwrap_or_default();
     for message in &missing {
-        eprintln!("cave: {}", redactor.apply(message));
+        eprintln!("cave: {}", redactor.redact(message));
     }
     match result {
         // A variable asked for and not there: the run did not give what was expected.
@@ -72,19 +72,6 @@ pub fn run(
     }
 }
 
-/// Removes the API key from text the CLI prints.
-#[derive(Clone, Debug)]
-struct Redactor(Option<String>);
-
-impl Redactor {
-    fn apply(&self, text: &str) -> String {
-        match &self.0 {
-            Some(key) if key.len() >= 4 => text.replace(key.as_str(), "[redacted]"),
-            _ => text.to_owned(),
-        }
-    }
-}
-
 /// The host's stdout (a duplicate of the descriptor `cave` started with, so that nothing a cell
 /// writes to descriptor 1 reaches it). Holds each event's text until it is flushed, then writes
 /// it redacted (so a key split across writes is still found).
@@ -92,7 +79,7 @@ impl Redactor {
 struct RedactingStdout {
     out: std::fs::File,
     buffer: Vec<u8>,
-    redactor: Redactor,
+    redactor: SecretRedactor,
 }
 
 impl Write for RedactingStdout {
@@ -104,7 +91,7 @@ impl Write for RedactingStdout {
     fn flush(&mut self) -> io::Result<()> {
         let text = String::from_utf8_lossy(&self.buffer).into_owned();
         self.buffer.clear();
-        self.out.write_all(self.redactor.apply(&text).as_bytes())?;
+        self.out.write_all(self.redactor.redact(&text).as_bytes())?;
         self.out.flush()
     }
 }
@@ -150,7 +137,7 @@ struct Session {
 const UNDO_DEPTH: usize = 16;
 
 impl Session {
-    async fn build(config: Config, redactor: &Redactor) -> anyhow::Result<Self> {
+    async fn build(config: Config, redactor: &SecretRedactor) -> anyhow::Result<Self> {
         let Config {
             model,
             record,

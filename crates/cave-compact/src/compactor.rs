@@ -3,6 +3,7 @@
 use crate::estimate::estimator_for;
 use crate::prompts;
 use async_trait::async_trait;
+use cave_core::lock;
 use cave_core::{
     ChatMessage, ChatRequest, ChatRole, Compactor, FinishReason, Message, Model, ModelError,
     Prepared, Summarized, TokenAnchor, TokenEstimator, Usage, estimate_history,
@@ -11,7 +12,7 @@ use cave_core::{
 use futures_util::StreamExt;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// The context window assumed when none is given.
 pub const DEFAULT_CONTEXT_WINDOW: u64 = 128_000;
@@ -159,11 +160,7 @@ impl ContextCompactor {
 
     /// Returns true if and only if the circuit breaker is skipping summaries.
     pub fn breaker_open(&self) -> bool {
-        self.breaker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .cooldown
-            > 0
+        lock(&self.breaker).cooldown > 0
     }
 
     /// Clears old execution results; `None` if there is nothing to clear. Message count and
@@ -426,10 +423,10 @@ struct Spent(Mutex<Usage>);
 
 impl Spent {
     fn add(&self, usage: Usage) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) += usage;
+        *lock(&self.0) += usage;
     }
     fn total(&self) -> Usage {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        *lock(&self.0)
     }
 }
 
@@ -457,12 +454,7 @@ impl Compactor for ContextCompactor {
     }
 
     async fn summarize(&self, history: Vec<Message>) -> Summarized {
-        if self
-            .breaker
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .should_skip()
-        {
+        if lock(&self.breaker).should_skip() {
             tracing::info!("summary skipped: the circuit breaker is open");
             return Summarized::failed(
                 history,
@@ -473,15 +465,12 @@ impl Compactor for ContextCompactor {
         let spent = Spent::default();
         match self.summarize_part(&history, 2, &spent).await {
             Ok(Some(summarized)) => {
-                self.breaker
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner)
-                    .record_success();
+                lock(&self.breaker).record_success();
                 Summarized::new(summarized, spent.total())
             }
             Ok(None) => Summarized::new(history, spent.total()),
             Err(error) => {
-                let mut breaker = self.breaker.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut breaker = lock(&self.breaker);
                 breaker.record_failure();
                 tracing::warn!(failures = breaker.failures, error = %error, "summary failed; history kept as it was");
                 Summarized::failed(history, spent.total(), error.to_string())

@@ -3,10 +3,11 @@
 
 use crate::Event;
 use crate::gate::{CallGate, MethodFilter, Proceed, gate_function, gate_object};
+use crate::lock;
 use crate::{Args, Function, HostError, ObjectBinding, Value};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 
 /// What the agent asks about.
@@ -111,7 +112,7 @@ impl Announcing {
         self: &Arc<Self>,
         events: mpsc::UnboundedSender<Event>,
     ) -> AnnounceScope {
-        *self.events.lock().unwrap_or_else(PoisonError::into_inner) = Some(events);
+        *lock(&self.events) = Some(events);
         AnnounceScope(self.clone())
     }
 }
@@ -121,18 +122,14 @@ pub(crate) struct AnnounceScope(Arc<Announcing>);
 
 impl Drop for AnnounceScope {
     fn drop(&mut self) {
-        *self.0.events.lock().unwrap_or_else(PoisonError::into_inner) = None;
+        *lock(&self.0.events) = None;
     }
 }
 
 #[async_trait]
 impl Approver for Announcing {
     async fn approve(&self, request: &ApprovalRequest) -> Approval {
-        let events = self
-            .events
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
+        let events = lock(&self.events).clone();
         if let Some(events) = events {
             // The run forwards it before the answer matters; a finished run has no reader.
             let _ = events.send(Event::ApprovalRequested {

@@ -5,11 +5,12 @@
 //! already redacted from events.
 
 use crate::gate::{CallGate, MethodFilter, Proceed, gate_function, gate_object};
+use crate::lock;
 use crate::{Args, Event, Function, HostError, ObjectBinding, Value};
 use async_trait::async_trait;
 use serde_json::{Value as Json, json};
 use std::io::Write;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// The most characters of a text field (code, output, arguments) an audit record keeps.
 pub const AUDIT_TEXT_CHARS: usize = 4000;
@@ -49,7 +50,7 @@ impl AuditLog {
         if let (Some(record), Json::Object(fields)) = (record.as_object_mut(), fields) {
             record.extend(fields);
         }
-        let mut out = self.out.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut out = lock(&self.out);
         let written = serde_json::to_writer(&mut *out, &record)
             .map_err(std::io::Error::other)
             .and_then(|()| out.write_all(b"\n"))

@@ -60,6 +60,7 @@ mod registry;
 mod resource;
 mod runtime;
 mod shape;
+mod sync;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod usage;
@@ -100,10 +101,11 @@ pub use resource::{
     is_identifier, normalize_name, validate_name,
 };
 pub use runtime::{
-    Description, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, OutputSink,
-    Runtime, RuntimeError, RuntimeExt, downcast_object, error_chain,
+    Description, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, Layer,
+    LayerState, OutputSink, Runtime, RuntimeError, RuntimeExt, downcast_object, error_chain,
 };
 pub use shape::{highest_persisted_index, persisted_marker, preview, strip_persisted_preview};
+pub use sync::lock;
 pub use tokio_util::sync::CancellationToken;
 pub use usage::Usage;
 pub use value::{Value, ValueError, from_value, to_value};

@@ -205,10 +205,7 @@ impl Default for StrayOutput {
 impl StrayOutput {
     /// Keeps `text`, within the cap.
     pub fn push(&self, text: &str) {
-        let mut held = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut held = crate::lock(&self.0);
         held.get_or_insert_with(|| CappedOutput::new(STRAY_OUTPUT_CAP))
             .push(text);
     }
@@ -216,11 +213,7 @@ impl StrayOutput {
     /// What was written since the last call, as the model reads it before a cell's output
     /// (`None` if nothing was).
     pub fn take(&self) -> Option<String> {
-        let held = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()?;
+        let held = crate::lock(&self.0).take()?;
         let text = held.finish(|bytes, _| crate::prompt::written_outside_dropped(bytes));
         Some(crate::prompt::written_outside_cells(&text))
     }

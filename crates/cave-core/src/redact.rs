@@ -10,13 +10,16 @@
 /// The shortest secret that can be told apart from ordinary output.
 pub const MIN_SECRET_CHARS: usize = 4;
 
-/// Replaces secrets in text.
+/// Replaces secrets in text: the one redactor of the crates (secret variables in what the model
+/// and the events see, API keys in provider errors and in what `cave` prints).
 #[derive(Clone, Default)]
 pub struct SecretRedactor {
     /// `(form, marker)`, longest form first.
     forms: Vec<(String, String)>,
     /// Characters in the longest form.
     longest: usize,
+    /// Whether anything shaped like an API key (`sk-…`) is masked too.
+    key_shapes: bool,
 }
 
 impl std::fmt::Debug for SecretRedactor {
@@ -52,12 +55,30 @@ impl SecretRedactor {
             .map(|(f, _)| f.chars().count())
             .max()
             .unwrap_or(0);
-        Self { forms, longest }
+        Self {
+            forms,
+            longest,
+            key_shapes: false,
+        }
+    }
+
+    /// The redactor for an API key: its forms become `[redacted: API key]`, and anything
+    /// shaped like a key is masked too ([`with_key_shapes`](Self::with_key_shapes)).
+    pub fn for_api_key(key: Option<&str>) -> Self {
+        Self::new(key.map(|k| ("API key".to_owned(), k.to_owned()))).with_key_shapes()
+    }
+
+    /// Also masks anything shaped like an API key (`sk-…` becomes `sk-[redacted]`), whatever
+    /// its value: providers echo keys back, sometimes partly masked (`sk-proj-****abcd`), and
+    /// a key of another account is a secret too. Applies to [`redact`](Self::redact).
+    pub fn with_key_shapes(mut self) -> Self {
+        self.key_shapes = true;
+        self
     }
 
     /// Returns true if and only if there is nothing to redact.
     pub fn is_empty(&self) -> bool {
-        self.forms.is_empty()
+        self.forms.is_empty() && !self.key_shapes
     }
 
     /// `text` with every form of every secret replaced by its marker.
@@ -67,6 +88,9 @@ impl SecretRedactor {
             if out.contains(form.as_str()) {
                 out = out.replace(form.as_str(), marker);
             }
+        }
+        if self.key_shapes {
+            out = mask_key_shapes(&out);
         }
         out
     }
@@ -143,6 +167,23 @@ impl StreamRedaction<'_> {
 }
 
 /// The value, and how code commonly prints it.
+/// `sk-` and what follows it up to the first character a key does not hold, masked.
+fn mask_key_shapes(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("sk-") {
+        out.push_str(&rest[..at]);
+        out.push_str("sk-[redacted]");
+        let tail = &rest[at + 3..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*' | '.')))
+            .unwrap_or(tail.len());
+        rest = &tail[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 fn forms_of(value: &str) -> Vec<String> {
     let mut forms = vec![value.to_owned(), python_repr_body(value)];
     if let Ok(json) = serde_json::to_string(value) {

@@ -172,11 +172,14 @@ impl Registry {
             .collect()
     }
 
-    /// The error for a name that is not a registered variable.
-    pub fn unknown_variable(&self, name: &str) -> RuntimeError {
+    /// The error for a name that is not a registered variable (said not bound: the registry
+    /// does not know the namespace; [`RuntimeExt::retrieve`](crate::RuntimeExt::retrieve)
+    /// asks the runtime).
+    fn unknown_variable(&self, name: &str) -> RuntimeError {
         RuntimeError::UnknownVariable {
             name: name.to_owned(),
             available: self.variable_names(),
+            bound: false,
         }
     }
 

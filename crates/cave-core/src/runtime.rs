@@ -1,23 +1,30 @@
 //! The `Runtime` seam: a persistent Python namespace the model's code runs in.
 
-use crate::{HostObject, NameError, Resources, Value, ValueError, from_value, to_value};
+use crate::{
+    HostObject, NameError, Registry, Resources, Value, ValueError, from_value, lock, to_value,
+};
 use async_trait::async_trait;
 use serde::{Serialize, de::DeserializeOwned};
-use std::sync::Arc;
+use std::fmt;
+use std::sync::{Arc, Mutex};
 
 /// A persistent Python namespace that the model's code runs in.
 ///
 /// The runtime owns names and state; the agent owns the conversation. Required are the
 /// namespace's genuine operations:
 /// - [`execute`](Runtime::execute) a cell;
-/// - [`register`](Runtime::register) an atomic batch of resources;
-/// - [`describe`](Runtime::describe) them for the prompt;
-/// - [`retrieve`](Runtime::retrieve) and [`update`](Runtime::update) registered variables;
-/// - [`get`](Runtime::get) any bound name;
+/// - [`register`](Runtime::register) an atomic batch of resources, recorded in the
+///   [`registry`](Runtime::registry) the runtime keeps;
+/// - [`update`](Runtime::update) a registered variable, [`get`](Runtime::get) any bound name,
+///   and say whether a name still holds its registered host object
+///   ([`object_bound`](Runtime::object_bound));
 /// - [`bind_unique`](Runtime::bind_unique) and [`reset`](Runtime::reset).
 ///
+/// What is the same for every runtime is derived from the registry in [`RuntimeExt`] and
+/// cannot be left out or done differently: the prompt's description, the secrets the agent
+/// redacts, retrieving a registered variable or host object, typed access.
 /// [`interrupter`](Runtime::interrupter) defaults to `None`: a runtime that cannot stop running
-/// code does not claim it can. Typed access is in [`RuntimeExt`].
+/// code does not claim it can; [`isolation`](Runtime::isolation) to no layers.
 #[async_trait]
 pub trait Runtime: Send + Sync {
     /// Runs a cell. Output is written to `output` as it is produced, where the runtime can
@@ -27,15 +34,13 @@ pub trait Runtime: Send + Sync {
     -> Result<Execution, RuntimeError>;
 
     /// Registers a batch of resources: all bound, or none (names are validated, NFKC-normalized
-    /// and share one namespace across kinds). When it returns `Ok`, every resource is bound and
-    /// usable by the next execution; on `Err`, nothing of the batch is bound or registered.
+    /// and share one namespace across kinds, by [`Registry::claim`]). When it returns `Ok`,
+    /// every resource is bound, usable by the next execution and in the
+    /// [`registry`](Runtime::registry); on `Err`, nothing of the batch is bound or registered.
     async fn register(&self, batch: Resources) -> Result<(), RuntimeError>;
 
-    /// The registered resources as prompt text.
-    fn describe(&self) -> Description;
-
-    /// The current value of a registered variable (after the model's code changed it).
-    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError>;
+    /// What is registered: the one record the derived operations read ([`RuntimeExt`]).
+    fn registry(&self) -> &Mutex<Registry>;
 
     /// Replaces the value of a registered variable.
     async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError>;
@@ -43,15 +48,13 @@ pub trait Runtime: Send + Sync {
     /// The value of any bound name (`None` is a value, not absence).
     async fn get(&self, name: &str) -> Result<Value, RuntimeError>;
 
-    /// How the model's code is isolated, one line per layer (`network: active (...)`); empty
-    /// when the runtime does not say (the agent reports it as a status when it changes).
-    fn isolation(&self) -> Vec<String> {
-        Vec::new()
-    }
+    /// Whether `name` still holds the host object registered under it (the model's code may
+    /// have bound something else to the name).
+    async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError>;
 
-    /// The `(name, value)` of each registered secret variable ([`Variable::secret`](crate::Variable::secret)),
-    /// for the agent to redact. Default: none (a runtime without a registry keeps no secrets).
-    fn secrets(&self) -> Vec<(String, String)> {
+    /// How the model's code is isolated, layer by layer; empty when the runtime does not say
+    /// (the agent reports it as a status when it changes).
+    fn isolation(&self) -> Vec<Layer> {
         Vec::new()
     }
 
@@ -96,9 +99,42 @@ pub trait Runtime: Send + Sync {
     }
 }
 
-/// Caller-side helpers over any [`Runtime`]: typed retrieval and update through serde.
+/// What every [`Runtime`] does the same way, derived from its registry and its required
+/// operations; implemented for every runtime (and `dyn Runtime`), never by one.
 #[async_trait]
 pub trait RuntimeExt: Runtime {
+    /// The registered resources as prompt text.
+    fn describe(&self) -> Description {
+        lock(self.registry()).describe()
+    }
+
+    /// The `(name, value)` of each registered secret variable
+    /// ([`Variable::secret`](crate::Variable::secret)), which the agent redacts from
+    /// everything the model reads and every event.
+    fn secrets(&self) -> Vec<(String, String)> {
+        lock(self.registry()).secrets()
+    }
+
+    /// The current value of a registered variable (after the model's code changed it). For a
+    /// name the code bound itself, [`get`](Runtime::get) or [`get_as`](RuntimeExt::get_as).
+    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
+        let available = {
+            let registry = lock(self.registry());
+            registry
+                .variable(name)
+                .is_none()
+                .then(|| registry.variable_names())
+        };
+        match available {
+            None => self.get(name).await,
+            Some(available) => Err(RuntimeError::UnknownVariable {
+                name: name.to_owned(),
+                available,
+                bound: self.get(name).await.is_ok(),
+            }),
+        }
+    }
+
     /// A registered variable, deserialized.
     async fn retrieve_as<T: DeserializeOwned>(&self, name: &str) -> Result<T, RuntimeError> {
         let value = self.retrieve(name).await?;
@@ -107,6 +143,16 @@ pub trait RuntimeExt: Runtime {
             source,
         })
     }
+
+    /// Any bound name (one the model's code made, say), deserialized.
+    async fn get_as<T: DeserializeOwned>(&self, name: &str) -> Result<T, RuntimeError> {
+        let value = self.get(name).await?;
+        from_value(value).map_err(|source| RuntimeError::Conversion {
+            name: name.to_owned(),
+            source,
+        })
+    }
+
     /// Replaces a registered variable with a serialized Rust value.
     async fn update_from<T: Serialize + Sync + ?Sized>(
         &self,
@@ -119,9 +165,68 @@ pub trait RuntimeExt: Runtime {
         })?;
         self.update(name, value).await
     }
+
+    /// The host object registered under `name`, as the concrete type it was registered with
+    /// (through approval and audit wrappers), while the name still holds it: the object
+    /// itself, with whatever the model's code did to it.
+    async fn retrieve_object<T: HostObject>(&self, name: &str) -> Result<Arc<T>, RuntimeError> {
+        let object = lock(self.registry())
+            .object(name)
+            .map(|o| o.object.clone())
+            .ok_or_else(|| RuntimeError::NotAnObject {
+                name: name.to_owned(),
+                expected: std::any::type_name::<T>(),
+            })?;
+        if !self.object_bound(name).await? {
+            return Err(RuntimeError::Unbound {
+                name: name.to_owned(),
+            });
+        }
+        downcast_object::<T>(name, object)
+    }
 }
 
 impl<R: Runtime + ?Sized> RuntimeExt for R {}
+
+/// One isolation layer of a runtime and how it stands (`network: active (user and network
+/// namespaces)`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Layer {
+    /// What it isolates: `network`, `filesystem`, `syscalls`, `no_new_privs`, …
+    pub name: &'static str,
+    /// How it stands.
+    pub state: LayerState,
+}
+
+impl Layer {
+    /// A layer called `name` standing as `state`.
+    pub fn new(name: &'static str, state: LayerState) -> Self {
+        Self { name, state }
+    }
+}
+
+/// How an isolation layer stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LayerState {
+    /// In force, and how.
+    Active(String),
+    /// Asked for, but this machine cannot enforce it, and why.
+    Unavailable(String),
+    /// Not asked for.
+    Off,
+}
+
+impl fmt::Display for Layer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.state {
+            LayerState::Active(how) => write!(f, "{}: active ({how})", self.name),
+            LayerState::Unavailable(why) => write!(f, "{}: unavailable ({why})", self.name),
+            LayerState::Off => write!(f, "{}: off", self.name),
+        }
+    }
+}
 
 /// What one cell execution produced.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -266,13 +371,17 @@ pub fn error_chain(error: &dyn std::error::Error) -> String {
 pub enum RuntimeError {
     /// The name is not a registered variable.
     #[error(
-        "variable '{name}' is not managed by this runtime; registered variables: {available:?}"
+        "variable '{name}' is not managed by this runtime; registered variables: {available:?}{}",
+        if *bound { "; the name is bound in the namespace (the code made it): read it with get or get_as" } else { "" }
     )]
     UnknownVariable {
         /// The name asked for.
         name: String,
         /// The registered variables.
         available: Vec<String>,
+        /// The name is bound all the same (the model's code made it): [`Runtime::get`] and
+        /// [`RuntimeExt::get_as`] read it.
+        bound: bool,
     },
     /// The name is not bound in the namespace.
     #[error("'{name}' is not bound in the runtime's namespace")]
@@ -375,11 +484,8 @@ macro_rules! forward_runtime {
             async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
                 (**self).register(batch).await
             }
-            fn describe(&self) -> Description {
-                (**self).describe()
-            }
-            async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
-                (**self).retrieve(name).await
+            fn registry(&self) -> &Mutex<Registry> {
+                (**self).registry()
             }
             async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {
                 (**self).update(name, value).await
@@ -387,10 +493,10 @@ macro_rules! forward_runtime {
             async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
                 (**self).get(name).await
             }
-            fn secrets(&self) -> Vec<(String, String)> {
-                (**self).secrets()
+            async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+                (**self).object_bound(name).await
             }
-            fn isolation(&self) -> Vec<String> {
+            fn isolation(&self) -> Vec<Layer> {
                 (**self).isolation()
             }
             async fn bind_unique(&self, prefix: &str, value: Value, start: u64) -> Result<String, RuntimeError> {

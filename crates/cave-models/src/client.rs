@@ -21,6 +21,8 @@ pub(crate) struct Client {
     pub(crate) endpoint: String,
     pub(crate) model: String,
     pub(crate) api_key: Option<ApiKey>,
+    /// Removes the key from provider messages.
+    pub(crate) redactor: cave_core::SecretRedactor,
     pub(crate) headers: Vec<(String, String)>,
     pub(crate) extra: Map<String, Json>,
     pub(crate) max_tokens: Option<u32>,
@@ -45,23 +47,7 @@ enum Body {
 impl Client {
     /// Removes the API key (and anything shaped like one) from text bound for errors and logs.
     pub(crate) fn redact(&self, text: &str) -> String {
-        let mut text = match &self.api_key {
-            Some(key) if !key.expose().is_empty() => text.replace(key.expose(), "[redacted]"),
-            _ => text.to_owned(),
-        };
-        // Providers echo keys back, sometimes partly masked ("sk-proj-****abcd").
-        let mut out = String::with_capacity(text.len());
-        while let Some(at) = text.find("sk-") {
-            out.push_str(&text[..at]);
-            out.push_str("sk-[redacted]");
-            let rest = &text[at + 3..];
-            let end = rest
-                .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*' | '.')))
-                .unwrap_or(rest.len());
-            text = rest[end..].to_owned();
-        }
-        out.push_str(&text);
-        out
+        self.redactor.redact(text)
     }
 
     fn body(&self, request: &ChatRequest) -> Result<Vec<u8>, ModelError> {
@@ -450,6 +436,7 @@ mod tests {
             endpoint: "http://127.0.0.1:9/chat/completions".to_owned(),
             model: "m".to_owned(),
             api_key: Some(ApiKey::new("sk-fuzz-secret")),
+            redactor: cave_core::SecretRedactor::for_api_key(Some("sk-fuzz-secret")),
             headers: Vec::new(),
             extra: Map::new(),
             max_tokens: None,

@@ -1,7 +1,7 @@
 //! The two adapters: OpenAI-compatible servers and LiteLLM proxies.
 
 use crate::client::{self, Client};
-use crate::config::{ConfigError, ModelConfig};
+use crate::config::{ApiKey, ConfigError, ModelConfig};
 use async_trait::async_trait;
 use cave_core::{ChatRequest, DeltaStream, Model, ModelError, ModelInfo};
 use std::sync::Arc;
@@ -38,6 +38,9 @@ fn build(
         http,
         endpoint: format!("{}/chat/completions", base.trim_end_matches('/')),
         model: config.model,
+        redactor: cave_core::SecretRedactor::for_api_key(
+            config.api_key.as_ref().map(ApiKey::expose),
+        ),
         api_key: config.api_key,
         headers,
         extra: config.extra,

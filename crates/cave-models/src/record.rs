@@ -6,6 +6,7 @@
 //! `{"call":1,"error":{"kind":"transient","message":"..."}}`.
 
 use async_trait::async_trait;
+use cave_core::lock;
 use cave_core::{
     ChatMessage, ChatRequest, ChatRole, Delta, DeltaStream, FinishReason, MessageKind, Model,
     ModelError, ModelErrorKind, ModelInfo, Usage,
@@ -15,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// One cassette line.
@@ -187,7 +188,7 @@ impl<M: Model> RecordingModel<M> {
 }
 
 fn write_line(writer: &Mutex<BufWriter<File>>, line: &Line) {
-    let mut w = writer.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut w = lock(writer);
     // A cassette that cannot be written must not break the run it records.
     let written = serde_json::to_writer(&mut *w, line)
         .map_err(std::io::Error::other)
@@ -204,7 +205,7 @@ fn write_line(writer: &Mutex<BufWriter<File>>, line: &Line) {
 impl<M: Model> Model for RecordingModel<M> {
     async fn stream(&self, request: ChatRequest) -> Result<DeltaStream, ModelError> {
         let call = {
-            let mut calls = self.calls.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut calls = lock(&self.calls);
             *calls += 1;
             *calls
         };
@@ -476,7 +477,7 @@ fn divergence(expected: &[ChatMessage], got: &[ChatMessage]) -> Result<Vec<Strin
 impl Model for ReplayModel {
     async fn stream(&self, request: ChatRequest) -> Result<DeltaStream, ModelError> {
         let index = {
-            let mut next = self.next.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut next = lock(&self.next);
             *next += 1;
             *next - 1
         };

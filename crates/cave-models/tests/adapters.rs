@@ -227,7 +227,9 @@ async fn a_key_echoed_back_is_redacted() {
         "{text}"
     );
     assert!(
-        text.contains("Incorrect API key provided: [redacted]. Also sk-[redacted] is invalid."),
+        text.contains(
+            "Incorrect API key provided: [redacted: API key]. Also sk-[redacted] is invalid."
+        ),
         "{text}"
     );
     assert!(!format!("{model:?}").contains(KEY));

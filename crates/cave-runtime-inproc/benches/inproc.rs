@@ -3,6 +3,7 @@
 //!
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-runtime-inproc`).
 
+use cave_core::RuntimeExt;
 use cave_core::{DiscardOutput, Resources, Runtime, Value, Variable};
 use cave_runtime_inproc::InProcRuntime;
 use criterion::{Criterion, criterion_group, criterion_main};

@@ -1,9 +1,10 @@
 //! Stopping a running cell from another thread, for pure-Python code.
 
+use cave_core::lock;
 use cave_core::{Interrupt, Interruption};
 use pyo3::prelude::*;
 use std::os::raw::c_long;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 /// Which execution is running on the runtime's thread, if any.
 #[derive(Debug, Default)]
@@ -49,7 +50,7 @@ impl CellInterrupt {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Running> {
-        self.running.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.running)
     }
 }
 

@@ -7,11 +7,12 @@ use crate::interrupt::{CellInterrupt, InterruptHandle};
 use crate::stdio::{self, CellSink, StdioCapture};
 use crate::worker::Worker;
 use async_trait::async_trait;
+use cave_core::lock;
 use cave_core::{
-    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, Description, Entry, Execution, ExecutionError,
-    Function, FunctionBody, HostError, HostObject, Interrupt, ObjectBinding, OutputSink, Param,
-    Registry, Resource, Resources, Runtime, RuntimeError, StrayOutput, TypeSchema, TypeShape,
-    Value, Variable, normalize_name,
+    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, Entry, Execution, ExecutionError, Function,
+    FunctionBody, HostError, Interrupt, ObjectBinding, OutputSink, Param, Registry, Resource,
+    Resources, Runtime, RuntimeError, StrayOutput, TypeSchema, TypeShape, Value, Variable,
+    normalize_name,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -19,7 +20,7 @@ use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple};
 use std::collections::HashMap;
 use std::ffi::CString;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::UnboundedSender;
 
@@ -101,10 +102,6 @@ struct State {
     py_values: HashMap<String, Py<PyAny>>,
     /// The last index `bind_unique` handed out per prefix.
     last_index: HashMap<String, u64>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn backend(operation: &'static str) -> impl Fn(PyErr) -> RuntimeError {
@@ -266,38 +263,6 @@ impl InProcRuntime {
             })
             .await?
     }
-
-    /// The host object registered as `name`, as its concrete type: the same `Arc` that was
-    /// registered, with whatever state the model's code left it in.
-    pub async fn retrieve_object<T: HostObject>(&self, name: &str) -> Result<Arc<T>, RuntimeError> {
-        let object = lock(&self.inner.registry)
-            .object(name)
-            .map(|o| o.object.clone())
-            .ok_or_else(|| RuntimeError::NotAnObject {
-                name: name.to_owned(),
-                expected: std::any::type_name::<T>(),
-            })?;
-        let inner = self.inner.clone();
-        let key = normalize_name(name);
-        let still_bound = self
-            .inner
-            .worker
-            .run("retrieve_object", move |py| {
-                let bound = inner.namespace.bind(py).get_item(&key).ok().flatten();
-                let proxy = lock(&inner.state)
-                    .proxies
-                    .get(&key)
-                    .map(|p| p.clone_ref(py));
-                matches!((bound, proxy), (Some(b), Some(p)) if b.is(p.bind(py)))
-            })
-            .await?;
-        if !still_bound {
-            return Err(RuntimeError::Unbound {
-                name: name.to_owned(),
-            });
-        }
-        cave_core::downcast_object::<T>(name, object)
-    }
 }
 
 impl std::fmt::Debug for InProcRuntime {
@@ -355,22 +320,24 @@ impl Runtime for InProcRuntime {
             .await?
     }
 
-    fn describe(&self) -> Description {
-        lock(&self.inner.registry).describe()
+    fn registry(&self) -> &Mutex<Registry> {
+        &self.inner.registry
     }
 
-    fn secrets(&self) -> Vec<(String, String)> {
-        lock(&self.inner.registry).secrets()
-    }
-
-    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
-        {
-            let registry = lock(&self.inner.registry);
-            if registry.variable(name).is_none() {
-                return Err(registry.unknown_variable(name));
-            }
-        }
-        self.get(name).await
+    async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+        let inner = self.inner.clone();
+        let key = normalize_name(name);
+        self.inner
+            .worker
+            .run("object_bound", move |py| {
+                let bound = inner.namespace.bind(py).get_item(&key).ok().flatten();
+                let proxy = lock(&inner.state)
+                    .proxies
+                    .get(&key)
+                    .map(|p| p.clone_ref(py));
+                matches!((bound, proxy), (Some(b), Some(p)) if b.is(p.bind(py)))
+            })
+            .await
     }
 
     async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {

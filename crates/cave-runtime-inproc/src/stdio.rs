@@ -7,11 +7,12 @@
 //! embedding program (the `cave` command makes it), never something a runtime does by itself.
 
 use crate::InProcError;
+use cave_core::lock;
 use std::fs::File;
 use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 /// At most one capture exists at a time: the descriptors are the process's.
@@ -72,10 +73,6 @@ struct Route {
     next_token: u64,
     /// An incomplete UTF-8 sequence at the end of the last read for the cell.
     partial: Vec<u8>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn os_error(what: &str) -> InProcError {

@@ -1,6 +1,7 @@
 //! What the host injects, what the model's code does with it, and what the host gets back.
 
 use crate::execution::run;
+use cave_core::RuntimeExt;
 use cave_core::testing::contract::Light;
 use cave_core::{Args, Function, HostError, ObjectBinding, Resources, Runtime, Signature};
 use cave_runtime_inproc::InProcRuntime;

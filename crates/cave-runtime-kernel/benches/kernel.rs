@@ -4,6 +4,7 @@
 //!
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-runtime-kernel`).
 
+use cave_core::RuntimeExt;
 use cave_core::{DiscardOutput, Resources, Runtime, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime, Sandbox};
 use criterion::{Criterion, criterion_group, criterion_main};

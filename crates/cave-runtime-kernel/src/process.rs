@@ -13,7 +13,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::io::AsyncReadExt;
 use tokio::sync::{oneshot, watch};
 use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
@@ -86,9 +86,7 @@ for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))
 sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
 ";
 
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
+pub(crate) use cave_core::lock;
 
 /// What a host call reaches.
 #[derive(Clone)]

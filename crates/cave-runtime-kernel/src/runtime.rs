@@ -4,12 +4,12 @@ use crate::KernelError;
 use crate::config::KernelConfig;
 use crate::marshal::Data;
 use crate::process::{Callables, Interpreter, Process, lock};
-use crate::sandbox::{Layer, WorkDir};
+use crate::sandbox::WorkDir;
 use crate::spec;
 use async_trait::async_trait;
 use cave_core::{
-    CellOutput, Description, Entry, Execution, ExecutionError, FunctionBody, HostObject, Interrupt,
-    Interruption, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Value,
+    CellOutput, Entry, Execution, ExecutionError, FunctionBody, Interrupt, Interruption, Layer,
+    LayerState, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Value,
     normalize_name,
 };
 use std::collections::{HashMap, HashSet};
@@ -208,34 +208,6 @@ impl KernelRuntime {
     /// The interpreter this runtime runs.
     pub fn python(&self) -> &std::path::Path {
         &self.inner.python
-    }
-
-    /// The host object registered as `name`, as its concrete type: the same `Arc` that was
-    /// registered, with whatever state the model's calls left it in.
-    pub async fn retrieve_object<T: HostObject>(&self, name: &str) -> Result<Arc<T>, RuntimeError> {
-        let object = lock(&self.inner.registry)
-            .object(name)
-            .map(|o| o.object.clone())
-            .ok_or_else(|| RuntimeError::NotAnObject {
-                name: name.to_owned(),
-                expected: std::any::type_name::<T>(),
-            })?;
-        let running = self.inner.running().await;
-        if let Some(process) = running {
-            let reply = process
-                .request(
-                    "is_proxy",
-                    vec![Data::Owned(Value::Str(normalize_name(name)))],
-                )
-                .await
-                .map_err(|e| died("retrieve_object", e))?;
-            if reply.payload != Value::Bool(true) {
-                return Err(RuntimeError::Unbound {
-                    name: name.to_owned(),
-                });
-            }
-        }
-        cave_core::downcast_object::<T>(name, object)
     }
 }
 
@@ -674,35 +646,36 @@ impl Runtime for KernelRuntime {
         }
     }
 
-    fn describe(&self) -> Description {
-        lock(&self.inner.registry).describe()
+    fn registry(&self) -> &Mutex<Registry> {
+        &self.inner.registry
     }
 
-    fn secrets(&self) -> Vec<(String, String)> {
-        lock(&self.inner.registry).secrets()
+    async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+        // Not started: registered objects are bound when it starts.
+        let Some(process) = self.inner.running().await else {
+            return Ok(true);
+        };
+        let reply = process
+            .request(
+                "is_proxy",
+                vec![Data::Owned(Value::Str(normalize_name(name)))],
+            )
+            .await
+            .map_err(|e| died("object_bound", e))?;
+        Ok(reply.payload == Value::Bool(true))
     }
 
     /// The sandbox layers of the running child (none before it starts, or with the sandbox
     /// off).
-    fn isolation(&self) -> Vec<String> {
+    fn isolation(&self) -> Vec<Layer> {
         match self.inner.current.try_lock() {
             Ok(current) => current
                 .as_ref()
-                .filter(|p| p.sandbox.iter().any(|l| l.state != crate::LayerState::Off))
-                .map(|p| p.sandbox.iter().map(ToString::to_string).collect())
+                .filter(|p| p.sandbox.iter().any(|l| l.state != LayerState::Off))
+                .map(|p| p.sandbox.clone())
                 .unwrap_or_default(),
             Err(_) => Vec::new(),
         }
-    }
-
-    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
-        {
-            let registry = lock(&self.inner.registry);
-            if registry.variable(name).is_none() {
-                return Err(registry.unknown_variable(name));
-            }
-        }
-        self.get(name).await
     }
 
     async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {

@@ -75,37 +75,7 @@ impl Sandbox {
     }
 }
 
-/// How a layer stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum LayerState {
-    /// In force, and how.
-    Active(String),
-    /// Asked for, but this machine cannot enforce it, and why.
-    Unavailable(String),
-    /// Not asked for.
-    Off,
-}
-
-/// One sandbox layer and how it stands.
-#[derive(Clone, Debug, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Layer {
-    /// `network`, `filesystem`, `syscalls` or `no_new_privs`.
-    pub name: &'static str,
-    /// How it stands.
-    pub state: LayerState,
-}
-
-impl fmt::Display for Layer {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match &self.state {
-            LayerState::Active(how) => write!(f, "{}: active ({how})", self.name),
-            LayerState::Unavailable(why) => write!(f, "{}: unavailable ({why})", self.name),
-            LayerState::Off => write!(f, "{}: off", self.name),
-        }
-    }
-}
+pub use cave_core::{Layer, LayerState};
 
 /// What this machine can enforce, layer by layer (what `cave doctor` prints).
 pub fn support() -> Vec<Layer> {
@@ -127,22 +97,10 @@ pub fn support() -> Vec<Layer> {
         Err(why) => LayerState::Unavailable(why),
     };
     vec![
-        Layer {
-            name: "network",
-            state: network,
-        },
-        Layer {
-            name: "filesystem",
-            state: filesystem,
-        },
-        Layer {
-            name: "syscalls",
-            state: syscalls,
-        },
-        Layer {
-            name: "no_new_privs",
-            state: LayerState::Active("prctl".to_owned()),
-        },
+        Layer::new("network", network),
+        Layer::new("filesystem", filesystem),
+        Layer::new("syscalls", syscalls),
+        Layer::new("no_new_privs", LayerState::Active("prctl".to_owned())),
     ]
 }
 
@@ -347,10 +305,7 @@ impl Prepared {
                 },
             }
         };
-        layers.push(Layer {
-            name: "network",
-            state: network,
-        });
+        layers.push(Layer::new("network", network));
 
         let mut landlock = None;
         let filesystem = if !sandbox.filesystem {
@@ -364,10 +319,7 @@ impl Prepared {
                 Err(why) => LayerState::Unavailable(why),
             }
         };
-        layers.push(Layer {
-            name: "filesystem",
-            state: filesystem,
-        });
+        layers.push(Layer::new("filesystem", filesystem));
 
         let syscalls = if !sandbox.syscalls && sockets == Sockets::Any {
             LayerState::Off
@@ -384,18 +336,15 @@ impl Prepared {
                 Err(why) => LayerState::Unavailable(why),
             }
         };
-        layers.push(Layer {
-            name: "syscalls",
-            state: syscalls,
-        });
-        layers.push(Layer {
-            name: "no_new_privs",
-            state: if sandbox.is_off() {
+        layers.push(Layer::new("syscalls", syscalls));
+        layers.push(Layer::new(
+            "no_new_privs",
+            if sandbox.is_off() {
                 LayerState::Off
             } else {
                 LayerState::Active("prctl".to_owned())
             },
-        });
+        ));
         Prepared {
             namespaces,
             landlock,

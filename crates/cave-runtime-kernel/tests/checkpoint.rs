@@ -2,6 +2,7 @@
 //! changes and keeps serving (output, host calls, interrupts), and no copy outlives what
 //! holds it.
 
+use cave_core::RuntimeExt;
 use cave_core::testing::contract::run;
 use cave_core::{Args, Function, Resources, Runtime, Signature, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, Sandbox};

@@ -1,5 +1,6 @@
 //! When the child starts, and that it never outlives what owns it.
 
+use cave_core::RuntimeExt;
 use cave_core::{DiscardOutput, Resources, Runtime, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime};
 use std::io::{BufRead, BufReader};

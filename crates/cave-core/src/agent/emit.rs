@@ -2,10 +2,11 @@
 //! consumer and waits until it is taken, so nothing runs ahead of what the consumer has seen.
 
 use crate::Event;
+use crate::lock;
 use futures_core::Stream;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// The loop's handle for yielding events.
@@ -30,15 +31,12 @@ impl Emitter {
         if let Some(audit) = &self.audit {
             audit.event(&event);
         }
-        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(event);
+        *lock(&self.slot) = Some(event);
         YieldOnce(false).await;
     }
 
     fn take(&self) -> Option<Event> {
-        self.slot
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take()
+        lock(&self.slot).take()
     }
 }
 

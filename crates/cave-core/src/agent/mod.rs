@@ -10,6 +10,7 @@ pub use emit::EventStream;
 pub use spawned::RunHandle;
 pub use sub::SubAgent;
 
+use crate::RuntimeExt;
 use crate::prompt::{self, TemplateError};
 use crate::{
     CodePolicy, Compactor, Event, Message, Model, ModelInfo, NameError, NameKind, NoCompaction,
@@ -49,7 +50,7 @@ pub struct Agent {
     approve_cells: bool,
     audit: Option<Arc<crate::AuditLog>>,
     /// The isolation last reported (a status when it changes).
-    isolation: Vec<String>,
+    isolation: Vec<crate::Layer>,
 }
 
 /// The agent's resolved settings (see [`AgentBuilder`] for each).

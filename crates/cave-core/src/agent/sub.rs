@@ -1,11 +1,12 @@
 //! Sub-agents: an agent given to another agent's runtime as an object the model's code drives.
 
 use super::Agent;
+use crate::lock;
 use crate::{
     Args, Event, HostError, HostObject, Method, ObjectBinding, Param, Resources, Runtime,
     RuntimeError, Signature, StopReason, Value, Variable,
 };
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
@@ -88,14 +89,11 @@ impl SubAgent {
     }
 
     pub(crate) fn set_link(&self, link: Option<Link>) {
-        *self.link.lock().unwrap_or_else(PoisonError::into_inner) = link;
+        *lock(&self.link) = link;
     }
 
     fn link(&self) -> Option<Link> {
-        self.link
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.link).clone()
     }
 
     async fn run(&self, prompt: String) -> Result<Value, HostError> {

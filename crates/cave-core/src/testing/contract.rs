@@ -241,10 +241,7 @@ struct Live(Mutex<Vec<String>>);
 
 impl OutputSink for Live {
     fn write(&self, chunk: &str) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(chunk.to_owned());
+        crate::lock(&self.0).push(chunk.to_owned());
     }
 }
 
@@ -596,9 +593,21 @@ pub async fn values_round_trip(rt: &dyn Runtime) {
     );
     let err = rt.retrieve("sets").await.expect_err("not registered");
     assert!(
-        matches!(err, RuntimeError::UnknownVariable { .. }),
+        matches!(err, RuntimeError::UnknownVariable { bound: true, .. }),
         "only registered variables are retrieved: {err}"
     );
+    assert!(
+        err.to_string().contains("get_as"),
+        "points to get_as: {err}"
+    );
+    let err = rt.retrieve("missing").await.expect_err("not registered");
+    assert!(
+        matches!(err, RuntimeError::UnknownVariable { bound: false, .. }),
+        "{err}"
+    );
+    // Any bound name, read as a Rust type.
+    let small: i64 = rt.get_as("small").await.expect("an int");
+    assert_eq!(small, 43);
     assert!(matches!(
         rt.get("missing").await.expect_err("unbound"),
         RuntimeError::Unbound { .. }

@@ -21,14 +21,14 @@ pub mod contract;
 pub mod fuzz;
 
 use crate::{
-    ChatRequest, Delta, DeltaStream, Description, Execution, FinishReason, Model, ModelError,
-    ModelErrorKind, ModelInfo, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError,
-    Usage, Value,
+    ChatRequest, Delta, DeltaStream, Execution, FinishReason, Model, ModelError, ModelErrorKind,
+    ModelInfo, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Usage, Value,
+    lock,
 };
 use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// A [`Model`] that plays scripted replies, one per call, and records the requests it got.
@@ -81,18 +81,12 @@ impl ScriptedModel {
 
     /// The requests received so far.
     pub fn requests(&self) -> Vec<ChatRequest> {
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        lock(&self.requests).clone()
     }
 
     /// How many calls were made.
     pub fn calls(&self) -> usize {
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        lock(&self.requests).len()
     }
 
     /// Streams handed out and not dropped yet (a consumer that stops reading must close them).
@@ -104,15 +98,8 @@ impl ScriptedModel {
 #[async_trait]
 impl Model for ScriptedModel {
     async fn stream(&self, request: ChatRequest) -> Result<DeltaStream, ModelError> {
-        self.requests
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(request);
-        let next = self
-            .replies
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .pop_front();
+        lock(&self.requests).push(request);
+        let next = lock(&self.replies).pop_front();
         let Some(reply) = next.or_else(|| self.fallback.clone()) else {
             return Err(ModelError::new(
                 ModelErrorKind::Other,
@@ -338,12 +325,12 @@ fn chunks(text: &str, size: usize) -> impl Iterator<Item = String> + '_ {
 /// with the real naming rules (a [`Registry`]).
 #[derive(Debug, Default)]
 pub struct EchoRuntime {
+    registry: Mutex<Registry>,
     state: Mutex<EchoState>,
 }
 
 #[derive(Debug, Default)]
 struct EchoState {
-    registry: Registry,
     /// Values bound by name: registered variables and bindings.
     namespace: BTreeMap<String, Value>,
     executed: Vec<String>,
@@ -358,14 +345,20 @@ impl EchoRuntime {
 
     /// The cells executed so far.
     pub fn executed(&self) -> Vec<String> {
-        self.lock().executed.clone()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, EchoState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.state).executed.clone()
     }
 }
 
+/// The value a registered resource binds (functions and objects bind `None` here).
+fn bound_value(resource: &Resource) -> Value {
+    match resource {
+        Resource::Variable(v) => v.value.clone(),
+        Resource::Binding { value, .. } => value.clone(),
+        _ => Value::None,
+    }
+}
+
+// Lock order: the registry, then the state.
 #[async_trait]
 impl Runtime for EchoRuntime {
     async fn execute(
@@ -373,57 +366,47 @@ impl Runtime for EchoRuntime {
         code: &str,
         output: &dyn OutputSink,
     ) -> Result<Execution, RuntimeError> {
-        self.lock().executed.push(code.to_owned());
+        lock(&self.state).executed.push(code.to_owned());
         let text = format!("{code}\n");
         output.write(&text);
         Ok(Execution::ok(text))
     }
 
     async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {
-        let mut state = self.lock();
-        for entry in state.registry.claim(batch)? {
-            let value = match entry.resource {
-                Resource::Variable(v) => v.value,
-                Resource::Binding { value, .. } => value,
-                _ => Value::None,
-            };
-            state.namespace.insert(entry.name, value);
+        let entries = lock(&self.registry).claim(batch)?;
+        let mut state = lock(&self.state);
+        for entry in entries {
+            state
+                .namespace
+                .insert(entry.name.clone(), bound_value(&entry.resource));
         }
         Ok(())
     }
 
-    fn describe(&self) -> Description {
-        self.lock().registry.describe()
-    }
-
-    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
-        let state = self.lock();
-        if state.registry.variable(name).is_none() {
-            return Err(state.registry.unknown_variable(name));
-        }
-        Ok(state
-            .namespace
-            .get(&crate::normalize_name(name))
-            .cloned()
-            .unwrap_or_default())
+    fn registry(&self) -> &Mutex<Registry> {
+        &self.registry
     }
 
     async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {
-        let mut state = self.lock();
-        let key = state.registry.update_variable(name, value.clone())?;
-        state.namespace.insert(key, value);
+        let key = lock(&self.registry).update_variable(name, value.clone())?;
+        lock(&self.state).namespace.insert(key, value);
         Ok(())
     }
 
     async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
         let key = crate::normalize_name(name);
-        self.lock()
+        lock(&self.state)
             .namespace
             .get(&key)
             .cloned()
             .ok_or_else(|| RuntimeError::Unbound {
                 name: name.to_owned(),
             })
+    }
+
+    async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+        // Code here never rebinds a name: a registered object stays bound.
+        Ok(lock(&self.registry).object(name).is_some())
     }
 
     async fn bind_unique(
@@ -434,14 +417,16 @@ impl Runtime for EchoRuntime {
     ) -> Result<String, RuntimeError> {
         let prefix = crate::unique_prefix(prefix, start)?;
         let prefix = prefix.as_str();
-        let mut state = self.lock();
+        let mut registry = lock(&self.registry);
+        let mut state = lock(&self.state);
         let mut index = start.max(state.last_index.get(prefix).map_or(0, |last| last + 1));
-        let taken = |s: &EchoState, n: &str| s.namespace.contains_key(n) || s.registry.is_bound(n);
-        while taken(&state, &format!("{prefix}_{index}")) {
+        let taken =
+            |s: &EchoState, r: &Registry, n: &str| s.namespace.contains_key(n) || r.is_bound(n);
+        while taken(&state, &registry, &format!("{prefix}_{index}")) {
             index += 1;
         }
         let name = format!("{prefix}_{index}");
-        state.registry.record_binding(&name, value.clone());
+        registry.record_binding(&name, value.clone());
         state.namespace.insert(name.clone(), value);
         state.last_index.insert(prefix.to_owned(), index);
         Ok(name)
@@ -449,21 +434,13 @@ impl Runtime for EchoRuntime {
 
     async fn reset(&self) -> Result<(), RuntimeError> {
         // Clear everything, then restore what was registered, as registered.
-        let mut state = self.lock();
-        let restored: BTreeMap<String, Value> = state
-            .registry
+        let registry = lock(&self.registry);
+        let restored: BTreeMap<String, Value> = registry
             .entries()
             .iter()
-            .map(|e| {
-                let value = match &e.resource {
-                    Resource::Variable(v) => v.value.clone(),
-                    Resource::Binding { value, .. } => value.clone(),
-                    _ => Value::None,
-                };
-                (e.name.clone(), value)
-            })
+            .map(|e| (e.name.clone(), bound_value(&e.resource)))
             .collect();
-        state.namespace = restored;
+        lock(&self.state).namespace = restored;
         Ok(())
     }
 }

@@ -15,8 +15,8 @@
 
 use cave_core::testing::EchoRuntime;
 use cave_core::{
-    Description, Execution, ExecutionError, Interrupt, Interruption, OutputSink, Resources,
-    Runtime, RuntimeError, Value,
+    Execution, ExecutionError, Interrupt, Interruption, OutputSink, Resources, Runtime,
+    RuntimeError, Value,
 };
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -162,12 +162,12 @@ impl Runtime for FakeRuntime {
         self.namespace.register(batch).await
     }
 
-    fn describe(&self) -> Description {
-        self.namespace.describe()
+    fn registry(&self) -> &std::sync::Mutex<cave_core::Registry> {
+        self.namespace.registry()
     }
 
-    async fn retrieve(&self, name: &str) -> Result<Value, RuntimeError> {
-        self.namespace.retrieve(name).await
+    async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+        self.namespace.object_bound(name).await
     }
 
     async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::agent::sub::LinkScope;
-use crate::{Approval, ApprovalRequest, SecretRedactor};
+use crate::{Approval, ApprovalRequest, RuntimeExt, SecretRedactor};
 
 /// Forwards live output into the run as `ExecutionOutput` events, up to
 /// [`DEFAULT_MAX_CELL_OUTPUT`](crate::DEFAULT_MAX_CELL_OUTPUT) per cell: past it, pieces are

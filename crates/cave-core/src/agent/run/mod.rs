@@ -202,9 +202,10 @@ impl<'a> Run<'a> {
         self.register_sub_agents().await?;
         let isolation = self.agent.runtime.isolation();
         if !isolation.is_empty() && isolation != self.agent.isolation {
-            self.agent.isolation = isolation.clone();
+            let layers = isolation.iter().map(ToString::to_string).collect();
+            self.agent.isolation = isolation;
             self.emit
-                .emit(Event::Status(Status::Isolation { layers: isolation }))
+                .emit(Event::Status(Status::Isolation { layers }))
                 .await;
         }
         let system = self.agent.system_prompt();
