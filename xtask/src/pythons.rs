@@ -1,5 +1,6 @@
-//! `cargo xtask test --pythons`: the runtime contract on the kernel runtime with every Python
-//! this machine has (pyenv's versions, `python3.N` on `PATH`), one line per interpreter; then
+//! `cargo xtask test --pythons`: the kernel runtime's tests (the runtime contract, lifecycle,
+//! faults, sandbox, checkpoints) with every Python this machine has (pyenv's versions,
+//! `python3.N` on `PATH`), one line per interpreter, older ones checked to be refused; then
 //! the in-process runtime built against a second libpython (the newest found that has a shared
 //! library, when it is not the one the workspace builds against), in a target directory of its
 //! own.
@@ -132,8 +133,9 @@ fn second_libpython(
     }
 }
 
-/// Runs the contract with each interpreter from [`MINIMUM`] up, checks that older ones are
-/// refused with the reason, and says which were skipped.
+/// Runs the kernel runtime's tests (the contract among them) with each interpreter from
+/// [`MINIMUM`] up, checks that older ones are refused with the reason, and says which were
+/// skipped.
 pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Result<(), String> {
     let (found, free_threaded) = interpreters();
     for (full, path) in &free_threaded {
@@ -183,15 +185,15 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
                 "-p",
                 "cave-runtime-kernel",
                 "--all-features",
-                "--test",
-                "contract",
                 "--quiet",
             ],
             &[("CAVE_PYTHON", python.as_str())],
         );
         tested += 1;
         match result {
-            Ok(()) => println!("python {full} ({python}): the runtime contract passed"),
+            Ok(()) => println!(
+                "python {full} ({python}): the kernel runtime's tests passed (the contract, lifecycle, faults, sandbox, checkpoints)"
+            ),
             Err(e) => {
                 println!("python {full} ({python}): FAILED ({e})");
                 failed.push(full.clone());

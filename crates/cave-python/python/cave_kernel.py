@@ -873,6 +873,17 @@ def _watch_jupyter_host(main_thread):
             return
 
 
+def _quiet_fork_warning():
+    """Python 3.12+ warns a cell that forks when the process has other threads; here they are
+    the worker's own (the descriptor pump, the host watch), which hold no lock a child needs,
+    and the model can do nothing about them: the warning would only be noise in its output."""
+    warnings.filterwarnings(
+        "ignore",
+        message=r"This process \(pid=\d+\) is multi-threaded, use of fork\(\) may lead to deadlocks",
+        category=DeprecationWarning,
+    )
+
+
 def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
     """Serves the host through `kernel` (an ipykernel `Kernel`), inside the execute request
     that bootstrapped this module, until the host says stop or stops answering for
@@ -892,6 +903,7 @@ def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
     # stdin channel carries the runtime's frames).
     builtins.input = _no_input
     _capture_descriptors()
+    _quiet_fork_warning()
     executor.install()
     executor.hide_frames_of(_KERNEL_FILE)
     if attached:
@@ -940,6 +952,7 @@ def main(fd, max_frame, shadow_fd, shadow_size):
     except Exception:
         pass
     _capture_descriptors()
+    _quiet_fork_warning()
     executor.install()
     executor.hide_frames_of(_KERNEL_FILE)
     executor.reset_namespace(_State.namespace)

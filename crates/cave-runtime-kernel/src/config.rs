@@ -152,8 +152,11 @@ pub struct KernelConfig {
     /// Keep one started process ready, so that `reset` and crash recovery do not wait for a
     /// cold start. Default: on.
     pub spare: bool,
-    /// How long an interrupted cell has to stop before its process is killed. Default: 0.5 s.
-    pub interrupt_grace: Duration,
+    /// How long an interrupted cell has to stop before its process is killed (a remote
+    /// kernel: restarted). `None`: 0.5 s for a local child, 5 s behind a Jupyter server, where
+    /// the interrupt crosses the server and a busy cluster (see
+    /// [`interrupt_grace_in_force`](Self::interrupt_grace_in_force)).
+    pub interrupt_grace: Option<Duration>,
     /// How long `stop` waits for the child to exit before killing it. Default: 1 s.
     pub stop_grace: Duration,
     /// The largest frame either side may send. Default: [`DEFAULT_MAX_FRAME`].
@@ -192,7 +195,7 @@ impl Default for KernelConfig {
         Self {
             python: None,
             spare: true,
-            interrupt_grace: Duration::from_millis(500),
+            interrupt_grace: None,
             stop_grace: Duration::from_secs(1),
             max_frame: DEFAULT_MAX_FRAME,
             max_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
@@ -225,8 +228,17 @@ impl KernelConfig {
     }
     /// Sets the grace an interrupted cell gets before its process is killed.
     pub fn interrupt_grace(mut self, grace: Duration) -> Self {
-        self.interrupt_grace = grace;
+        self.interrupt_grace = Some(grace);
         self
+    }
+    /// The grace an interrupted cell gets: the one set, or the transport's default (0.5 s for
+    /// a local child, 5 s for a kernel behind a Jupyter server).
+    pub fn interrupt_grace_in_force(&self) -> Duration {
+        self.interrupt_grace.unwrap_or(if self.is_remote() {
+            Duration::from_secs(5)
+        } else {
+            Duration::from_millis(500)
+        })
     }
     /// Sets the frame limit in bytes.
     pub fn max_frame(mut self, bytes: usize) -> Self {
@@ -373,5 +385,28 @@ impl fmt::Debug for KernelConfig {
             .field("pre_exec", &self.pre_exec.is_some())
             .field("remote", &self.is_remote())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An interrupt waits longer for a kernel behind a Jupyter server (it crosses the server)
+    /// than for a local child; a grace that is set is kept for either.
+    #[test]
+    fn the_interrupt_grace_depends_on_the_transport_unless_set() {
+        assert_eq!(
+            KernelConfig::new().interrupt_grace_in_force(),
+            Duration::from_millis(500)
+        );
+        #[cfg(feature = "jupyter")]
+        {
+            let remote =
+                KernelConfig::new().jupyter(crate::JupyterConfig::new("http://127.0.0.1:8888"));
+            assert_eq!(remote.interrupt_grace_in_force(), Duration::from_secs(5));
+            let set = remote.interrupt_grace(Duration::from_secs(1));
+            assert_eq!(set.interrupt_grace_in_force(), Duration::from_secs(1));
+        }
     }
 }

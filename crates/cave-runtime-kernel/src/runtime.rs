@@ -92,7 +92,7 @@ impl KernelRuntime {
         };
         let interrupt = Arc::new(CellInterrupt {
             process: Mutex::new(Weak::new()),
-            grace: config.interrupt_grace,
+            grace: config.interrupt_grace_in_force(),
         });
         let work_dir = if config.sandbox_in_force().is_off()
             || config.working_dir.is_some()
