@@ -364,4 +364,76 @@ mod tidy {
             );
         }
     }
+
+    /// Every file or directory ARCHITECTURE.md names exists: a path in backticks that ends in
+    /// a file extension or `/` is looked up from the root, from `crates/`, and, under a
+    /// crate's heading, from the crate and its `src/`, `tests/`, `benches/`, `examples/` and
+    /// `python/`; a bare file name (`turn.rs`) must be a file of the crate under whose heading
+    /// it stands, or of any crate outside those headings.
+    #[test]
+    fn every_path_the_architecture_names_exists() {
+        const EXTENSIONS: &[&str] = &[".rs", ".py", ".md", ".toml", ".json", ".jsonl", ".yaml"];
+        let text = std::fs::read_to_string(root().join("ARCHITECTURE.md")).unwrap();
+        let mut section: Option<PathBuf> = None;
+        let mut missing = Vec::new();
+        let mut checked = 0;
+        for line in text.lines() {
+            if let Some(heading) = line.strip_prefix("### `") {
+                section = heading
+                    .split('`')
+                    .next()
+                    .map(|dir| root().join(dir))
+                    .filter(|dir| dir.is_dir());
+            } else if line.starts_with("## ") {
+                section = None;
+            }
+            for (i, token) in line.split('`').enumerate() {
+                let is_path = i % 2 == 1
+                    && !token.contains(' ')
+                    && !token.starts_with('/')
+                    && (token.ends_with('/') || EXTENSIONS.iter().any(|e| token.ends_with(e)));
+                if !is_path {
+                    continue;
+                }
+                checked += 1;
+                let mut bases = vec![root(), root().join("crates")];
+                if let Some(dir) = &section {
+                    bases.push(dir.clone());
+                    for sub in ["src", "tests", "benches", "examples", "python"] {
+                        bases.push(dir.join(sub));
+                    }
+                }
+                let found = if token.contains('/') {
+                    bases.iter().any(|base| base.join(token).exists())
+                } else {
+                    let within = section.clone().unwrap_or_else(|| root().join("crates"));
+                    has_file_named(&within, token)
+                };
+                if !found {
+                    missing.push(format!("{token} (line: {})", line.trim()));
+                }
+            }
+        }
+        assert!(checked > 50, "found the paths ({checked})");
+        assert!(
+            missing.is_empty(),
+            "ARCHITECTURE.md names paths that do not exist:\n{}",
+            missing.join("\n")
+        );
+    }
+
+    /// Whether a file called `name` is in `dir` or below (`target` aside).
+    fn has_file_named(dir: &Path, name: &str) -> bool {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return false;
+        };
+        entries.flatten().any(|entry| {
+            let path = entry.path();
+            if path.is_dir() {
+                path.file_name().is_some_and(|n| n != "target") && has_file_named(&path, name)
+            } else {
+                path.file_name().is_some_and(|n| n == name)
+            }
+        })
+    }
 }

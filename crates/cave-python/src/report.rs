@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::time::UNIX_EPOCH;
 
 /// Bumped when the file's shape changes; other versions are ignored.
-const CACHE_VERSION: u32 = 1;
+const CACHE_VERSION: u32 = 2;
 /// Entries kept (one per interpreter and directory in use).
 const MAX_ENTRIES: usize = 16;
 /// Variables that change what an interpreter reports.
@@ -38,6 +38,10 @@ pub struct Reported {
     pub executable: PathBuf,
     /// `sys.prefix`.
     pub prefix: String,
+    /// Where its shared libpython lives (`sysconfig`'s `LIBDIR`; empty if it says none): the
+    /// library a program embedding this interpreter must load.
+    #[serde(default)]
+    pub libdir: String,
     /// `sys.path`, without the entry `-c` adds.
     pub sys_path: Vec<String>,
 }
@@ -171,7 +175,7 @@ pub fn report<E>(
     Ok(reported)
 }
 
-const REPORT: &str = "import sys; print(sys.version_info[0]); print(sys.version_info[1]); print(sys.executable); print(sys.prefix)\n\
+const REPORT: &str = "import sys, sysconfig; print(sys.version_info[0]); print(sys.version_info[1]); print(sys.executable); print(sys.prefix); print(sysconfig.get_config_var('LIBDIR') or '')\n\
 for p in sys.path: print(p)";
 
 /// Runs `executable` and reads its report (no cache).
@@ -203,11 +207,13 @@ pub fn ask(executable: &Path) -> Result<Reported, String> {
         .map_err(|_| "it reported no version".to_owned())?;
     let executable = PathBuf::from(next()?);
     let prefix = next()?;
+    let libdir = next()?;
     let sys_path = lines.filter(|p| !p.is_empty()).map(str::to_owned).collect();
     Ok(Reported {
         version: (major, minor),
         executable,
         prefix,
+        libdir,
         sys_path,
     })
 }
@@ -227,7 +233,7 @@ mod tests {
     fn fake_interpreter(dir: &Path, site: &Path) -> PathBuf {
         let path = dir.join("python3");
         let script = format!(
-            "#!/bin/sh\necho x >> {}\necho 3; echo 11; echo {}; echo /prefix; echo {}\n",
+            "#!/bin/sh\necho x >> {}\necho 3; echo 11; echo {}; echo /prefix; echo /prefix/lib; echo {}\n",
             dir.join("calls").display(),
             path.display(),
             site.display()
@@ -253,7 +259,8 @@ mod tests {
             version: (lines[0].parse().unwrap(), lines[1].parse().unwrap()),
             executable: PathBuf::from(lines[2]),
             prefix: lines[3].to_owned(),
-            sys_path: lines[4..].iter().map(|s| (*s).to_owned()).collect(),
+            libdir: lines[4].to_owned(),
+            sys_path: lines[5..].iter().map(|s| (*s).to_owned()).collect(),
         })
     }
 

@@ -55,6 +55,26 @@ pub(crate) fn executor(py: Python<'_>) -> Result<&Bound<'_, PyModule>, InProcErr
         })
 }
 
+/// The libpython this process loaded, from its memory map (Linux; `None` elsewhere or if not
+/// found, e.g. a statically linked interpreter).
+fn loaded_libpython() -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|line| line.split_whitespace().nth(5))
+        .map(PathBuf::from)
+        .find(|path| {
+            path.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libpython3") && n.contains(".so"))
+        })
+}
+
+/// Whether `dir` is `expected`, links resolved.
+fn same_dir(dir: Option<&Path>, expected: &Path) -> bool {
+    let resolved = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_owned());
+    dir.is_some_and(|d| resolved(d) == resolved(expected))
+}
+
 fn ask(executable: &Path) -> Result<Reported, InProcError> {
     cave_python::report::ask(executable).map_err(|message| InProcError::Environment {
         interpreter: executable.to_owned(),
@@ -125,6 +145,16 @@ fn initialize() -> Result<PythonEnvironment, InProcError> {
                     interpreter: probe.executable,
                     selected: format!("{}.{}", reported.version.0, reported.version.1),
                     embedded: format!("{}.{}", embedded.0, embedded.1),
+                });
+            }
+            if let Some(loaded) = loaded_libpython()
+                && !reported.libdir.is_empty()
+                && !same_dir(loaded.parent(), Path::new(&reported.libdir))
+            {
+                return Err(InProcError::LibpythonMismatch {
+                    loaded,
+                    interpreter: reported.executable,
+                    libdir: reported.libdir,
                 });
             }
             // The interpreter's own path (PYTHONPATH, site-packages, user site), without the

@@ -79,6 +79,23 @@ interpreter with CAVE_PYTHON or VIRTUAL_ENV, or rebuild with PYO3_PYTHON pointin
         /// The embedded version.
         embedded: String,
     },
+    /// The program loaded another libpython than the selected interpreter's: its `sys.path`
+    /// would be used with another build's library (the loader found a system libpython
+    /// before the configured one).
+    #[error(
+        "this program loaded {loaded}, but the selected interpreter {interpreter} uses the libpython in {libdir}: \
+the loader found another library first. Give the program a run path to the right one: in its build.rs, \
+`fn main() {{ pyo3_build_config::add_libpython_rpath_link_args(); }}` with pyo3-build-config (the version cave-agent uses) \
+under [build-dependencies]; or select a matching interpreter with CAVE_PYTHON"
+    )]
+    LibpythonMismatch {
+        /// The libpython the program loaded.
+        loaded: PathBuf,
+        /// The selected interpreter.
+        interpreter: PathBuf,
+        /// Where its libpython lives.
+        libdir: String,
+    },
     /// The embedded libpython is one the runtime does not support (too old, or a
     /// free-threaded build).
     #[error(
