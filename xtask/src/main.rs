@@ -1,5 +1,6 @@
 //! Project chores: `cargo xtask test` (the workspace tests, with the Python packages they
-//! need; `--pythons`: the runtime contract with every Python 3.9+ found), `cargo xtask bench`, `cargo xtask test-live` (the live suite against a real model),
+//! need; `--pythons`: the kernel runtime's tests with every Python 3.9+ found; `--crates`:
+//! each library crate alone, and packaged), `cargo xtask bench`, `cargo xtask test-live` (the live suite against a real model),
 //! `cargo xtask local-llm start|stop|status` (a local one), `cargo xtask soak [N]` (N random inputs through the fence
 //! parser, then N random model replies through the whole agent), `cargo xtask fuzz [N]` (N
 //! mutated inputs through each decoder of bytes another party sends: the kernel child's frames,
@@ -7,6 +8,7 @@
 //! (`cargo test -p xtask`), run by the workspace test command.
 
 mod bench;
+mod crates;
 mod live;
 mod local_llm;
 mod pythons;
@@ -22,6 +24,13 @@ fn main() -> ExitCode {
         .to_owned();
     let result = match args.first().map(String::as_str) {
         Some("test") if args.iter().any(|a| a == "--pythons") => pythons::run(cargo),
+        Some("test") if args.iter().any(|a| a == "--crates") => {
+            test_env::prepare(&root).and_then(|env| {
+                let env: Vec<(&str, &str)> =
+                    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+                crates::run(&root, cargo, &env)
+            })
+        }
         Some("test") => test_env::prepare(&root).and_then(|mut env| {
             env.extend(test_env::litellm(&root));
             env.extend(test_env::jupyter(&root));
@@ -99,7 +108,7 @@ fn main() -> ExitCode {
         }
         _ => {
             eprintln!(
-                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask test --pythons | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm | --local] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES] | cargo xtask fuzz [CASES]"
+                "usage: cargo xtask test [CARGO TEST ARGS] | cargo xtask test --pythons | cargo xtask test --crates | cargo xtask bench [--quick] [--compare-python [PYTHON]] | cargo xtask test-live [--provider openai|litellm | --local] | cargo xtask local-llm start|stop|status | cargo xtask soak [CASES] | cargo xtask fuzz [CASES]"
             );
             return ExitCode::from(2);
         }
