@@ -397,9 +397,13 @@ mod tidy {
                 section = None;
             }
             for (i, token) in line.split('`').enumerate() {
+                // Generated files (`target/`) and places outside the repository (`../`) are
+                // not the repository's to hold.
                 let is_path = i % 2 == 1
                     && !token.contains(' ')
                     && !token.starts_with('/')
+                    && !token.starts_with("target/")
+                    && !token.starts_with("../")
                     && (token.ends_with('/') || EXTENSIONS.iter().any(|e| token.ends_with(e)));
                 if !is_path {
                     continue;

@@ -377,7 +377,7 @@ impl<W: Write> Human<W> {
                     }
                 }
             }
-            Event::SecurityError { message } => {
+            Event::SecurityError { message, .. } => {
                 writeln!(self.out, "{head} {}", self.paint(RED, message))?;
             }
             Event::ExecutionTimeout { timeout, .. } => {
@@ -580,7 +580,7 @@ impl<W: Write> Output for Human<W> {
                 }
                 self.prose_blocks = 1;
             }
-            Event::SecurityError { message } => {
+            Event::SecurityError { message, .. } => {
                 self.block(RED, "Blocked by the code policy")?;
                 self.shortened(message)?;
                 self.prose_blocks = 1;

@@ -5,8 +5,8 @@ use crate::prompts;
 use async_trait::async_trait;
 use cave_core::lock;
 use cave_core::{
-    ChatMessage, ChatRequest, ChatRole, Compactor, FinishReason, Message, Model, ModelError,
-    Prepared, Summarized, TokenAnchor, TokenEstimator, Usage, estimate_history,
+    ChatMessage, ChatRequest, ChatRole, Compactor, FinishReason, Message, Model, Prepared,
+    Summarized, SummaryError, TokenAnchor, TokenEstimator, Usage, estimate_history,
     strip_persisted_preview,
 };
 use futures_util::StreamExt;
@@ -32,22 +32,6 @@ pub const COOLDOWN_ATTEMPTS: u32 = 10;
 const TRANSCRIPT_CAP: usize = 2000;
 /// How deep folding may split a summary request.
 const MAX_FOLD_DEPTH: u32 = 24;
-
-/// Why a summary could not be made (the history is then kept as it was).
-#[derive(Debug)]
-enum SummaryError {
-    Model(ModelError),
-    Unusable(String),
-}
-
-impl std::fmt::Display for SummaryError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SummaryError::Model(e) => write!(f, "{e}"),
-            SummaryError::Unusable(why) => f.write_str(why),
-        }
-    }
-}
 
 /// Counts failed summaries and, after too many in a row, skips the next attempts.
 #[derive(Debug, Default)]
@@ -456,11 +440,7 @@ impl Compactor for ContextCompactor {
     async fn summarize(&self, history: Vec<Message>) -> Summarized {
         if lock(&self.breaker).should_skip() {
             tracing::info!("summary skipped: the circuit breaker is open");
-            return Summarized::failed(
-                history,
-                Usage::default(),
-                "summaries are paused after repeated failures",
-            );
+            return Summarized::failed(history, Usage::default(), SummaryError::Paused);
         }
         let spent = Spent::default();
         match self.summarize_part(&history, 2, &spent).await {
@@ -473,7 +453,7 @@ impl Compactor for ContextCompactor {
                 let mut breaker = lock(&self.breaker);
                 breaker.record_failure();
                 tracing::warn!(failures = breaker.failures, error = %error, "summary failed; history kept as it was");
-                Summarized::failed(history, spent.total(), error.to_string())
+                Summarized::failed(history, spent.total(), error)
             }
         }
     }
@@ -487,7 +467,7 @@ impl Compactor for ContextCompactor {
             Ok(None) => Summarized::new(cleared, spent.total()),
             Err(error) => {
                 tracing::warn!(error = %error, "emergency summary failed; keeping the cleared history");
-                Summarized::failed(cleared, spent.total(), error.to_string())
+                Summarized::failed(cleared, spent.total(), error)
             }
         }
     }

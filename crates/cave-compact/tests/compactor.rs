@@ -213,7 +213,7 @@ async fn failed_summaries_keep_history_and_trip_the_breaker() {
         assert!(
             failed
                 .error
-                .is_some_and(|e| e.contains("did not finish normally")),
+                .is_some_and(|e| matches!(&e, cave_core::SummaryError::Unusable(why) if why.contains("did not finish normally"))),
             "and the failure is said"
         );
         assert!(
@@ -223,7 +223,8 @@ async fn failed_summaries_keep_history_and_trip_the_breaker() {
     }
     assert!(c.breaker_open());
     for _ in 0..10 {
-        c.summarize(h.clone()).await;
+        let skipped = c.summarize(h.clone()).await;
+        assert_eq!(skipped.error, Some(cave_core::SummaryError::Paused));
     }
     assert_eq!(model.calls(), 3, "ten attempts skipped");
     c.summarize(h.clone()).await;

@@ -73,7 +73,7 @@ impl AuditLog {
             Event::ExecutionRefused { reason } => {
                 self.record("approval_refused", json!({"reason": reason}));
             }
-            Event::SecurityError { message } => {
+            Event::SecurityError { message, .. } => {
                 self.record("policy_refused", json!({"message": bounded(message)}));
             }
             Event::ExecutionResult {

@@ -94,7 +94,37 @@ pub struct Summarized {
     /// Tokens spent by summary calls.
     pub usage: Usage,
     /// Why no summary replaced the older history, when one was tried and failed.
-    pub error: Option<String>,
+    pub error: Option<SummaryError>,
+}
+
+/// Why a summary could not be made (the history is then kept as it was).
+#[derive(Clone, Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SummaryError {
+    /// The summarizing model failed.
+    #[error("{0}")]
+    Model(crate::ModelError),
+    /// The model answered, but not with a summary that can stand for the history.
+    #[error("{0}")]
+    Unusable(String),
+    /// Summaries are paused after repeated failures (a circuit breaker).
+    #[error("summaries are paused after repeated failures")]
+    Paused,
+}
+
+/// Equal when of the same variant with the same kind and text (a model error's source is not
+/// compared).
+impl PartialEq for SummaryError {
+    fn eq(&self, other: &Self) -> bool {
+        match (self, other) {
+            (SummaryError::Model(a), SummaryError::Model(b)) => {
+                a.kind() == b.kind() && a.message() == b.message()
+            }
+            (SummaryError::Unusable(a), SummaryError::Unusable(b)) => a == b,
+            (SummaryError::Paused, SummaryError::Paused) => true,
+            _ => false,
+        }
+    }
 }
 
 impl Summarized {
@@ -116,11 +146,11 @@ impl Summarized {
     }
     /// A summary was tried at this cost and failed; `history` is as it was (or, after an
     /// overflow, only cleared of old results).
-    pub fn failed(history: Vec<Message>, usage: Usage, error: impl Into<String>) -> Self {
+    pub fn failed(history: Vec<Message>, usage: Usage, error: SummaryError) -> Self {
         Self {
             history,
             usage,
-            error: Some(error.into()),
+            error: Some(error),
         }
     }
 }

@@ -289,6 +289,10 @@ pub enum Event {
     SecurityError {
         /// What was refused, as told to the model.
         message: String,
+        /// Each rule that refused it: kind, rule, line (for programs; `message` says the same
+        /// in words).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        violations: Vec<crate::Violation>,
     },
     /// Compaction and recovery progress.
     Status(Status),

@@ -75,8 +75,8 @@ pub use approval::{
 };
 pub use audit::{AUDIT_TEXT_CHARS, AuditLog, audited, audited_object};
 pub use compact::{
-    CharEstimator, Compactor, NoCompaction, Prepared, Summarized, TokenAnchor, TokenEstimator,
-    estimate_history,
+    CharEstimator, Compactor, NoCompaction, Prepared, Summarized, SummaryError, TokenAnchor,
+    TokenEstimator, estimate_history,
 };
 pub use event::{EVENT_FORMAT_VERSION, Event, Status, StopError, StopErrorKind, StopReason};
 pub use gate::MethodFilter;

@@ -1,5 +1,6 @@
 //! The `CodePolicy` seam: checks code before it runs.
 
+use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::sync::Arc;
 
@@ -13,23 +14,28 @@ pub trait CodePolicy: Send + Sync {
     fn check(&self, code: &str) -> Vec<Violation>;
 }
 
-/// One reason a cell may not run.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// One reason a cell may not run (in events as `{"message", "kind", "rule"?, "line"?}`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Violation {
     /// What was found, e.g. "Forbidden import 'os' at line 1".
     pub message: String,
     /// The line it was found on (1-based), if known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub line: Option<usize>,
     /// Which kind of rule fired.
+    #[serde(default)]
     pub kind: ViolationKind,
     /// The rule's subject that matched: the forbidden module, function or attribute name, or
     /// the pattern; `None` where no single rule fired (a syntax error, a limit).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
 }
 
-/// Which kind of rule a [`Violation`] comes from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+/// Which kind of rule a [`Violation`] comes from (snake_case in events: `import`,
+/// `computed_name`, …).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum ViolationKind {
     /// A forbidden module was imported.

@@ -84,12 +84,9 @@ pub trait Runtime: Send + Sync {
         hidden: bool,
     ) -> Result<Resources, RuntimeError> {
         let _ = hidden;
-        Err(RuntimeError::Backend {
+        Err(RuntimeError::NotSupported {
             operation: "register_python_file",
-            message: format!(
-                "this runtime does not load Python files ({})",
-                path.display()
-            ),
+            reason: format!("it does not load Python files ({})", path.display()),
         })
     }
 
@@ -439,6 +436,47 @@ pub enum RuntimeError {
         name: String,
         /// The Rust type asked for.
         expected: &'static str,
+    },
+    /// The runtime's process ended while doing `operation` (a crash, a kill, a lost
+    /// connection to its server); the next request starts a fresh one, with what is
+    /// registered restored, where the runtime can.
+    #[error("the runtime's process ended during {operation}: {reason}")]
+    ProcessDied {
+        /// What the runtime was doing.
+        operation: &'static str,
+        /// How it ended, as far as known.
+        reason: String,
+    },
+    /// The runtime's worker answered something the host does not understand (a worker of
+    /// another version, or a broken one).
+    #[error("the runtime's worker broke the protocol during {operation}: {message}")]
+    Protocol {
+        /// What the runtime was doing.
+        operation: &'static str,
+        /// What it answered.
+        message: String,
+    },
+    /// A value too large to cross between the host and the runtime.
+    #[error(
+        "'{name}' is {size} bytes once encoded, over the limit of {limit} bytes ({setting} raises it)"
+    )]
+    TooLarge {
+        /// The name whose value it is.
+        name: String,
+        /// Its encoded size.
+        size: u64,
+        /// The limit.
+        limit: u64,
+        /// The setting that sets the limit.
+        setting: &'static str,
+    },
+    /// The runtime does not do `operation`.
+    #[error("this runtime does not support {operation}: {reason}")]
+    NotSupported {
+        /// What was asked.
+        operation: &'static str,
+        /// Why not, and what to do instead.
+        reason: String,
     },
     /// The runtime's machinery failed while doing `operation`.
     #[error("the runtime failed during {operation}: {message}")]

@@ -726,7 +726,11 @@ impl Compactor for TestCompactor {
     async fn summarize(&self, history: Vec<Message>) -> Summarized {
         self.summaries.fetch_add(1, Ordering::SeqCst);
         if let Some(why) = self.fail_with {
-            return Summarized::failed(history, summary_usage(), why);
+            return Summarized::failed(
+                history,
+                summary_usage(),
+                cave_core::SummaryError::Unusable(why.to_owned()),
+            );
         }
         let mut out = vec![
             history[0].clone(),
@@ -1045,8 +1049,14 @@ async fn the_policy_blocks_code_before_it_runs() {
     let mut agent = s.builder().policy(NoPrint).build().unwrap();
     let ev = events(&mut agent, "go").await;
     let message = "Code execution blocked: 2 violations found:\n  - Forbidden function call 'print' at line 1\n  - Forbidden function call 'print' at line 2";
+    let violations: Vec<Violation> = (1..=2)
+        .map(|line| {
+            Violation::new(format!("Forbidden function call 'print' at line {line}")).at_line(line)
+        })
+        .collect();
     assert!(ev.contains(&Event::SecurityError {
-        message: message.into()
+        message: message.into(),
+        violations,
     }));
     assert!(s.runtime.executed().is_empty());
     assert_eq!(
@@ -1428,8 +1438,16 @@ async fn events_serialize_to_the_wire_format() {
         (
             Event::SecurityError {
                 message: "m".into(),
+                violations: Vec::new(),
             },
             r#"{"type":"security_error","message":"m"}"#,
+        ),
+        (
+            Event::SecurityError {
+                message: "m".into(),
+                violations: vec![Violation::new("no os").at_line(2)],
+            },
+            r#"{"type":"security_error","message":"m","violations":[{"message":"no os","line":2,"kind":"other"}]}"#,
         ),
         (
             Event::Status(Status::OutputRecovery {

@@ -98,11 +98,42 @@ pub(crate) enum Callable {
 /// Host functions and objects by the handle the child knows them by.
 pub(crate) type Callables = Arc<Mutex<HashMap<u64, Callable>>>;
 
-/// A reply to a request: its status (`ok`, `unbound`, `failed`, …) and payload.
+/// A reply to a request: how the worker answered, and its payload.
 #[derive(Debug)]
 pub(crate) struct Reply {
-    pub(crate) status: String,
+    pub(crate) status: Status,
     pub(crate) payload: Value,
+}
+
+/// How the worker answered a request, decoded once from its frame (the `status` of
+/// `cave_kernel.py`'s `_reply`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Done; the payload is the answer.
+    Ok,
+    /// Refused or failed; the payload says why.
+    Failed,
+    /// The name is not bound.
+    Unbound,
+    /// The value has no counterpart on the seam; the payload names its Python type.
+    Unsupported,
+    /// The answer would be a frame over the limit; the payload is its size in bytes.
+    TooLarge,
+    /// A status this host does not know: a worker of another version, or a broken one.
+    Unknown(String),
+}
+
+impl Status {
+    fn decode(status: String) -> Self {
+        match status.as_str() {
+            "ok" => Status::Ok,
+            "failed" => Status::Failed,
+            "unbound" => Status::Unbound,
+            "unsupported" => Status::Unsupported,
+            "too_large" => Status::TooLarge,
+            _ => Status::Unknown(status),
+        }
+    }
 }
 
 /// How an execution ended: the exception it raised, if any.
@@ -575,8 +606,8 @@ impl Process {
         let reply = self
             .request("checkpoint", vec![Data::Owned(Value::Int(id.into()))])
             .await?;
-        match (reply.status.as_str(), reply.payload) {
-            ("ok", Value::Int(pid)) => {
+        match (reply.status, reply.payload) {
+            (Status::Ok, Value::Int(pid)) => {
                 lock(&self.checkpoints).insert(id, pid as i32);
                 Ok(())
             }
@@ -606,8 +637,8 @@ impl Process {
                 return Err(KernelError::Died);
             }
         };
-        match (reply.status.as_str(), reply.payload) {
-            ("ok", Value::Int(fresh)) => {
+        match (reply.status, reply.payload) {
+            (Status::Ok, Value::Int(fresh)) => {
                 self.pid.store(copy, Ordering::SeqCst);
                 let mut checkpoints = lock(&self.checkpoints);
                 checkpoints.retain(|&k, _| k <= id);
@@ -1248,15 +1279,15 @@ async fn serve(
             }
             Some("reply") => {
                 let status = match items.next() {
-                    Some(Value::Str(status)) => status,
+                    Some(Value::Str(status)) => Status::decode(status),
                     _ => continue,
                 };
                 let payload = items.next().unwrap_or_default();
                 // A value the host cannot hold (an int beyond 128 bits) is a refusal of the
                 // value, not of the process.
                 let reply = match unsupported.clone() {
-                    Some(what) if status == "ok" => Reply {
-                        status: "unsupported".to_owned(),
+                    Some(what) if status == Status::Ok => Reply {
+                        status: Status::Unsupported,
                         payload: Value::Str(what),
                     },
                     _ => Reply { status, payload },

@@ -3,7 +3,7 @@
 use crate::KernelError;
 use crate::config::KernelConfig;
 use crate::marshal::Data;
-use crate::process::{Callables, Interpreter, Process, lock};
+use crate::process::{Callables, Interpreter, Process, Status, lock};
 use crate::sandbox::WorkDir;
 use crate::spec;
 use async_trait::async_trait;
@@ -226,10 +226,25 @@ impl std::fmt::Debug for KernelRuntime {
     }
 }
 
+/// A failure of the link to the worker, as the seam types it.
 fn died(operation: &'static str, error: KernelError) -> RuntimeError {
-    RuntimeError::Backend {
+    match error {
+        KernelError::Died => RuntimeError::ProcessDied {
+            operation,
+            reason: error.to_string(),
+        },
+        other => RuntimeError::Backend {
+            operation,
+            message: other.to_string(),
+        },
+    }
+}
+
+/// A reply the host did not expect for `operation`.
+fn unexpected(operation: &'static str, status: &Status, payload: &Value) -> RuntimeError {
+    RuntimeError::Protocol {
         operation,
-        message: error.to_string(),
+        message: format!("the worker answered {status:?} with {payload}"),
     }
 }
 
@@ -399,7 +414,7 @@ impl Inner {
                 )
                 .await
             {
-                Ok(reply) if reply.status == "ok" => {}
+                Ok(reply) if reply.status == Status::Ok => {}
                 Ok(reply) => {
                     tracing::error!(%file, problem = ?reply.payload, "a Python file could not be loaded again");
                 }
@@ -466,8 +481,8 @@ impl Inner {
             .map_err(failed)?
             .await
             .map_err(|_| died("register", KernelError::Died))?;
-        match (reply.status.as_str(), reply.payload) {
-            ("ok", _) => Ok(()),
+        match (reply.status, reply.payload) {
+            (Status::Ok, _) => Ok(()),
             (_, Value::Tuple(pair)) if pair.len() == 2 => Err(RuntimeError::InvalidResource {
                 name: pair[0].as_str().unwrap_or_default().to_owned(),
                 problem: format!(
@@ -475,10 +490,7 @@ impl Inner {
                     pair[1].as_str().unwrap_or_default()
                 ),
             }),
-            (status, payload) => Err(RuntimeError::Backend {
-                operation: "register",
-                message: format!("the worker answered {status}: {payload}"),
-            }),
+            (status, payload) => Err(unexpected("register", &status, &payload)),
         }
     }
 
@@ -691,26 +703,25 @@ impl Runtime for KernelRuntime {
             .inner
             .request("get", vec![Data::Owned(Value::Str(normalize_name(name)))])
             .await?;
-        match reply.status.as_str() {
-            "ok" => Ok(reply.payload),
-            "unbound" => Err(RuntimeError::Unbound {
+        match reply.status {
+            Status::Ok => Ok(reply.payload),
+            Status::Unbound => Err(RuntimeError::Unbound {
                 name: name.to_owned(),
             }),
-            "unsupported" => Err(RuntimeError::Unsupported {
+            Status::Unsupported => Err(RuntimeError::Unsupported {
                 name: name.to_owned(),
                 python_type: reply.payload.as_str().unwrap_or("object").to_owned(),
             }),
-            "too_large" => Err(RuntimeError::Backend {
-                operation: "get",
-                message: format!(
-                    "'{name}' is {} bytes once encoded, over the frame limit of {} bytes (KernelConfig::max_frame)",
-                    reply.payload, self.inner.config.max_frame
-                ),
+            Status::TooLarge => Err(RuntimeError::TooLarge {
+                name: name.to_owned(),
+                size: match reply.payload {
+                    Value::Int(size) => u64::try_from(size).unwrap_or(u64::MAX),
+                    _ => u64::MAX,
+                },
+                limit: self.inner.config.max_frame as u64,
+                setting: "KernelConfig::max_frame",
             }),
-            other => Err(RuntimeError::Backend {
-                operation: "get",
-                message: format!("the worker answered {other}: {}", reply.payload),
-            }),
+            status => Err(unexpected("get", &status, &reply.payload)),
         }
     }
 
@@ -748,14 +759,9 @@ impl Runtime for KernelRuntime {
                 ],
             )
             .await?;
-        let index = match reply.payload {
-            Value::Int(index) if reply.status == "ok" => u64::try_from(index).unwrap_or(from),
-            other => {
-                return Err(RuntimeError::Backend {
-                    operation: "bind_unique",
-                    message: format!("the worker answered {}: {other}", reply.status),
-                });
-            }
+        let index = match (reply.status, reply.payload) {
+            (Status::Ok, Value::Int(index)) => u64::try_from(index).unwrap_or(from),
+            (status, payload) => return Err(unexpected("bind_unique", &status, &payload)),
         };
         let name = format!("{prefix}_{index}");
         lock(&self.inner.registry).record_binding(&name, value);
@@ -805,7 +811,7 @@ impl Runtime for KernelRuntime {
             )
             .await
             .map_err(|e| died("register_python_file", e))?;
-        if reply.status != "ok" {
+        if reply.status != Status::Ok {
             return Err(RuntimeError::InvalidResource {
                 name: path,
                 problem: reply.payload.as_str().unwrap_or("it failed").to_owned(),

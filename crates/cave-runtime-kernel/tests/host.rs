@@ -145,8 +145,16 @@ async fn large_values_work_up_to_the_frame_limit() {
     run(&rt, "huge = b'x' * 200_000_000").await;
     let err = rt.get("huge").await.expect_err("over the limit");
     assert!(
+        matches!(
+            &err,
+            cave_core::RuntimeError::TooLarge { name, limit: 134_217_728, setting: "KernelConfig::max_frame", size, .. }
+                if name == "huge" && *size > 200_000_000
+        ),
+        "{err:?}"
+    );
+    assert!(
         err.to_string()
-            .contains("over the frame limit of 134217728 bytes"),
+            .contains("over the limit of 134217728 bytes (KernelConfig::max_frame raises it)"),
         "{err}"
     );
     let err = rt

@@ -275,16 +275,25 @@ async fn a_refused_cell_never_runs_and_the_model_is_told_why() {
         .unwrap();
     let events: Vec<Event> = agent.stream("Clean up.").collect().await;
     assert!(runtime.executed().is_empty(), "nothing ran");
-    let message = events
+    let (message, violations) = events
         .iter()
         .find_map(|e| {
-            if let Event::SecurityError { message } = e {
-                Some(message.clone())
+            if let Event::SecurityError {
+                message,
+                violations,
+            } = e
+            {
+                Some((message.clone(), violations.clone()))
             } else {
                 None
             }
         })
         .expect("a security error event");
+    // For programs: the rule that fired, typed.
+    let first = violations.first().expect("the violations");
+    assert_eq!(first.kind, cave_core::ViolationKind::Import);
+    assert_eq!(first.rule.as_deref(), Some("os"));
+    assert_eq!(first.line, Some(1));
     assert!(
         message.contains("Forbidden import 'os' at line 1: system access is not allowed"),
         "{message}"

@@ -30,9 +30,11 @@ impl Run<'_> {
         self.usage += summarized.usage;
         self.agent.history = summarized.history;
         let status = match summarized.error {
-            Some(message) => {
-                tracing::warn!(error = %message, "compaction failed; history kept");
-                Status::CompactionFailed { message }
+            Some(error) => {
+                tracing::warn!(%error, "compaction failed; history kept");
+                Status::CompactionFailed {
+                    message: error.to_string(),
+                }
             }
             None => Status::Compacted {
                 before,

@@ -67,7 +67,10 @@ impl Run<'_> {
                 }
                 let result = prompt::security_error(&message);
                 return Ok((
-                    Event::SecurityError { message },
+                    Event::SecurityError {
+                        message,
+                        violations,
+                    },
                     Message::execution_result(result),
                 ));
             }
