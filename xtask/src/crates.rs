@@ -7,6 +7,7 @@ use std::process::Command;
 /// The library crates, in dependency order.
 const CRATES: &[&str] = &[
     "cave-core",
+    "cave-testing",
     "cave-python",
     "cave-security",
     "cave-compact",

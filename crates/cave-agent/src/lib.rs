@@ -59,6 +59,13 @@ pub mod compact {
 #[cfg(feature = "compact")]
 pub use cave_compact::ContextCompactor;
 
+/// The test kit: a scripted model, a runtime without Python, the runtime contract (feature
+/// `testing`).
+#[cfg(feature = "testing")]
+pub mod testing {
+    pub use cave_testing::*;
+}
+
 /// The batteries-included builder: [`Agent::builder`] with what the enabled features provide.
 /// With `compact` (on by default) the agent keeps its history inside the context window:
 /// a [`ContextCompactor`] whose summaries are written by the agent's own model, with the

@@ -3,8 +3,8 @@
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-compact`).
 
 use cave_compact::{ContextCompactor, Encoding, ScriptEstimator, TiktokenEstimator};
-use cave_core::testing::ScriptedModel;
 use cave_core::{Message, TokenEstimator};
+use cave_testing::ScriptedModel;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 use std::sync::Arc;

@@ -1,11 +1,11 @@
 //! Compaction tiers, pair preservation, incremental summaries, the breaker, overflow recovery.
 
 use cave_compact::{ContextCompactor, ScriptEstimator, prompts};
-use cave_core::testing::{EchoRuntime, Reply, ScriptedModel};
 use cave_core::{
     Agent, Compactor, Event, Message, ModelError, ModelErrorKind, ModelInfo, PersistedOutput,
     StopReason, TokenEstimator, persisted_marker,
 };
+use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use futures_util::StreamExt;
 use std::sync::Arc;
 

@@ -3,8 +3,8 @@
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-core --features testing`).
 
 use cave_core::FenceParser;
-use cave_core::testing::{EchoRuntime, Reply, ScriptedModel};
 use cave_core::{Agent, StopReason};
+use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
 

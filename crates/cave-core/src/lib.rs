@@ -19,9 +19,8 @@
 //! - [`Message`] is the history, serializable, and [`prompt`] holds every model-facing text.
 //!
 //! ```
-//! # #[cfg(feature = "testing")] {
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! use cave_core::testing::{EchoRuntime, Reply, ScriptedModel};
+//! use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 //! use cave_core::{Agent, StopReason};
 //!
 //! let model = ScriptedModel::new([Reply::text("```python\nprint(6 * 7)\n```"), Reply::text("It is 42.")]);
@@ -31,13 +30,10 @@
 //! assert_eq!(response.content, "It is 42.");
 //! assert_eq!(response.code_snippets, ["print(6 * 7)"]);
 //! # });
-//! # }
 //! ```
 //!
-//! # Feature flags
-//!
-//! - `testing`: [`testing::ScriptedModel`], a scripted [`Model`], and [`testing::EchoRuntime`], a
-//!   runtime without Python, for testing agents offline.
+//! The test kit (a scripted model, a runtime without Python, the runtime contract) is the
+//! `cave-testing` crate.
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
@@ -61,8 +57,6 @@ mod resource;
 mod runtime;
 mod shape;
 mod sync;
-#[cfg(feature = "testing")]
-pub mod testing;
 mod usage;
 mod value;
 

@@ -1,13 +1,13 @@
 //! The agent loop with `ScriptedModel` and the in-test runtime.
 
 use crate::support::FakeRuntime;
-use cave_core::testing::{Reply, ScriptedModel};
 use cave_core::{
     Agent, AgentBuilder, BuildError, CancellationToken, CodePolicy, Compactor, Event, FinishReason,
     Interruption, Message, ModelError, ModelErrorKind, ModelInfo, Prepared, Runtime, Status,
     StopError, StopErrorKind, StopReason, Summarized, TokenAnchor, TokenEstimator, Usage, Value,
     Violation, prompt,
 };
+use cave_testing::{Reply, ScriptedModel};
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};

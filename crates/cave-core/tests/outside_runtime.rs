@@ -3,11 +3,11 @@
 //! the secrets the agent redacts, retrieving variables and objects) comes from its registry
 //! and cannot be left out.
 
-use cave_core::testing::{Reply, ScriptedModel};
 use cave_core::{
     Agent, Event, Execution, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError,
     RuntimeExt, Value, Variable, async_trait, lock, normalize_name,
 };
+use cave_testing::{Reply, ScriptedModel};
 use std::collections::HashMap;
 use std::sync::Mutex;
 

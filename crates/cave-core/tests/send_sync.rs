@@ -1,9 +1,9 @@
 //! Compile-time checks that public handles and futures can cross threads.
 
-use cave_core::testing::ScriptedModel;
 use cave_core::{
     Agent, AgentResponse, Event, EventStream, FenceParser, Message, ModelError, RuntimeError, Value,
 };
+use cave_testing::ScriptedModel;
 
 fn send<T: Send>(_: &T) {}
 fn send_sync<T: Send + Sync>() {}

@@ -8,9 +8,9 @@
 #[allow(dead_code)]
 mod support;
 
-use cave_core::testing::EchoRuntime;
 use cave_core::{Agent, StopReason};
 use cave_models::{ModelConfig, OpenAiModel};
+use cave_testing::EchoRuntime;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 
 const STEPS: u32 = 10;

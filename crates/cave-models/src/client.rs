@@ -488,8 +488,8 @@ mod tests {
             text
         });
         assert_eq!(text, "Hello ```python\nprint(1)\n```");
-        let mut cuts = cave_core::testing::fuzz::Rng::new(11);
-        cave_core::testing::fuzz::soak("sse-stream", &seeds, |input| {
+        let mut cuts = cave_testing::fuzz::Rng::new(11);
+        cave_testing::fuzz::soak("sse-stream", &seeds, |input| {
             // Cut as the network would: pieces of 1 to 64 bytes.
             let mut pieces = Vec::new();
             let mut rest = input;

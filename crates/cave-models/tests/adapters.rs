@@ -4,7 +4,6 @@ use crate::support::{
     Part, Reply, TestServer, answer, finish, finish_with_usage, reasoning, status, status_with,
     text, usage,
 };
-use cave_core::testing::EchoRuntime;
 use cave_core::{
     Agent, ChatMessage, ChatRequest, ChatRole, Delta, Event, FinishReason, Message, Model,
     ModelError, ModelErrorKind, StopReason, Usage, prompt,
@@ -12,6 +11,7 @@ use cave_core::{
 use cave_models::{
     ApiKey, LiteLlmModel, ModelConfig, OpenAiModel, RecordingModel, ReplayModel, RetryPolicy,
 };
+use cave_testing::EchoRuntime;
 use futures_util::StreamExt;
 use serde_json::json;
 use std::sync::{Arc, Mutex};
@@ -695,8 +695,8 @@ async fn reasoning_goes_back_only_when_configured() {
 /// The adapters' retries, around a model of the user's own.
 #[tokio::test]
 async fn any_model_gets_the_same_retries() {
-    use cave_core::testing::{Reply, ScriptedModel};
     use cave_models::{Retrying, classify_http, retry_after};
+    use cave_testing::{Reply, ScriptedModel};
     let policy = RetryPolicy {
         base_delay: Duration::from_millis(1),
         ..RetryPolicy::default()

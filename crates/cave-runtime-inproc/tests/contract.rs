@@ -6,4 +6,4 @@ async fn make() -> InProcRuntime {
     InProcRuntime::new().expect("the interpreter starts")
 }
 
-cave_core::runtime_contract_tests!(make);
+cave_testing::runtime_contract_tests!(make);

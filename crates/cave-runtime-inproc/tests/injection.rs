@@ -2,10 +2,10 @@
 
 use crate::execution::run;
 use cave_core::RuntimeExt;
-use cave_core::testing::contract::Light;
 use cave_core::{Args, Function, HostError, ObjectBinding, Resources, Runtime, Signature};
 use cave_runtime_inproc::InProcRuntime;
 use cave_runtime_inproc::pyo3::prelude::*;
+use cave_testing::contract::Light;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

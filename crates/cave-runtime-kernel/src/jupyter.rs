@@ -1002,7 +1002,7 @@ mod tests {
             .map(|m| serde_json::to_vec(m).unwrap())
             .chain([prompt.into_bytes()])
             .collect();
-        cave_core::testing::fuzz::soak("jupyter-messages", &seeds, |input| {
+        cave_testing::fuzz::soak("jupyter-messages", &seeds, |input| {
             if let Some(prompt) = read_prompt(&String::from_utf8_lossy(input)) {
                 let _ = frame_len(&prompt.data);
             }

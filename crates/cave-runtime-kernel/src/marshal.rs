@@ -496,7 +496,7 @@ mod tests {
             framed.extend_from_slice(&frame);
             seeds.push(framed.repeat(2));
         }
-        cave_core::testing::fuzz::soak("kernel-frames", &seeds, |input| {
+        cave_testing::fuzz::soak("kernel-frames", &seeds, |input| {
             let _ = decode(input);
             let _ = python_text(input);
             let mut codec = LengthDelimitedCodec::builder()

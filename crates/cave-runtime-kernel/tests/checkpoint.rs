@@ -3,9 +3,9 @@
 //! holds it.
 
 use cave_core::RuntimeExt;
-use cave_core::testing::contract::run;
 use cave_core::{Args, Function, Resources, Runtime, Signature, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, Sandbox};
+use cave_testing::contract::run;
 use std::time::Duration;
 
 fn runtime(sandbox: Sandbox) -> KernelRuntime {
@@ -148,7 +148,7 @@ async fn an_interrupt_reaches_the_copy() {
     run(&rt, "import time").await;
     let checkpoint = rt.checkpoint().await.expect("a checkpoint");
     rt.rollback(&checkpoint).await.expect("rolls back");
-    cave_core::testing::contract::a_sleep_is_interrupted(&rt).await;
+    cave_testing::contract::a_sleep_is_interrupted(&rt).await;
     rt.stop().await;
 }
 

@@ -6,4 +6,4 @@ async fn make() -> KernelRuntime {
     KernelRuntime::new().expect("a Python interpreter is available")
 }
 
-cave_core::runtime_contract_tests!(make);
+cave_testing::runtime_contract_tests!(make);

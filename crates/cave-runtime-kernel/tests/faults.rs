@@ -128,8 +128,8 @@ async fn a_cell_that_ignores_its_interrupt_is_killed() {
 /// swallows its interrupt (killed, state lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_exec_timeout_stops_hung_cells() {
-    use cave_core::testing::{Reply, ScriptedModel};
     use cave_core::{Agent, Event};
+    use cave_testing::{Reply, ScriptedModel};
     use futures_util::StreamExt;
     let rt = prepared(KernelConfig::new()).await;
     let model = ScriptedModel::new([
@@ -225,8 +225,8 @@ async fn a_fork_bomb_stops_at_the_process_limit() {
 /// lost, and its next cell runs in a fresh process with the registered resources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_recovers_from_a_crash_mid_run() {
-    use cave_core::testing::{Reply, ScriptedModel};
     use cave_core::{Agent, Event, StopReason};
+    use cave_testing::{Reply, ScriptedModel};
     use futures_util::StreamExt;
     let rt = prepared(KernelConfig::new()).await;
     let model = ScriptedModel::new([

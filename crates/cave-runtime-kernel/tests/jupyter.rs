@@ -11,9 +11,9 @@ mod support;
 
 use on_gateway::{config, runtime, runtime_on};
 
-use cave_core::testing::contract::run;
 use cave_core::{Resources, Runtime, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime};
+use cave_testing::contract::run;
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -22,7 +22,7 @@ async fn an_interrupt_stops_a_sleeping_cell() {
         return;
     };
     let rt = runtime(gateway);
-    cave_core::testing::contract::a_sleep_is_interrupted(&rt).await;
+    cave_testing::contract::a_sleep_is_interrupted(&rt).await;
     rt.stop().await;
 }
 

@@ -13,4 +13,4 @@ async fn make() -> Option<KernelRuntime> {
     support::gateway().map(on_gateway::runtime)
 }
 
-cave_core::runtime_contract_tests!(optional make);
+cave_testing::runtime_contract_tests!(optional make);

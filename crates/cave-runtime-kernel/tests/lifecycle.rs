@@ -118,7 +118,7 @@ async fn stop_and_drop_leave_no_process() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_run_leaves_no_process() {
     use cave_core::Agent;
-    use cave_core::testing::{Reply, ScriptedModel};
+    use cave_testing::{Reply, ScriptedModel};
     use futures_util::StreamExt;
     let rt = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
     rt.start().await.expect("starts");

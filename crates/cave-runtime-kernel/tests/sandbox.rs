@@ -3,10 +3,10 @@
 //! the machine. Layers this machine lacks are reported unavailable, and their cases skip with
 //! the reason printed.
 
-use cave_core::testing::contract::run;
 use cave_runtime_kernel::{
     KernelConfig, KernelRuntime, LayerState, Limits, Sandbox, sandbox_support,
 };
+use cave_testing::contract::run;
 use std::io::Write;
 
 /// Why a layer cannot be tested here, if it cannot.
@@ -280,8 +280,8 @@ async fn every_layer_is_reported() {
 /// The agent says the layers once, at the start of the first run after the child started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_reports_the_isolation_once() {
-    use cave_core::testing::{Reply, ScriptedModel};
     use cave_core::{Agent, Event, Status};
+    use cave_testing::{Reply, ScriptedModel};
     use futures_util::StreamExt;
     let rt = strict();
     rt.start().await.expect("starts");

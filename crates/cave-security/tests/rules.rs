@@ -1,6 +1,6 @@
-use cave_core::testing::{EchoRuntime, Reply, ScriptedModel};
 use cave_core::{Agent, CodePolicy, Event, Message, StopReason};
 use cave_security::SecurityPolicy;
+use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use futures_util::StreamExt;
 use proptest::prelude::*;
 use std::sync::Arc;

@@ -13,11 +13,11 @@
 //! - `panic()`: the runtime panics (a defect)
 //! - `lose_state()`: succeeds, reporting that state was lost
 
-use cave_core::testing::EchoRuntime;
 use cave_core::{
     Execution, ExecutionError, Interrupt, Interruption, OutputSink, Resources, Runtime,
     RuntimeError, Value,
 };
+use cave_testing::EchoRuntime;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::sync::Notify;

@@ -137,7 +137,7 @@ impl std::fmt::Display for Report {
             self.elapsed.as_secs_f64(),
             self.cases as f64 / self.elapsed.as_secs_f64().max(1e-9),
             self.slowest.as_secs_f64() * 1e3,
-            crate::format_size(self.resident_growth)
+            cave_core::format_size(self.resident_growth)
         )
     }
 }

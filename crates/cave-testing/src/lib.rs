@@ -1,8 +1,10 @@
-//! Test helpers: a scripted [`Model`] and a Python-free [`Runtime`] for testing agents offline.
+//! The test kit of cave-agent: a scripted [`Model`] and a Python-free [`Runtime`] for testing
+//! agents offline, the runtime contract every runtime passes ([`contract`]), and seeded
+//! mutations for decoders ([`fuzz`]).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-//! use cave_core::testing::{Reply, ScriptedModel};
+//! use cave_testing::{Reply, ScriptedModel};
 //! use cave_core::{Model, ChatRequest, Message};
 //! use futures_util::StreamExt;
 //!
@@ -17,15 +19,23 @@
 //! # });
 //! ```
 
+#![deny(missing_docs)]
+#![warn(unreachable_pub, missing_debug_implementations)]
+
 pub mod contract;
 pub mod fuzz;
 
-use crate::{
+/// The README's example, compiled and run as a doctest.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;
+
+use async_trait::async_trait;
+use cave_core::{
     ChatRequest, Delta, DeltaStream, Execution, FinishReason, Model, ModelError, ModelErrorKind,
     ModelInfo, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Usage, Value,
     lock,
 };
-use async_trait::async_trait;
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -303,11 +313,9 @@ impl Reply {
             }
         }
         if self.finish.is_some() || self.usage.is_some() {
-            let terminal = Delta {
-                finish_reason: self.finish.clone(),
-                usage: self.usage,
-                ..Delta::default()
-            };
+            let mut terminal = Delta::default();
+            terminal.finish_reason = self.finish.clone();
+            terminal.usage = self.usage;
             items.push(Item::Delta(terminal));
         }
         items
@@ -394,7 +402,7 @@ impl Runtime for EchoRuntime {
     }
 
     async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
-        let key = crate::normalize_name(name);
+        let key = cave_core::normalize_name(name);
         lock(&self.state)
             .namespace
             .get(&key)
@@ -415,7 +423,7 @@ impl Runtime for EchoRuntime {
         value: Value,
         start: u64,
     ) -> Result<String, RuntimeError> {
-        let prefix = crate::unique_prefix(prefix, start)?;
+        let prefix = cave_core::unique_prefix(prefix, start)?;
         let prefix = prefix.as_str();
         let mut registry = lock(&self.registry);
         let mut state = lock(&self.state);

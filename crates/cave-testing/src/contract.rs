@@ -4,7 +4,7 @@
 //! The expected outputs are exact: a runtime that passes gives the same output, echo and
 //! traceback for the same cell as every other one. A new runtime starts by passing these.
 
-use crate::{
+use cave_core::{
     Args, DiscardOutput, Execution, Field, Function, HostError, HostObject, Interrupt,
     Interruption, Method, ObjectBinding, OutputSink, Param, ParamKind, Resources, Runtime,
     RuntimeError, RuntimeExt, Signature, TypeSchema, Value, Variable,
@@ -51,9 +51,9 @@ macro_rules! runtime_contract_tests {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                let _turn = $crate::testing::contract::turn(stringify!($check));
+                let _turn = $crate::contract::turn(stringify!($check));
                 let Some(runtime) = $make().await else { return };
-                $crate::testing::contract::$check(&runtime).await;
+                $crate::contract::$check(&runtime).await;
             }
         )*
     };
@@ -61,9 +61,9 @@ macro_rules! runtime_contract_tests {
         $(
             #[::tokio::test(flavor = "multi_thread", worker_threads = 2)]
             async fn $check() {
-                let _turn = $crate::testing::contract::turn(stringify!($check));
+                let _turn = $crate::contract::turn(stringify!($check));
                 let runtime = $make().await;
-                $crate::testing::contract::$check(&runtime).await;
+                $crate::contract::$check(&runtime).await;
             }
         )*
     };
@@ -241,7 +241,7 @@ struct Live(Mutex<Vec<String>>);
 
 impl OutputSink for Live {
     fn write(&self, chunk: &str) {
-        crate::lock(&self.0).push(chunk.to_owned());
+        cave_core::lock(&self.0).push(chunk.to_owned());
     }
 }
 
@@ -343,10 +343,10 @@ pub async fn a_printing_loop_is_preempted(rt: &dyn Runtime) {
 }
 
 /// A cell that prints more than the runtime holds (the default cap,
-/// [`DEFAULT_MAX_CELL_OUTPUT`](crate::DEFAULT_MAX_CELL_OUTPUT)) keeps its beginning and its
+/// [`DEFAULT_MAX_CELL_OUTPUT`](cave_core::DEFAULT_MAX_CELL_OUTPUT)) keeps its beginning and its
 /// end, and says how much was dropped between them.
 pub async fn output_past_the_cap_keeps_its_ends(rt: &dyn Runtime) {
-    let cap = crate::DEFAULT_MAX_CELL_OUTPUT;
+    let cap = cave_core::DEFAULT_MAX_CELL_OUTPUT;
     let lines = 3 * cap / 1000;
     let out = run(
         rt,
@@ -407,7 +407,7 @@ pub async fn output_written_between_cells_comes_with_the_next(rt: &dyn Runtime) 
         "{said:.300}"
     );
     assert!(
-        said.len() < 4 * crate::STRAY_OUTPUT_CAP,
+        said.len() < 4 * cave_core::STRAY_OUTPUT_CAP,
         "{} bytes shown",
         said.len()
     );
@@ -418,8 +418,8 @@ pub async fn output_written_between_cells_comes_with_the_next(rt: &dyn Runtime) 
 /// from firing). Not one of the contract's checks (it needs the agent); for each runtime's
 /// agent tests.
 pub async fn time_limits_stop_a_printing_loop(runtime: impl Runtime + Clone + 'static) {
-    use crate::testing::{Reply, ScriptedModel};
-    use crate::{Agent, Event, Message, StopReason, prompt};
+    use crate::{Reply, ScriptedModel};
+    use cave_core::{Agent, Event, Message, StopReason, prompt};
     use futures_util::StreamExt;
     let block = |code: &str| format!("```python\n{code}\n```");
     // A cell nothing stops would hang the suite: fail instead, well past either limit.
