@@ -164,6 +164,10 @@ struct Shared {
     /// Why the host killed it, when it was not a stop.
     kill_reason: Mutex<Option<String>>,
     last_words: Mutex<Vec<u8>>,
+    /// The child's stderr reached its end (every process holding it exited).
+    last_words_closed: AtomicBool,
+    /// Wakes who waits for that.
+    last_words_ended: tokio::sync::Notify,
     /// The outermost execution in progress (its request id).
     executing: Mutex<Option<u64>>,
     /// What was written while no execution ran, for the next one.
@@ -178,6 +182,8 @@ impl Shared {
             killed: AtomicBool::new(false),
             kill_reason: Mutex::new(None),
             last_words: Mutex::new(Vec::new()),
+            last_words_closed: AtomicBool::new(false),
+            last_words_ended: tokio::sync::Notify::new(),
             executing: Mutex::new(None),
             stray: cave_core::StrayOutput::default(),
         }
@@ -553,7 +559,7 @@ impl Process {
         let Some(version) = version else {
             process.kill(None);
             let status = process.wait().await;
-            let words = process.last_words();
+            let words = process.final_words().await;
             return Err(KernelError::Start {
                 message: format!(
                     "{what} did not start the worker ({}){}",
@@ -857,6 +863,24 @@ impl Process {
         String::from_utf8_lossy(&words).trim().to_owned()
     }
 
+    /// The last words once the child has exited: read to the end of its stderr, which the
+    /// reader may not have reached when the exit is seen (a process that inherited the pipe
+    /// can hold it open: given up after a short wait).
+    async fn final_words(&self) -> String {
+        let shared = &self.shared;
+        let _ = tokio::time::timeout(std::time::Duration::from_millis(500), async {
+            loop {
+                let ended = shared.last_words_ended.notified();
+                if shared.last_words_closed.load(Ordering::SeqCst) {
+                    return;
+                }
+                ended.await;
+            }
+        })
+        .await;
+        self.last_words()
+    }
+
     /// How the process ended, once it has: a description for the execution that was running.
     pub(crate) async fn death(&self) -> Death {
         let status = self.wait().await;
@@ -878,7 +902,7 @@ impl Process {
             }
             (None, false) => {
                 let mut text = format!("the Python process {}", describe_status(status));
-                let words = last_words_for_the_model(&self.last_words());
+                let words = last_words_for_the_model(&self.final_words().await);
                 if !words.is_empty() {
                     text.push_str(&format!("; Python said:\n{words}"));
                 }
@@ -1209,6 +1233,8 @@ fn spawn_last_words(stderr: std::process::ChildStderr, shared: Arc<Shared>) {
                 words.drain(..cut);
             }
         }
+        shared.last_words_closed.store(true, Ordering::SeqCst);
+        shared.last_words_ended.notify_waiters();
     });
 }
 
