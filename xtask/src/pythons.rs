@@ -93,7 +93,8 @@ fn second_libpython(
     });
     let Some(((major, minor), (full, path))) = second else {
         println!(
-            "in-process runtime: no second libpython here (a Python 3.9+ other than python3's, with its shared library)"
+            "in-process runtime: no second libpython here (a Python {}.{}+ other than python3's, with its shared library)",
+            MINIMUM.0, MINIMUM.1
         );
         return Ok(());
     };
@@ -213,7 +214,7 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
         Ok(())
     } else {
         Err(format!(
-            "the runtime contract failed on Python {}",
+            "the runtime's tests failed on Python {}",
             failed.join(", ")
         ))
     }

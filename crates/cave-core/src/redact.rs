@@ -166,24 +166,36 @@ impl StreamRedaction<'_> {
     }
 }
 
-/// The value, and how code commonly prints it.
-/// `sk-` and what follows it up to the first character a key does not hold, masked.
+/// The fewest characters after `sk-` that make a key shape (real keys have dozens; a partly
+/// masked echo such as `sk-proj-****abcd` has 13).
+const KEY_SHAPE_CHARS: usize = 8;
+
+/// Each `sk-` that starts a word and is followed by at least [`KEY_SHAPE_CHARS`] characters a
+/// key holds, masked with those characters; anything else (`task-list`, `risk-free`, `sk-1`)
+/// is left as it is.
 fn mask_key_shapes(text: &str) -> String {
+    let holds = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*' | '.');
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
     while let Some(at) = rest.find("sk-") {
-        out.push_str(&rest[..at]);
-        out.push_str("sk-[redacted]");
+        let before = rest[..at].chars().next_back().or(out.chars().next_back());
+        let starts_word = !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '-');
         let tail = &rest[at + 3..];
-        let end = tail
-            .find(|c: char| !(c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '*' | '.')))
-            .unwrap_or(tail.len());
-        rest = &tail[end..];
+        let end = tail.find(|c: char| !holds(c)).unwrap_or(tail.len());
+        out.push_str(&rest[..at]);
+        if starts_word && end >= KEY_SHAPE_CHARS {
+            out.push_str("sk-[redacted]");
+            rest = &tail[end..];
+        } else {
+            out.push_str("sk-");
+            rest = tail;
+        }
     }
     out.push_str(rest);
     out
 }
 
+/// The value, and how code commonly prints it.
 fn forms_of(value: &str) -> Vec<String> {
     let mut forms = vec![value.to_owned(), python_repr_body(value)];
     if let Ok(json) = serde_json::to_string(value) {
@@ -245,6 +257,26 @@ fn base64(bytes: &[u8], alphabet: &[u8; 64]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys of any account are masked, and only keys: words that merely contain `sk-` stay.
+    #[test]
+    fn key_shapes_are_masked_and_words_are_not() {
+        let redactor = SecretRedactor::for_api_key(Some("sk-own-0123456789"));
+        assert_eq!(
+            redactor.redact("mine sk-own-0123456789, theirs sk-proj-****abcd; (sk-ant-api03-XyZ)"),
+            "mine [redacted: API key], theirs sk-[redacted]; (sk-[redacted])"
+        );
+        for text in [
+            "the task-list",
+            "risk-free",
+            "ask-me-anything",
+            "sk-1",
+            "desk-top sk-",
+        ] {
+            assert_eq!(redactor.redact(text), text);
+        }
+        assert!(SecretRedactor::for_api_key(None).redact("risk-free") == "risk-free");
+    }
 
     fn redactor() -> SecretRedactor {
         SecretRedactor::new([("TOKEN".to_owned(), "s3cr3t-ab'c\\d".to_owned())])

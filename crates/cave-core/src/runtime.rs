@@ -52,6 +52,19 @@ pub trait Runtime: Send + Sync {
     /// have bound something else to the name).
     async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError>;
 
+    /// Whether `name` is bound in the namespace. By default asked of [`get`](Runtime::get)
+    /// (a value too large to cross, or without a counterpart, is bound too); a runtime that can
+    /// tell without moving the value, or without starting anything, says so itself.
+    async fn is_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+        match self.get(name).await {
+            Ok(_) | Err(RuntimeError::Unsupported { .. }) | Err(RuntimeError::TooLarge { .. }) => {
+                Ok(true)
+            }
+            Err(RuntimeError::Unbound { .. }) => Ok(false),
+            Err(other) => Err(other),
+        }
+    }
+
     /// How the model's code is isolated, layer by layer; empty when the runtime does not say
     /// (the agent reports it as a status when it changes).
     fn isolation(&self) -> Vec<Layer> {
@@ -127,7 +140,8 @@ pub trait RuntimeExt: Runtime {
             Some(available) => Err(RuntimeError::UnknownVariable {
                 name: name.to_owned(),
                 available,
-                bound: self.get(name).await.is_ok(),
+                // Only a hint in the message: a runtime that cannot tell says not bound.
+                bound: self.is_bound(name).await.unwrap_or(false),
             }),
         }
     }
@@ -533,6 +547,9 @@ macro_rules! forward_runtime {
             }
             async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError> {
                 (**self).object_bound(name).await
+            }
+            async fn is_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+                (**self).is_bound(name).await
             }
             fn isolation(&self) -> Vec<Layer> {
                 (**self).isolation()

@@ -399,21 +399,18 @@ fn first_difference(recorded: &str, sent: &str) -> String {
         }
         clipped
     };
+    // A byte offset both texts share a prefix up to: a character boundary of each.
     let at = recorded
         .char_indices()
         .zip(sent.chars())
         .find(|((_, r), s)| r != s)
         .map_or(recorded.len().min(sent.len()), |((i, _), _)| i);
-    let at = (0..=at)
-        .rev()
-        .find(|i| sent.is_char_boundary(*i))
-        .unwrap_or(0);
     let line = recorded[..at].matches('\n').count() + 1;
     let start = recorded[..at].rfind('\n').map_or(0, |i| i + 1);
     format!(
         "from line {line}: recorded {:?}, sent {:?}",
         clip(&recorded[start..]),
-        clip(&sent[start.min(sent.len())..])
+        clip(&sent[start..])
     )
 }
 

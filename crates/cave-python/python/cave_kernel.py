@@ -793,6 +793,8 @@ def _handle(message):
         index = executor.free_name(_State.namespace, prefix, start, set(taken))
         _State.namespace[f"{prefix}_{index}"] = value
         _reply(request_id, "ok", index)
+    elif operation == "is_bound":
+        _reply(request_id, "ok", message[2] in _State.namespace)
     elif operation == "is_proxy":
         name = message[2]
         proxy = _State.proxies.get(name)

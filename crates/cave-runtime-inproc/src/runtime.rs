@@ -359,6 +359,21 @@ impl Runtime for InProcRuntime {
             .await?
     }
 
+    async fn is_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+        let inner = self.inner.clone();
+        let key = normalize_name(name);
+        self.inner
+            .worker
+            .run("is_bound", move |py| {
+                inner
+                    .namespace
+                    .bind(py)
+                    .contains(&key)
+                    .map_err(backend("is_bound"))
+            })
+            .await?
+    }
+
     async fn get(&self, name: &str) -> Result<Value, RuntimeError> {
         let inner = self.inner.clone();
         let key = normalize_name(name);

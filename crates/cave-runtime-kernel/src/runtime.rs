@@ -240,11 +240,18 @@ fn died(operation: &'static str, error: KernelError) -> RuntimeError {
     }
 }
 
-/// A reply the host did not expect for `operation`.
-fn unexpected(operation: &'static str, status: &Status, payload: &Value) -> RuntimeError {
-    RuntimeError::Protocol {
-        operation,
-        message: format!("the worker answered {status:?} with {payload}"),
+/// A reply other than the one `operation` expects: the worker failing (it says why), or
+/// answering what this host does not understand.
+fn unexpected(operation: &'static str, status: Status, payload: &Value) -> RuntimeError {
+    match status {
+        Status::Failed => RuntimeError::Backend {
+            operation,
+            message: format!("the worker failed: {payload}"),
+        },
+        status => RuntimeError::Protocol {
+            operation,
+            message: format!("the worker answered {status:?} with {payload}"),
+        },
     }
 }
 
@@ -490,7 +497,7 @@ impl Inner {
                     pair[1].as_str().unwrap_or_default()
                 ),
             }),
-            (status, payload) => Err(unexpected("register", &status, &payload)),
+            (status, payload) => Err(unexpected("register", status, &payload)),
         }
     }
 
@@ -677,6 +684,25 @@ impl Runtime for KernelRuntime {
         Ok(reply.payload == Value::Bool(true))
     }
 
+    async fn is_bound(&self, name: &str) -> Result<bool, RuntimeError> {
+        // Not started: the namespace will hold what the registry records, and nothing starts
+        // for the question.
+        let Some(process) = self.inner.running().await else {
+            return Ok(lock(&self.inner.registry).is_bound(&normalize_name(name)));
+        };
+        let reply = process
+            .request(
+                "is_bound",
+                vec![Data::Owned(Value::Str(normalize_name(name)))],
+            )
+            .await
+            .map_err(|e| died("is_bound", e))?;
+        match (reply.status, reply.payload) {
+            (Status::Ok, Value::Bool(bound)) => Ok(bound),
+            (status, payload) => Err(unexpected("is_bound", status, &payload)),
+        }
+    }
+
     /// The sandbox layers of the running child (none before it starts, or with the sandbox
     /// off).
     fn isolation(&self) -> Vec<Layer> {
@@ -721,7 +747,7 @@ impl Runtime for KernelRuntime {
                 limit: self.inner.config.max_frame as u64,
                 setting: "KernelConfig::max_frame",
             }),
-            status => Err(unexpected("get", &status, &reply.payload)),
+            status => Err(unexpected("get", status, &reply.payload)),
         }
     }
 
@@ -761,7 +787,7 @@ impl Runtime for KernelRuntime {
             .await?;
         let index = match (reply.status, reply.payload) {
             (Status::Ok, Value::Int(index)) => u64::try_from(index).unwrap_or(from),
-            (status, payload) => return Err(unexpected("bind_unique", &status, &payload)),
+            (status, payload) => return Err(unexpected("bind_unique", status, &payload)),
         };
         let name = format!("{prefix}_{index}");
         lock(&self.inner.registry).record_binding(&name, value);

@@ -51,6 +51,17 @@ async fn nothing_starts_until_code_needs_it() {
         "registering plain values starts nothing"
     );
     assert!(rt.describe().variables.contains("- name: n"));
+    // Asking for a name that is not registered is answered without a process.
+    let unknown = rt.retrieve("nope").await.expect_err("not registered");
+    assert!(
+        matches!(
+            unknown,
+            cave_core::RuntimeError::UnknownVariable { bound: false, .. }
+        ),
+        "{unknown}"
+    );
+    assert!(rt.is_bound("n").await.expect("asks") && !rt.is_bound("nope").await.expect("asks"));
+    assert_eq!(rt.pid().await, None, "no process started to answer");
     rt.reset().await.expect("resets");
     assert_eq!(rt.pid().await, None);
     let out = rt.execute("n + 1", &DiscardOutput).await.expect("runs");
