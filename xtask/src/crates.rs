@@ -8,6 +8,7 @@ use std::process::Command;
 const CRATES: &[&str] = &[
     "cave-core",
     "cave-testing",
+    "cave-guards",
     "cave-python",
     "cave-security",
     "cave-compact",
@@ -110,4 +111,24 @@ fn packaged_files_present(crate_file: &std::path::Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Every library crate of the workspace is checked alone (a new one is not forgotten).
+#[test]
+fn every_library_crate_is_listed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap();
+    let mut found: Vec<String> = std::fs::read_dir(root.join("crates"))
+        .unwrap()
+        .flatten()
+        .filter(|e| e.path().join("src/lib.rs").is_file())
+        // The CLI is a program (its library is its own), checked with the workspace.
+        .filter(|e| e.file_name() != "cave-cli")
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    let mut listed: Vec<String> = CRATES.iter().map(|c| c.to_string()).collect();
+    listed.sort();
+    assert_eq!(listed, found);
 }

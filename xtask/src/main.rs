@@ -11,6 +11,8 @@ mod bench;
 mod crates;
 mod live;
 mod local_llm;
+#[cfg(test)]
+mod module_graph;
 mod pythons;
 mod test_env;
 

@@ -4,6 +4,9 @@
 
 pub use cave_core::*;
 
+/// Approvals before host calls, the audit log, method filters: cave-guards.
+pub use cave_guards::*;
+
 /// Rust functions, structs and impl blocks as host resources (feature `macros`, on by
 /// default): see [`function`], [`object`] and [`PythonType`](derive@PythonType).
 #[cfg(feature = "macros")]
@@ -88,6 +91,11 @@ pub fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> 
     }
     builder
 }
+
+/// docs/JUPYTER.md's example, compiled as a doctest.
+#[cfg(all(doctest, feature = "jupyter"))]
+#[doc = include_str!("../../../docs/JUPYTER.md")]
+struct JupyterGuide;
 
 /// The workspace README's hello world, compiled and run as a doctest.
 #[cfg(all(doctest, feature = "inproc", feature = "testing", feature = "macros"))]

@@ -162,7 +162,7 @@ async fn the_audit_trail_records_the_session() {
     ]);
     let mut agent = Agent::builder(model, runtime)
         .approver(approver)
-        .audit(log)
+        .observer(log)
         .build()
         .expect("builds");
     let response = agent.run("Mail ops.").await;

@@ -5,7 +5,7 @@
 mod gateway;
 
 use cave_agent::RuntimeExt;
-use cave_agent::kernel::{JupyterConfig, KernelConfig};
+use cave_agent::kernel::JupyterConfig;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{Agent, KernelRuntime, ObjectBinding, Resources, Runtime, Shared, StopReason};
 
@@ -29,12 +29,11 @@ impl Tally {
 
 /// A kernel runtime on the test gateway.
 fn on_gateway(gateway: &gateway::Gateway) -> KernelRuntime {
-    KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .jupyter(JupyterConfig::new(gateway.url.clone()).token(gateway.token.clone())),
+    KernelRuntime::jupyter(
+        JupyterConfig::new(gateway.url.clone())
+            .token(gateway.token.clone())
+            .spare(false),
     )
-    .expect("a runtime")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -174,17 +174,19 @@ impl Session {
             RuntimeChoice::InProc => Backend::InProc(
                 InProcRuntime::new().context("the in-process Python runtime could not start")?,
             ),
+            RuntimeChoice::Jupyter(config) => {
+                let url = config.url().to_owned();
+                let rt = KernelRuntime::jupyter(*config);
+                // Started now: a wrong URL or token is said before the model is asked.
+                rt.start()
+                    .await
+                    .with_context(|| format!("no Jupyter kernel at {url}"))?;
+                Backend::Kernel(rt)
+            }
             RuntimeChoice::Kernel(config) => {
                 let sandboxed = !config.sandbox_in_force().is_off();
-                let remote = config.jupyter.as_ref().map(|j| j.url().to_owned());
                 let rt = KernelRuntime::with_config(*config)
                     .context("the kernel runtime could not be set up")?;
-                if let Some(url) = remote {
-                    // Started now: a wrong URL or token is said before the model is asked.
-                    rt.start()
-                        .await
-                        .with_context(|| format!("no Jupyter kernel at {url}"))?;
-                }
                 if sandboxed {
                     // Started now, so that every layer is reported before the model runs.
                     rt.start()
@@ -270,7 +272,7 @@ impl Session {
             builder.policy(policy);
         }
         if let Some(audit) = audit {
-            builder.audit(audit);
+            builder.observer(audit);
         }
         if let Some(v) = settings.max_steps {
             builder.max_steps(v);
@@ -597,7 +599,10 @@ fn doctor() -> Exit {
         cave_agent::kernel::KernelConfig::new().limits_in_force()
     );
     match KernelRuntime::new() {
-        Ok(rt) => println!("Python: {}", rt.python().display()),
+        Ok(rt) => println!(
+            "Python: {}",
+            rt.python().unwrap_or(std::path::Path::new("-")).display()
+        ),
         Err(e) => println!("Python: {e}"),
     }
     Exit::Completed

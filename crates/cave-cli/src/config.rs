@@ -66,6 +66,8 @@ pub enum RuntimeChoice {
     InProc,
     /// In a child process, with these settings.
     Kernel(Box<KernelConfig>),
+    /// In a kernel behind a Jupyter server.
+    Jupyter(Box<JupyterConfig>),
 }
 
 /// Everything a session needs.
@@ -366,8 +368,8 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
                 })?;
                 jupyter = jupyter.ca_certificates(pem);
             }
-            Ok(RuntimeChoice::Kernel(Box::new(
-                KernelConfig::new().spare(!args.no_spare).jupyter(jupyter),
+            Ok(RuntimeChoice::Jupyter(Box::new(
+                jupyter.spare(!args.no_spare),
             )))
         }
         RuntimeKind::Inproc => {

@@ -337,3 +337,10 @@ pub enum Event {
         error: Option<StopError>,
     },
 }
+/// Sees every event of every run as it happens, before the run's consumer does (sub-agents'
+/// events nested in theirs): the seam for an audit log (`cave_guards::AuditLog`) or any record
+/// kept beside the stream. Called on the run's task: keep it short.
+pub trait EventObserver: Send + Sync {
+    /// One event.
+    fn observe(&self, event: &Event);
+}

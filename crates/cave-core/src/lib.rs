@@ -39,10 +39,9 @@
 
 mod agent;
 mod approval;
-mod audit;
 mod compact;
+mod error;
 mod event;
-mod gate;
 #[doc(hidden)]
 pub mod macro_support;
 mod message;
@@ -64,16 +63,15 @@ pub use agent::{
     Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES, RunHandle,
     SubAgent,
 };
-pub use approval::{
-    Approval, ApprovalRequest, Approver, object_requiring_approval, requiring_approval,
-};
-pub use audit::{AUDIT_TEXT_CHARS, AuditLog, audited, audited_object};
+pub use approval::{Approval, ApprovalRequest, Approver};
 pub use compact::{
     CharEstimator, Compactor, NoCompaction, Prepared, Summarized, SummaryError, TokenAnchor,
     TokenEstimator, estimate_history,
 };
-pub use event::{EVENT_FORMAT_VERSION, Event, Status, StopError, StopErrorKind, StopReason};
-pub use gate::MethodFilter;
+pub use error::{RuntimeError, error_chain};
+pub use event::{
+    EVENT_FORMAT_VERSION, Event, EventObserver, Status, StopError, StopErrorKind, StopReason,
+};
 pub use message::{
     ChatMessage, ChatRole, HISTORY_FORMAT_VERSION, HistoryError, Message, MessageKind,
     PersistedOutput, SavedHistory,
@@ -82,12 +80,13 @@ pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
 };
 pub use output::{
-    CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, STRAY_OUTPUT_CAP, StrayOutput, format_size,
+    CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, STRAY_OUTPUT_CAP, StrayOutput,
 };
 pub use parser::{FenceParser, Parsed};
 pub use policy::{CodePolicy, Violation, ViolationKind};
+pub use prompt::format_size;
 pub use redact::{MIN_SECRET_CHARS, SecretRedactor, StreamRedaction};
-pub use registry::{Entry, Registry, unique_prefix};
+pub use registry::{Description, Entry, Registry, unique_prefix};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
     NameKind, NameProblem, ObjectBinding, ObjectClass, ObjectMethods, Param, ParamDefault,
@@ -95,8 +94,8 @@ pub use resource::{
     is_identifier, normalize_name, validate_name,
 };
 pub use runtime::{
-    Description, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, Layer,
-    LayerState, OutputSink, Runtime, RuntimeError, RuntimeExt, downcast_object, error_chain,
+    DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, Layer, LayerState,
+    OutputSink, Runtime, RuntimeExt, downcast_object,
 };
 pub use shape::{highest_persisted_index, persisted_marker, preview, strip_persisted_preview};
 pub use sync::lock;

@@ -219,25 +219,6 @@ impl StrayOutput {
     }
 }
 
-/// A size for people: `512 B`, `4 KiB`, `11.7 GiB`.
-pub fn format_size(bytes: u64) -> String {
-    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
-    if bytes < 1024 {
-        return format!("{bytes} B");
-    }
-    let mut value = bytes as f64 / 1024.0;
-    let mut unit = 0;
-    while value >= 1024.0 && unit < UNITS.len() - 1 {
-        value /= 1024.0;
-        unit += 1;
-    }
-    if value.fract() == 0.0 || value >= 100.0 {
-        format!("{value:.0} {}", UNITS[unit])
-    } else {
-        format!("{value:.1} {}", UNITS[unit])
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -303,13 +284,5 @@ mod tests {
         assert!(shown.ends_with(&crate::prompt::live_output_stopped(1000)));
         assert!(shown.len() < 880, "live stopped before the end");
         assert_eq!(out.finish().len(), 880, "all of it held: within the cap");
-    }
-
-    #[test]
-    fn sizes_read_as_people_write_them() {
-        assert_eq!(format_size(512), "512 B");
-        assert_eq!(format_size(4 << 30), "4 GiB");
-        assert_eq!(format_size(3 << 19), "1.5 MiB");
-        assert_eq!(format_size(12_563_767_296), "11.7 GiB");
     }
 }

@@ -119,8 +119,8 @@ pub fn output_dropped(bytes: u64, lines: u64, cap: usize) -> String {
     format!(
         "[… {} ({lines} lines) of output dropped here: a cell's output is kept up to {}, its \
 beginning and its end. Print less, or write large results to a file and read parts of it.]\n",
-        crate::format_size(bytes),
-        crate::format_size(cap as u64),
+        format_size(bytes),
+        format_size(cap as u64),
     )
 }
 
@@ -128,7 +128,7 @@ beginning and its end. Print less, or write large results to a file and read par
 pub fn live_output_stopped(cap: usize) -> String {
     format!(
         "\n[live output stops here: it is shown up to {} a cell; the result keeps the end]\n",
-        crate::format_size(cap as u64)
+        format_size(cap as u64)
     )
 }
 
@@ -148,10 +148,7 @@ pub fn written_outside_cells(written: &str) -> String {
 
 /// Put where output written while no cell ran was dropped (`bytes` of it).
 pub fn written_outside_dropped(bytes: u64) -> String {
-    format!(
-        "[… {} more written outside any cell]\n",
-        crate::format_size(bytes)
-    )
+    format!("[… {} more written outside any cell]\n", format_size(bytes))
 }
 
 /// Added (after a blank line) when stopping an execution restarted the runtime process.
@@ -287,7 +284,7 @@ impl fmt::Display for UtcHour {
 }
 
 /// The UTC date of `secs` since the epoch (Howard Hinnant's civil-from-days algorithm).
-pub(crate) fn civil_date(secs: u64) -> (i64, i64, i64) {
+pub fn civil_date(secs: u64) -> (i64, i64, i64) {
     let days = (secs / 86_400) as i64;
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
@@ -301,9 +298,36 @@ pub(crate) fn civil_date(secs: u64) -> (i64, i64, i64) {
     (year, month, day)
 }
 
+/// A size for people: `512 B`, `4 KiB`, `11.7 GiB`.
+pub fn format_size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit < UNITS.len() - 1 {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if value.fract() == 0.0 || value >= 100.0 {
+        format!("{value:.0} {}", UNITS[unit])
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
 #[cfg(test)]
 mod unit {
     use super::*;
+
+    #[test]
+    fn sizes_read_as_people_write_them() {
+        assert_eq!(format_size(512), "512 B");
+        assert_eq!(format_size(4 << 30), "4 GiB");
+        assert_eq!(format_size(3 << 19), "1.5 MiB");
+        assert_eq!(format_size(12_563_767_296), "11.7 GiB");
+    }
 
     #[test]
     fn civil_dates() {

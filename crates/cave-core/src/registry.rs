@@ -2,12 +2,39 @@
 //! in the prompt. One set of naming rules for every backend.
 
 use crate::{
-    Description, Function, NameError, NameKind, NameProblem, ObjectBinding, ParamKind, Resource,
-    Resources, RuntimeError, TypeSchema, TypeShape, Value, Variable, is_identifier, normalize_name,
+    Function, NameError, NameKind, NameProblem, ObjectBinding, ParamKind, Resource, Resources,
+    RuntimeError, TypeSchema, TypeShape, Value, Variable, is_identifier, normalize_name,
     validate_name,
 };
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
+
+/// The registered resources rendered for the system prompt.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Description {
+    /// The `<functions>` section.
+    pub functions: String,
+    /// The `<variables>` section.
+    pub variables: String,
+    /// The `<types>` section.
+    pub types: String,
+}
+
+impl Description {
+    /// A description from its three sections.
+    pub fn new(
+        functions: impl Into<String>,
+        variables: impl Into<String>,
+        types: impl Into<String>,
+    ) -> Self {
+        Self {
+            functions: functions.into(),
+            variables: variables.into(),
+            types: types.into(),
+        }
+    }
+}
 
 /// A registered resource under its normalized name.
 #[derive(Clone, Debug)]

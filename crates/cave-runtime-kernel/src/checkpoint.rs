@@ -1,8 +1,8 @@
 //! Checkpoints of the namespace: a paused copy of the child (`fork`, copy-on-write) that a
 //! rollback hands the socket to, with the host's side of what was registered at that moment.
 
-use crate::process::{Callable, Process, lock};
 use crate::runtime::KernelRuntime;
+use crate::worker::{Callable, Worker, lock};
 use cave_core::{Registry, RuntimeError};
 use std::collections::{HashMap, HashSet};
 use std::sync::Weak;
@@ -17,7 +17,7 @@ static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 /// to an earlier checkpoint undoes it, or with the process.
 pub struct Checkpoint {
     id: u64,
-    process: Weak<Process>,
+    process: Weak<Worker>,
     /// The host's side, as it was: what is registered, and how calls reach it.
     registry: Registry,
     owned: HashSet<String>,

@@ -1,4 +1,6 @@
-//! How a kernel runtime starts its child: which Python, its limits, its environment.
+//! How a kernel runtime starts its child: which Python, its limits, its environment, its
+//! sandbox. (A kernel behind a Jupyter server has its own settings, `JupyterConfig`, which
+//! cannot name what its server decides.)
 
 use crate::sandbox::Sandbox;
 use std::fmt;
@@ -138,6 +140,21 @@ impl fmt::Display for Limits {
     }
 }
 
+/// Settings every transport has: how the runtime treats its workers.
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    /// Keep one started worker ready.
+    pub(crate) spare: bool,
+    /// How long an interrupted cell has before its worker is killed.
+    pub(crate) interrupt_grace: Duration,
+    /// How long a stop waits for the worker to exit.
+    pub(crate) stop_grace: Duration,
+    /// The largest frame either side may send.
+    pub(crate) max_frame: usize,
+    /// The output of one cell the host holds.
+    pub(crate) max_output: usize,
+}
+
 /// Code run in the child between `fork` and `exec` (after the runtime's own set-up): the seam
 /// for sandbox layers. It must only make async-signal-safe calls.
 pub type PreExec = Arc<dyn Fn() -> std::io::Result<()> + Send + Sync>;
@@ -152,10 +169,8 @@ pub struct KernelConfig {
     /// Keep one started process ready, so that `reset` and crash recovery do not wait for a
     /// cold start. Default: on.
     pub spare: bool,
-    /// How long an interrupted cell has to stop before its process is killed (a remote
-    /// kernel: restarted). `None`: 0.5 s for a local child, 5 s behind a Jupyter server, where
-    /// the interrupt crosses the server and a busy cluster (see
-    /// [`interrupt_grace_in_force`](Self::interrupt_grace_in_force)).
+    /// How long an interrupted cell has to stop before its process is killed. `None`: 0.5 s
+    /// (see [`interrupt_grace_in_force`](Self::interrupt_grace_in_force)).
     pub interrupt_grace: Option<Duration>,
     /// How long `stop` waits for the child to exit before killing it. Default: 1 s.
     pub stop_grace: Duration,
@@ -182,11 +197,6 @@ pub struct KernelConfig {
     /// limits fall back to rlimits, and what a cell detaches ends only on the ends the host
     /// drives (see docs/SANDBOX.md). Default: on.
     pub control_group: bool,
-    /// Runs the worker in a kernel behind a Jupyter server instead of a child (feature
-    /// `jupyter`): the interpreter, limits, environment, working directory and sandbox are
-    /// then the server's to set.
-    #[cfg(feature = "jupyter")]
-    pub jupyter: Option<crate::jupyter::JupyterConfig>,
     pub(crate) pre_exec: Option<PreExec>,
 }
 
@@ -204,8 +214,6 @@ impl Default for KernelConfig {
             working_dir: None,
             sandbox: None,
             control_group: true,
-            #[cfg(feature = "jupyter")]
-            jupyter: None,
             pre_exec: None,
         }
     }
@@ -231,14 +239,19 @@ impl KernelConfig {
         self.interrupt_grace = Some(grace);
         self
     }
-    /// The grace an interrupted cell gets: the one set, or the transport's default (0.5 s for
-    /// a local child, 5 s for a kernel behind a Jupyter server).
+    /// The grace an interrupted cell gets: the one set, or 0.5 s.
     pub fn interrupt_grace_in_force(&self) -> Duration {
-        self.interrupt_grace.unwrap_or(if self.is_remote() {
-            Duration::from_secs(5)
-        } else {
-            Duration::from_millis(500)
-        })
+        self.interrupt_grace.unwrap_or(Duration::from_millis(500))
+    }
+    /// What the runtime applies to every worker, whatever its transport.
+    pub(crate) fn settings(&self) -> Settings {
+        Settings {
+            spare: self.spare,
+            interrupt_grace: self.interrupt_grace_in_force(),
+            stop_grace: self.stop_grace,
+            max_frame: self.max_frame,
+            max_output: self.max_output,
+        }
     }
     /// Sets the frame limit in bytes.
     pub fn max_frame(mut self, bytes: usize) -> Self {
@@ -275,22 +288,10 @@ impl KernelConfig {
         self.control_group = on;
         self
     }
-    /// Runs the worker in a kernel behind the Jupyter server `jupyter` describes (started
-    /// there, or attached to) instead of a child process.
-    #[cfg(feature = "jupyter")]
-    pub fn jupyter(mut self, jupyter: crate::jupyter::JupyterConfig) -> Self {
-        self.jupyter = Some(jupyter);
-        self
-    }
 
-    /// The sandbox the child runs under: the one set, or [`Sandbox::strict`] (none for a
-    /// kernel behind a Jupyter server, whose server decides).
+    /// The sandbox the child runs under: the one set, or [`Sandbox::strict`].
     pub fn sandbox_in_force(&self) -> Sandbox {
-        match &self.sandbox {
-            Some(sandbox) => sandbox.clone(),
-            None if self.is_remote() => Sandbox::off(),
-            None => Sandbox::strict(),
-        }
+        self.sandbox.clone().unwrap_or_else(Sandbox::strict)
     }
 
     /// The limits the child gets: the ones set, or else the defaults for its sandbox
@@ -301,9 +302,6 @@ impl KernelConfig {
         if let Some(limits) = &self.limits {
             return limits.clone();
         }
-        if self.is_remote() {
-            return Limits::none();
-        }
         if self.sandbox_in_force().is_off() {
             return Limits::unsandboxed();
         }
@@ -313,47 +311,6 @@ impl KernelConfig {
             limits.processes = None;
         }
         limits
-    }
-
-    /// Refuses a combination the transport cannot honour, naming the setting.
-    pub(crate) fn check(&self) -> Result<(), crate::KernelError> {
-        if !self.is_remote() {
-            return Ok(());
-        }
-        let set = [
-            (
-                "sandbox",
-                self.sandbox.as_ref().is_some_and(|s| !s.is_off()),
-            ),
-            ("limits", self.limits.is_some()),
-            ("python", self.python.is_some()),
-            ("working_dir", self.working_dir.is_some()),
-            ("env", !self.env.is_empty()),
-            ("pre_exec", self.pre_exec.is_some()),
-        ];
-        match set.into_iter().find(|(_, given)| *given) {
-            Some((setting, _)) => Err(crate::KernelError::Unsupported {
-                setting,
-                reason: "a kernel behind a Jupyter server runs the server's interpreter, with the server's limits, environment and isolation; leave it unset, or pass variables to the kernel with JupyterConfig::env".to_owned(),
-            }),
-            None => Ok(()),
-        }
-    }
-
-    /// Whether the worker runs in a kernel behind a Jupyter server.
-    pub(crate) fn is_remote(&self) -> bool {
-        #[cfg(feature = "jupyter")]
-        return self.jupyter.is_some();
-        #[cfg(not(feature = "jupyter"))]
-        false
-    }
-
-    /// Whether the worker runs in a kernel the runtime attached to (so there is no spare).
-    pub(crate) fn attaches(&self) -> bool {
-        #[cfg(feature = "jupyter")]
-        return self.jupyter.as_ref().is_some_and(|j| j.attaches());
-        #[cfg(not(feature = "jupyter"))]
-        false
     }
 
     /// Adds code to run in the child between `fork` and `exec`.
@@ -383,7 +340,6 @@ impl fmt::Debug for KernelConfig {
             .field("sandbox", &self.sandbox)
             .field("control_group", &self.control_group)
             .field("pre_exec", &self.pre_exec.is_some())
-            .field("remote", &self.is_remote())
             .finish()
     }
 }
@@ -392,21 +348,15 @@ impl fmt::Debug for KernelConfig {
 mod tests {
     use super::*;
 
-    /// An interrupt waits longer for a kernel behind a Jupyter server (it crosses the server)
-    /// than for a local child; a grace that is set is kept for either.
+    /// A child's interrupt grace is 0.5 s unless set.
     #[test]
-    fn the_interrupt_grace_depends_on_the_transport_unless_set() {
+    fn the_interrupt_grace_is_half_a_second_unless_set() {
         assert_eq!(
             KernelConfig::new().interrupt_grace_in_force(),
             Duration::from_millis(500)
         );
-        #[cfg(feature = "jupyter")]
-        {
-            let remote =
-                KernelConfig::new().jupyter(crate::JupyterConfig::new("http://127.0.0.1:8888"));
-            assert_eq!(remote.interrupt_grace_in_force(), Duration::from_secs(5));
-            let set = remote.interrupt_grace(Duration::from_secs(1));
-            assert_eq!(set.interrupt_grace_in_force(), Duration::from_secs(1));
-        }
+        let set = KernelConfig::new().interrupt_grace(Duration::from_secs(2));
+        assert_eq!(set.interrupt_grace_in_force(), Duration::from_secs(2));
+        assert_eq!(set.settings().interrupt_grace, Duration::from_secs(2));
     }
 }

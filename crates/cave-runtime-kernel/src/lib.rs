@@ -1,7 +1,9 @@
-//! cave-agent's process-isolated runtime: Python in a child process.
+//! cave-agent's process-isolated runtime: Python in a child process, or in a Jupyter kernel.
 //!
-//! [`KernelRuntime`] implements the core's `Runtime` on an interpreter it starts as a program
-//! (this crate never links libpython). The child runs the same executor as the in-process
+//! [`KernelRuntime`] implements the core's `Runtime` on a worker in an interpreter it starts
+//! as a program (this crate never links libpython): a child of this process
+//! ([`KernelRuntime::with_config`], [`KernelConfig`]), or, with the feature `jupyter`, a
+//! kernel behind a Jupyter server (`KernelRuntime::jupyter`, `JupyterConfig`). The child runs the same executor as the in-process
 //! runtime, so a cell gives the same output, echo and traceback on either. What the model's
 //! code does to its process (a segfault, `os._exit`, exhausting memory, ignoring an interrupt)
 //! ends only that process: the execution says what happened, and the next request gets a
@@ -24,16 +26,18 @@
 
 mod cgroup;
 mod checkpoint;
+mod child;
 mod config;
 mod containment;
 mod environment;
 #[cfg(feature = "jupyter")]
 mod jupyter;
+mod link;
 mod marshal;
-mod process;
 mod runtime;
 mod sandbox;
 mod spec;
+mod worker;
 
 pub use checkpoint::Checkpoint;
 pub use config::{
@@ -81,15 +85,6 @@ pub enum KernelError {
     /// The process ended before it answered.
     #[error("the Python process ended before it answered")]
     Died,
-    /// A setting the transport cannot honour (a sandbox or limits for a kernel behind a
-    /// Jupyter server).
-    #[error("KernelConfig::{setting} cannot apply here: {reason}")]
-    Unsupported {
-        /// The setting, as `KernelConfig` names it.
-        setting: &'static str,
-        /// Why, and what to do instead.
-        reason: String,
-    },
     /// A checkpoint could not be made or returned to.
     #[error("{message}")]
     Checkpoint {

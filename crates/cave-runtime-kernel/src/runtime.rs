@@ -1,11 +1,13 @@
-//! `KernelRuntime`: the `Runtime` seam on a child interpreter.
+//! `KernelRuntime`: the `Runtime` seam on a worker, whatever its transport.
 
 use crate::KernelError;
+use crate::child::ChildTransport;
 use crate::config::KernelConfig;
+use crate::config::Settings;
+use crate::link::Transport;
 use crate::marshal::Data;
-use crate::process::{Callables, Interpreter, Process, Status, lock};
-use crate::sandbox::WorkDir;
 use crate::spec;
+use crate::worker::{Callables, Status, Worker, lock};
 use async_trait::async_trait;
 use cave_core::{
     CellOutput, Entry, Execution, ExecutionError, FunctionBody, Interrupt, Interruption, Layer,
@@ -13,7 +15,6 @@ use cave_core::{
     normalize_name,
 };
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -40,13 +41,8 @@ pub struct KernelRuntime {
 }
 
 pub(crate) struct Inner {
-    config: KernelConfig,
-    python: PathBuf,
-    /// The interpreter behind `python` (a pyenv shim alone doubles the start), found once.
-    resolved: tokio::sync::OnceCell<Interpreter>,
-    /// The child's directory when the sandbox is on and none was given: made for this
-    /// runtime, removed with it.
-    work_dir: Option<WorkDir>,
+    /// Where workers start: a child process, or a kernel behind a Jupyter server.
+    transport: Box<dyn Transport>,
     pub(crate) registry: Mutex<Registry>,
     pub(crate) callables: Callables,
     /// The handle of each host function and host object, by name.
@@ -56,7 +52,7 @@ pub(crate) struct Inner {
     pub(crate) owned: Mutex<HashSet<String>>,
     /// Python files registered (path and source), in order: loaded again in a fresh process.
     pub(crate) files: Mutex<Vec<(String, String)>>,
-    pub(crate) current: tokio::sync::Mutex<Option<Arc<Process>>>,
+    pub(crate) current: tokio::sync::Mutex<Option<Arc<Worker>>>,
     spare: Mutex<Spare>,
     executions: AtomicU64,
     last_index: Mutex<HashMap<String, u64>>,
@@ -70,7 +66,7 @@ enum Spare {
     #[default]
     None,
     Starting,
-    Ready(Arc<Process>),
+    Ready(Arc<Worker>),
 }
 
 impl KernelRuntime {
@@ -81,35 +77,18 @@ impl KernelRuntime {
 
     /// A runtime with these settings.
     pub fn with_config(config: KernelConfig) -> Result<Self, KernelError> {
-        config.check()?;
-        let python = match &config.python {
-            Some(path) => path.clone(),
-            // A remote kernel brings its own interpreter.
-            None if config.is_remote() => PathBuf::new(),
-            None => cave_python::find_interpreter()
-                .map(|i| i.executable)
-                .ok_or(KernelError::NoPython)?,
-        };
+        Ok(Self::with_transport(ChildTransport::new(config)?))
+    }
+
+    /// A runtime whose workers `transport` starts.
+    pub(crate) fn with_transport(transport: impl Transport) -> Self {
         let interrupt = Arc::new(CellInterrupt {
             process: Mutex::new(Weak::new()),
-            grace: config.interrupt_grace_in_force(),
+            grace: transport.settings().interrupt_grace,
         });
-        let work_dir = if config.sandbox_in_force().is_off()
-            || config.working_dir.is_some()
-            || config.is_remote()
-        {
-            None
-        } else {
-            Some(WorkDir::create().map_err(|e| KernelError::Start {
-                message: format!("could not create the sandbox's work directory: {e}"),
-            })?)
-        };
-        Ok(Self {
+        Self {
             inner: Arc::new(Inner {
-                config,
-                python,
-                resolved: tokio::sync::OnceCell::new(),
-                work_dir,
+                transport: Box::new(transport),
                 registry: Mutex::new(Registry::new()),
                 callables: Arc::new(Mutex::new(HashMap::new())),
                 handles: Mutex::new(HashMap::new()),
@@ -123,7 +102,7 @@ impl KernelRuntime {
                 unreported_loss: AtomicBool::new(false),
                 interrupt,
             }),
-        })
+        }
     }
 
     /// A runtime with these resources registered.
@@ -153,7 +132,7 @@ impl KernelRuntime {
             spare.kill(None);
         }
         if let Some(process) = current {
-            process.stop(self.inner.config.stop_grace).await;
+            process.stop(self.inner.settings().stop_grace).await;
         }
     }
 
@@ -161,22 +140,19 @@ impl KernelRuntime {
     /// Jupyter server: its process is the server's).
     pub async fn pid(&self) -> Option<u32> {
         let current = self.inner.current.lock().await;
-        current
-            .as_ref()
-            .filter(|p| p.alive() && p.pid() > 0)
-            .map(|p| p.pid() as u32)
+        current.as_ref().filter(|p| p.alive()).and_then(|p| p.pid())
     }
 
     /// How each sandbox layer stands in the running child (`None` before the first start).
     pub async fn sandbox_layers(&self) -> Option<Vec<Layer>> {
         let current = self.inner.current.lock().await;
-        current.as_ref().map(|p| p.sandbox.clone())
+        current.as_ref().map(|p| p.link().sandbox())
     }
 
     /// The process id of the spare child, if one is ready.
     pub fn spare_pid(&self) -> Option<u32> {
         match &*lock(&self.inner.spare) {
-            Spare::Ready(p) if p.alive() => Some(p.pid() as u32),
+            Spare::Ready(p) if p.alive() => p.pid(),
             _ => None,
         }
     }
@@ -194,7 +170,7 @@ impl KernelRuntime {
             .lock()
             .await
             .as_ref()
-            .map(|p| p.enforcement.clone())
+            .map(|p| p.link().enforcement())
             .unwrap_or_default()
     }
 
@@ -202,12 +178,13 @@ impl KernelRuntime {
     /// kernel behind a Jupyter server, whose limits are the server's).
     pub async fn limits(&self) -> Option<crate::Limits> {
         let current = self.inner.current.lock().await;
-        current.as_ref().and_then(|p| p.limits.clone())
+        current.as_ref().and_then(|p| p.link().limits())
     }
 
-    /// The interpreter this runtime runs.
-    pub fn python(&self) -> &std::path::Path {
-        &self.inner.python
+    /// The interpreter this runtime starts (`None` for a kernel behind a Jupyter server: its
+    /// interpreter is the server's).
+    pub fn python(&self) -> Option<&std::path::Path> {
+        self.inner.transport.python()
     }
 }
 
@@ -220,7 +197,7 @@ impl KernelRuntime {
 impl std::fmt::Debug for KernelRuntime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("KernelRuntime")
-            .field("python", &self.inner.python)
+            .field("python", &self.python())
             .field("executions", &self.inner.executions.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -278,13 +255,13 @@ fn needs_python(resources: &Resources) -> bool {
 
 impl Inner {
     /// The running process, if there is one (never starts one).
-    async fn running(&self) -> Option<Arc<Process>> {
+    async fn running(&self) -> Option<Arc<Worker>> {
         self.current.lock().await.clone().filter(|p| p.alive())
     }
 
     /// The running process, started (or replaced, after a death) when needed, with every
     /// registered resource bound.
-    pub(crate) async fn process(self: &Arc<Self>) -> Result<Arc<Process>, RuntimeError> {
+    pub(crate) async fn process(self: &Arc<Self>) -> Result<Arc<Worker>, RuntimeError> {
         let mut current = self.current.lock().await;
         if let Some(process) = current.as_ref().filter(|p| p.alive()) {
             return Ok(process.clone());
@@ -304,7 +281,7 @@ impl Inner {
     }
 
     /// A started process with nothing bound: the spare when it is ready.
-    async fn fresh(self: &Arc<Self>) -> Result<Arc<Process>, RuntimeError> {
+    async fn fresh(self: &Arc<Self>) -> Result<Arc<Worker>, RuntimeError> {
         let spare = std::mem::take(&mut *lock(&self.spare));
         match spare {
             Spare::Ready(process) if process.alive() => return Ok(process),
@@ -317,66 +294,21 @@ impl Inner {
         })
     }
 
-    /// Starts a process: a child, or a kernel behind a Jupyter server.
-    async fn launch(self: &Arc<Self>) -> Result<Arc<Process>, KernelError> {
-        #[cfg(feature = "jupyter")]
-        if let Some(jupyter) = &self.config.jupyter {
-            return Process::start_remote(&self.config, jupyter, self.callables.clone()).await;
-        }
-        let python = self.interpreter().await;
-        Process::start(
-            &self.config,
-            &python,
-            self.work_dir(),
-            self.callables.clone(),
-        )
-        .await
+    /// Starts a worker: a child, or a kernel behind a Jupyter server.
+    async fn launch(self: &Arc<Self>) -> Result<Arc<Worker>, KernelError> {
+        let started = self.transport.start().await?;
+        Worker::handshake(started, self.settings().max_frame, self.callables.clone()).await
     }
 
-    /// The program to start: what the interpreter says `sys.executable` is (cached on disk,
-    /// see `cave_python::report`), or the path as given when it cannot say; with the
-    /// directories it reads (`sys.prefix`, `sys.path`), for the sandbox.
-    async fn interpreter(&self) -> Interpreter {
-        let given = self.python.clone();
-        self.resolved
-            .get_or_init(|| async move {
-                let asked = given.clone();
-                let reported =
-                    tokio::task::spawn_blocking(move || cave_python::report::describe(&asked))
-                        .await
-                        .ok()
-                        .and_then(Result::ok);
-                match reported {
-                    Some(r) if r.executable.is_file() => Interpreter {
-                        dirs: std::iter::once(r.prefix.clone())
-                            .chain(r.sys_path.iter().cloned())
-                            .filter(|p| !p.is_empty())
-                            .map(PathBuf::from)
-                            .collect(),
-                        executable: r.executable,
-                    },
-                    _ => Interpreter {
-                        executable: given,
-                        dirs: Vec::new(),
-                    },
-                }
-            })
-            .await
-            .clone()
-    }
-
-    /// The child's directory: the configured one, or the sandbox's.
-    fn work_dir(&self) -> Option<PathBuf> {
-        self.config
-            .working_dir
-            .clone()
-            .or_else(|| self.work_dir.as_ref().map(|w| w.path().to_owned()))
+    /// What the runtime applies to its workers.
+    pub(crate) fn settings(&self) -> &Settings {
+        self.transport.settings()
     }
 
     /// Starts a spare process in the background, if wanted and none is there.
     fn ensure_spare(self: &Arc<Self>) {
         // An attached kernel is the one kernel there is.
-        if !self.config.spare || self.config.attaches() {
+        if !self.settings().spare || !self.transport.keeps_spares() {
             return;
         }
         {
@@ -411,7 +343,7 @@ impl Inner {
 
     /// Loads the registered files and binds every registered entry in a fresh process. An
     /// entry that cannot be bound is unregistered (the others stay bound) and reported.
-    async fn restore(&self, process: &Arc<Process>) -> Option<RuntimeError> {
+    async fn restore(&self, process: &Arc<Worker>) -> Option<RuntimeError> {
         let files = lock(&self.files).clone();
         for (file, source) in files {
             match process
@@ -452,7 +384,7 @@ impl Inner {
 
     /// Binds registered entries in the process as one step; `Err` names the one that failed.
     /// Values are encoded from the registry itself, under its lock, without a copy.
-    async fn bind(&self, process: &Process, names: &[String]) -> Result<(), RuntimeError> {
+    async fn bind(&self, process: &Worker, names: &[String]) -> Result<(), RuntimeError> {
         let sent = {
             let registry = lock(&self.registry);
             let owned = lock(&self.owned);
@@ -502,7 +434,7 @@ impl Inner {
     }
 
     /// Binds a claimed batch; on failure, unclaims all of it.
-    async fn bind_claimed(&self, process: &Process, entries: &[Entry]) -> Result<(), RuntimeError> {
+    async fn bind_claimed(&self, process: &Worker, entries: &[Entry]) -> Result<(), RuntimeError> {
         let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
         match self.bind(process, &names).await {
             Ok(()) => Ok(()),
@@ -546,7 +478,7 @@ impl Inner {
         self: &Arc<Self>,
         operation: &'static str,
         args: Vec<Data<'_>>,
-    ) -> Result<crate::process::Reply, RuntimeError> {
+    ) -> Result<crate::worker::Reply, RuntimeError> {
         let process = self.process().await?;
         process
             .request(operation, args)
@@ -568,7 +500,7 @@ impl Runtime for KernelRuntime {
         // Filled by the process's reader, which sends pieces live up to the cap and keeps the
         // beginning and the end: a consumer slower than the cell does not grow the host.
         let collected = Arc::new(Mutex::new(CellOutput::new(
-            self.inner.config.max_output,
+            self.inner.settings().max_output,
             Some(live),
         )));
         if let Some(stray) = process.take_stray_output() {
@@ -709,8 +641,13 @@ impl Runtime for KernelRuntime {
         match self.inner.current.try_lock() {
             Ok(current) => current
                 .as_ref()
-                .filter(|p| p.sandbox.iter().any(|l| l.state != LayerState::Off))
-                .map(|p| p.sandbox.clone())
+                .filter(|p| {
+                    p.link()
+                        .sandbox()
+                        .iter()
+                        .any(|l| l.state != LayerState::Off)
+                })
+                .map(|p| p.link().sandbox())
                 .unwrap_or_default(),
             Err(_) => Vec::new(),
         }
@@ -744,7 +681,7 @@ impl Runtime for KernelRuntime {
                     Value::Int(size) => u64::try_from(size).unwrap_or(u64::MAX),
                     _ => u64::MAX,
                 },
-                limit: self.inner.config.max_frame as u64,
+                limit: self.inner.settings().max_frame as u64,
                 setting: "KernelConfig::max_frame",
             }),
             status => Err(unexpected("get", status, &reply.payload)),
@@ -874,12 +811,12 @@ impl Drop for Inner {
 /// killed, whether or not anyone still waits for its result.
 struct CellInterrupt {
     /// The process of the last execution.
-    process: Mutex<Weak<Process>>,
+    process: Mutex<Weak<Worker>>,
     grace: Duration,
 }
 
 impl CellInterrupt {
-    fn begin(&self, process: &Arc<Process>) {
+    fn begin(&self, process: &Arc<Worker>) {
         *lock(&self.process) = Arc::downgrade(process);
     }
 }
@@ -909,7 +846,7 @@ impl Interrupt for CellInterrupt {
                 // Halfway, a second SIGINT: the first one is dropped if it arrived while the
                 // child was still reading the cell, before the cell began.
                 std::thread::sleep(grace / 2);
-                let still = |p: &Process| p.alive() && p.executing() == Some(execution);
+                let still = |p: &Worker| p.alive() && p.executing() == Some(execution);
                 match watch.upgrade() {
                     Some(process) if still(&process) => process.interrupt(),
                     _ => return,

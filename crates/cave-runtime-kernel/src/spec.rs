@@ -1,7 +1,7 @@
 //! Resources as the child builds them (specs).
 
 use crate::marshal::Data;
-use crate::process::Callable;
+use crate::worker::Callable;
 use cave_core::{
     Entry, FunctionBody, Param, ParamDefault, Registry, Resource, RuntimeError, TypeSchema,
     TypeShape, Value,

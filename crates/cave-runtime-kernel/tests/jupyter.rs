@@ -12,7 +12,7 @@ mod support;
 use on_gateway::{config, runtime, runtime_on};
 
 use cave_core::{Resources, Runtime, Value, Variable};
-use cave_runtime_kernel::{KernelConfig, KernelRuntime};
+use cave_runtime_kernel::KernelRuntime;
 use cave_testing::contract::run;
 use std::time::Duration;
 
@@ -561,13 +561,7 @@ async fn a_flood_of_frames_ends_the_link() {
     let Some(gateway) = support::gateway() else {
         return;
     };
-    let rt = KernelRuntime::with_config(
-        KernelConfig::new()
-            .spare(false)
-            .max_frame(1 << 20)
-            .jupyter(config(gateway)),
-    )
-    .expect("a runtime");
+    let rt = KernelRuntime::jupyter(config(gateway).spare(false).max_frame(1 << 20));
     let flooded = run(
         &rt,
         "import sys\nk = sys.modules['cave_kernel']\nk._Jupyter.outbox += bytes(3_000_000)\nk._read_frame()",
@@ -706,32 +700,28 @@ async fn a_server_with_a_private_ca_is_reached_over_tls_once_the_ca_is_given() {
     rt.stop().await;
 }
 
-/// A setting the Jupyter transport cannot honour is refused by name, not dropped.
+/// What a Jupyter runtime gets with nothing set: a spare kernel, 5 s for an interrupt (it
+/// crosses the server), the child's frame and output limits; a grace that is set is kept.
 #[test]
-fn settings_a_jupyter_kernel_cannot_honour_are_refused() {
-    use cave_runtime_kernel::{KernelConfig, KernelError, Limits, Sandbox};
-    let jupyter = || cave_runtime_kernel::JupyterConfig::new("http://127.0.0.1:9");
-    let refused = [
-        (KernelConfig::new().sandbox(Sandbox::strict()), "sandbox"),
-        (KernelConfig::new().limits(Limits::none()), "limits"),
-        (KernelConfig::new().python("/usr/bin/python3"), "python"),
-        (KernelConfig::new().working_dir("/tmp"), "working_dir"),
-        (KernelConfig::new().env("NAME", "value"), "env"),
-    ];
-    for (config, setting) in refused {
-        match KernelRuntime::with_config(config.jupyter(jupyter())) {
-            Err(error @ KernelError::Unsupported { setting: named, .. }) => {
-                assert_eq!(named, setting);
-                assert!(error.to_string().contains(setting), "{error}");
-            }
-            Err(other) => panic!("{setting}: {other}"),
-            Ok(_) => panic!("{setting} was accepted with the Jupyter transport"),
-        }
-    }
-    for config in [
-        KernelConfig::new(),
-        KernelConfig::new().sandbox(Sandbox::off()),
+fn a_jupyter_runtime_has_its_own_defaults() {
+    let config = cave_runtime_kernel::JupyterConfig::new("http://127.0.0.1:9");
+    assert_eq!(config.interrupt_grace_in_force(), Duration::from_secs(5));
+    let shown = format!("{config:?}");
+    for field in [
+        "spare: true",
+        "stop_grace: 1s",
+        &format!("max_frame: {}", cave_runtime_kernel::DEFAULT_MAX_FRAME),
+        &format!("max_output: {}", cave_core::DEFAULT_MAX_CELL_OUTPUT),
     ] {
-        KernelRuntime::with_config(config.jupyter(jupyter())).expect("nothing it cannot honour");
+        assert!(shown.contains(field), "{field} in {shown}");
     }
+    let set = config.interrupt_grace(Duration::from_secs(1));
+    assert_eq!(set.interrupt_grace_in_force(), Duration::from_secs(1));
+    // Nothing starts until the first request.
+    let rt = KernelRuntime::jupyter(set);
+    assert_eq!(
+        rt.python(),
+        None,
+        "the server's interpreter, not one the host picks"
+    );
 }

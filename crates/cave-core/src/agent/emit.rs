@@ -10,26 +10,26 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 /// The loop's handle for yielding events.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub(crate) struct Emitter {
     slot: Arc<Mutex<Option<Event>>>,
-    /// Where the events an audit keeps are recorded as they happen.
-    audit: Option<Arc<crate::AuditLog>>,
+    /// Who sees each event as it happens (an audit log).
+    observer: Option<Arc<dyn crate::EventObserver>>,
 }
 
 impl Emitter {
-    /// An emitter that records to `audit`, if any.
-    pub(crate) fn new(audit: Option<Arc<crate::AuditLog>>) -> Self {
+    /// An emitter that shows each event to `observer`, if any.
+    pub(crate) fn new(observer: Option<Arc<dyn crate::EventObserver>>) -> Self {
         Self {
             slot: Arc::default(),
-            audit,
+            observer,
         }
     }
 
     /// Hands `event` to the consumer; resolves once the consumer asks for the next one.
     pub(crate) async fn emit(&self, event: Event) {
-        if let Some(audit) = &self.audit {
-            audit.event(&event);
+        if let Some(observer) = &self.observer {
+            observer.observe(&event);
         }
         *lock(&self.slot) = Some(event);
         YieldOnce(false).await;
@@ -37,6 +37,14 @@ impl Emitter {
 
     fn take(&self) -> Option<Event> {
         lock(&self.slot).take()
+    }
+}
+
+impl std::fmt::Debug for Emitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emitter")
+            .field("observed", &self.observer.is_some())
+            .finish_non_exhaustive()
     }
 }
 

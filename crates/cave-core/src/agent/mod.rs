@@ -1,6 +1,7 @@
 //! The agent: one loop that streams the model, runs its first code block, and feeds the output
 //! back, until the model answers or a limit stops it.
 
+mod announce;
 mod emit;
 mod run;
 mod spawned;
@@ -45,10 +46,10 @@ pub struct Agent {
     sub_agents: Vec<Arc<SubAgent>>,
     /// The sub-agents are bound in the runtime (done at the first run).
     sub_agents_registered: bool,
-    approver: Option<Arc<crate::approval::Announcing>>,
+    approver: Option<Arc<announce::Announcing>>,
     /// Whether the approver is asked before each cell.
     approve_cells: bool,
-    audit: Option<Arc<crate::AuditLog>>,
+    observer: Option<Arc<dyn crate::EventObserver>>,
     /// The isolation last reported (a status when it changes).
     isolation: Vec<crate::Layer>,
 }
@@ -95,7 +96,7 @@ impl Agent {
         prompt: impl Into<String>,
         cancel: CancellationToken,
     ) -> EventStream<'_> {
-        let emitter = emit::Emitter::new(self.audit.clone());
+        let emitter = emit::Emitter::new(self.observer.clone());
         let prompt = prompt.into();
         EventStream::new(emitter.clone(), run::drive(self, prompt, cancel, emitter))
     }
@@ -220,9 +221,9 @@ pub struct AgentBuilder {
     skills: Option<String>,
     history: Vec<Message>,
     sub_agents: Vec<Arc<SubAgent>>,
-    approver: Option<Arc<crate::approval::Announcing>>,
+    approver: Option<Arc<announce::Announcing>>,
     approve_cells: bool,
-    audit: Option<Arc<crate::AuditLog>>,
+    observer: Option<Arc<dyn crate::EventObserver>>,
 }
 
 impl AgentBuilder {
@@ -252,24 +253,25 @@ impl AgentBuilder {
             sub_agents: Vec::new(),
             approver: None,
             approve_cells: true,
-            audit: None,
+            observer: None,
         }
     }
 
-    /// Records each run's prompt, cells and their outcomes, approvals and stop in `log`
-    /// (host calls: wrap the functions with [`audited`](crate::audited)).
-    pub fn audit(&mut self, log: Arc<crate::AuditLog>) -> &mut Self {
-        self.audit = Some(log);
+    /// Shows every event of every run to `observer` as it happens: an audit log
+    /// (`cave_guards::AuditLog` records each run's prompt, cells and their outcomes, approvals
+    /// and stop; its `audited` wrapper records host calls).
+    pub fn observer(&mut self, observer: Arc<dyn crate::EventObserver>) -> &mut Self {
+        self.observer = Some(observer);
         self
     }
 
     /// Asks `approver` before running each cell the code policy let through (an
     /// `approval_requested` event first); a refusal is told to the model, which can react.
-    /// Guard host functions and objects with [`requiring_approval`](crate::requiring_approval)
-    /// and [`object_requiring_approval`](crate::object_requiring_approval), given
-    /// [`call_approver`](Self::call_approver), so that their requests show in the events too.
+    /// Guard host functions and objects with `cave_guards::requiring_approval` and
+    /// `object_requiring_approval`, given [`call_approver`](Self::call_approver), so that their
+    /// requests show in the events too.
     pub fn approver(&mut self, approver: Arc<dyn crate::Approver>) -> &mut Self {
-        self.approver = Some(Arc::new(crate::approval::Announcing::new(approver)));
+        self.approver = Some(Arc::new(announce::Announcing::new(approver)));
         self
     }
 
@@ -480,7 +482,7 @@ impl AgentBuilder {
             sub_agents_registered: self.sub_agents.is_empty(),
             approver: self.approver.clone(),
             approve_cells: self.approve_cells,
-            audit: self.audit.clone(),
+            observer: self.observer.clone(),
             isolation: Vec::new(),
         })
     }

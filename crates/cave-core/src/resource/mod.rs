@@ -93,8 +93,7 @@ impl Resources {
         self.items.iter().map(Resource::name).collect()
     }
     /// The same batch, each resource passed through `f`: how a host wraps every host call of a
-    /// batch (with [`requiring_approval`](crate::requiring_approval),
-    /// [`audited`](crate::audited) and their object forms).
+    /// batch (with cave-guards' `requiring_approval`, `audited` and their object forms).
     pub fn map(self, f: impl FnMut(Resource) -> Resource) -> Self {
         Self {
             items: self.items.into_iter().map(f).collect(),

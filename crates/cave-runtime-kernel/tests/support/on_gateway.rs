@@ -1,7 +1,7 @@
 //! Kernel runtimes whose kernels the test's gateway (`support::gateway`) starts.
 
 use crate::support::Gateway;
-use cave_runtime_kernel::{JupyterConfig, KernelConfig, KernelRuntime};
+use cave_runtime_kernel::{JupyterConfig, KernelRuntime};
 
 /// Where the runtime finds the test's gateway.
 pub fn config(gateway: &Gateway) -> JupyterConfig {
@@ -15,6 +15,5 @@ pub fn runtime(gateway: &Gateway) -> KernelRuntime {
 
 /// A kernel runtime (no spare) on the Jupyter server `jupyter` describes.
 pub fn runtime_on(jupyter: JupyterConfig) -> KernelRuntime {
-    KernelRuntime::with_config(KernelConfig::new().spare(false).jupyter(jupyter))
-        .expect("a runtime")
+    KernelRuntime::jupyter(jupyter.spare(false))
 }

@@ -2,11 +2,11 @@
 //! host objects, both handing each call to a [`CallGate`] (the approval guard, the audit
 //! record), so that every guard treats functions and methods alike.
 
-use crate::{
+use async_trait::async_trait;
+use cave_core::{
     Args, Function, FunctionBody, HostError, HostFunction, HostObject, Method, ObjectBinding,
     TypeSchema, Value,
 };
-use async_trait::async_trait;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;

@@ -5,9 +5,9 @@
 //! already redacted from events.
 
 use crate::gate::{CallGate, MethodFilter, Proceed, gate_function, gate_object};
-use crate::lock;
-use crate::{Args, Event, Function, HostError, ObjectBinding, Value};
 use async_trait::async_trait;
+use cave_core::lock;
+use cave_core::{Args, Event, EventObserver, Function, HostError, ObjectBinding, Value};
 use serde_json::{Value as Json, json};
 use std::io::Write;
 use std::sync::{Arc, Mutex};
@@ -129,6 +129,12 @@ impl AuditLog {
     }
 }
 
+impl EventObserver for AuditLog {
+    fn observe(&self, event: &Event) {
+        self.event(event);
+    }
+}
+
 /// At most [`AUDIT_TEXT_CHARS`] characters, with how many were left out.
 fn bounded(text: &str) -> String {
     let chars = text.chars().count();
@@ -145,7 +151,7 @@ fn timestamp() -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default();
     let secs = now.as_secs();
-    let (year, month, day) = crate::prompt::civil_date(secs);
+    let (year, month, day) = cave_core::prompt::civil_date(secs);
     let in_day = secs % 86_400;
     format!(
         "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",

@@ -1,0 +1,240 @@
+//! The child-process transport: the worker in an interpreter this host starts, under its
+//! limits, control group and sandbox, reached on a socket pair.
+
+mod end;
+mod spawn;
+
+use crate::KernelError;
+use crate::cgroup::ChildGroup;
+use crate::config::KernelConfig;
+use crate::config::Settings;
+use crate::link::{Copies, Link, Started, Transport};
+use crate::sandbox::{Layer, WorkDir};
+use async_trait::async_trait;
+use end::{LastWords, Shadow, describe_status, last_words_for_the_model};
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The interpreter to start and the directories it reads.
+#[derive(Clone, Debug)]
+pub(crate) struct Interpreter {
+    /// The real executable.
+    pub(crate) executable: PathBuf,
+    /// `sys.prefix` and `sys.path`, for the sandbox's read-only rules.
+    pub(crate) dirs: Vec<PathBuf>,
+}
+
+/// Starts workers as children of this process.
+pub(crate) struct ChildTransport {
+    config: KernelConfig,
+    settings: Settings,
+    python: PathBuf,
+    /// The interpreter behind `python` (a pyenv shim alone doubles the start), found once.
+    resolved: tokio::sync::OnceCell<Interpreter>,
+    /// The child's directory when the sandbox is on and none was given: made for this
+    /// transport, removed with it.
+    work_dir: Option<WorkDir>,
+}
+
+impl ChildTransport {
+    /// A transport with these settings: finds the interpreter, and makes the sandbox's work
+    /// directory when one is needed.
+    pub(crate) fn new(config: KernelConfig) -> Result<Self, KernelError> {
+        let python = match &config.python {
+            Some(path) => path.clone(),
+            None => cave_python::find_interpreter()
+                .map(|i| i.executable)
+                .ok_or(KernelError::NoPython)?,
+        };
+        let work_dir = if config.sandbox_in_force().is_off() || config.working_dir.is_some() {
+            None
+        } else {
+            Some(WorkDir::create().map_err(|e| KernelError::Start {
+                message: format!("could not create the sandbox's work directory: {e}"),
+            })?)
+        };
+        Ok(Self {
+            settings: config.settings(),
+            config,
+            python,
+            resolved: tokio::sync::OnceCell::new(),
+            work_dir,
+        })
+    }
+
+    /// The program to start: what the interpreter says `sys.executable` is (cached on disk,
+    /// see `cave_python::report`), or the path as given when it cannot say; with the
+    /// directories it reads (`sys.prefix`, `sys.path`), for the sandbox.
+    async fn interpreter(&self) -> &Interpreter {
+        self.resolved
+            .get_or_init(|| async {
+                let asked = self.python.clone();
+                let reported =
+                    tokio::task::spawn_blocking(move || cave_python::report::describe(&asked))
+                        .await
+                        .ok()
+                        .and_then(Result::ok);
+                match reported {
+                    Some(r) if r.executable.is_file() => Interpreter {
+                        dirs: std::iter::once(r.prefix.clone())
+                            .chain(r.sys_path.iter().cloned())
+                            .filter(|p| !p.is_empty())
+                            .map(PathBuf::from)
+                            .collect(),
+                        executable: r.executable,
+                    },
+                    _ => Interpreter {
+                        executable: self.python.clone(),
+                        dirs: Vec::new(),
+                    },
+                }
+            })
+            .await
+    }
+
+    /// The child's directory: the configured one, or the sandbox's.
+    fn work_dir(&self) -> Option<PathBuf> {
+        self.config
+            .working_dir
+            .clone()
+            .or_else(|| self.work_dir.as_ref().map(|w| w.path().to_owned()))
+    }
+}
+
+#[async_trait]
+impl Transport for ChildTransport {
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    async fn start(&self) -> Result<Started, KernelError> {
+        let interpreter = self.interpreter().await;
+        spawn::spawn(&self.config, interpreter, self.work_dir()).await
+    }
+
+    fn python(&self) -> Option<&Path> {
+        Some(&self.python)
+    }
+}
+
+/// A started child, its process group and control group.
+struct ChildLink {
+    /// The process serving (the child, or the copy a rollback handed over to), and the copies.
+    copies: Copies,
+    /// The child's process group, which its copies share.
+    pgid: i32,
+    /// The child's control group, when the host could make one.
+    group: Option<Arc<ChildGroup>>,
+    /// `Some` once the child has exited, with its status when it could be read.
+    exit: watch::Receiver<Option<Option<ExitStatus>>>,
+    last_words: Arc<LastWords>,
+    /// Output the child buffered and had not sent when it died.
+    shadow: Shadow,
+    enforcement: Vec<String>,
+    limits: crate::Limits,
+    sandbox: Vec<Layer>,
+}
+
+impl ChildLink {
+    async fn status(&self) -> Option<ExitStatus> {
+        let mut exit = self.exit.clone();
+        let status = exit.wait_for(Option::is_some).await.ok()?;
+        status.flatten()
+    }
+}
+
+#[async_trait]
+impl Link for ChildLink {
+    fn pid(&self) -> Option<u32> {
+        Some(self.copies.serving() as u32)
+    }
+
+    fn interrupt(&self) {
+        // SAFETY: kill with a pid this runtime started; a stale pid is reaped only by our
+        // waiter thread, after which the worker is not alive and this is not called.
+        unsafe {
+            libc::kill(self.copies.serving(), libc::SIGINT);
+        }
+    }
+
+    fn kill(&self) {
+        if self.exit.borrow().is_none() {
+            // While the first worker lives, what cells detached is its descendant (after a
+            // rollback the first worker is the reaper, the serving copy one of its descendants).
+            crate::containment::kill_descendants(self.pgid, None);
+            // SAFETY: signals to our child's process group and to the child itself.
+            unsafe {
+                libc::kill(-self.pgid, libc::SIGKILL);
+                libc::kill(self.copies.serving(), libc::SIGKILL);
+            }
+        }
+        if let Some(group) = &self.group {
+            group.kill_all();
+        }
+    }
+
+    fn before_stop(&self) {
+        // While the first worker is still the ancestor of what cells detached (once it exits,
+        // those are orphaned beyond its reach); the serving process is kept, to be asked to
+        // exit.
+        crate::containment::kill_descendants(self.pgid, Some(self.copies.serving()));
+    }
+
+    fn after_stop(&self) {
+        // The group may still hold what a cell started.
+        if let Some(group) = &self.group {
+            group.kill_all();
+        }
+        // SAFETY: signals to our child's process group.
+        unsafe {
+            libc::kill(-self.pgid, libc::SIGKILL);
+        }
+    }
+
+    async fn describe_end(&self) -> String {
+        let status = self.status().await;
+        if self.group.as_ref().is_some_and(|g| g.oom_kills() > 0) {
+            return "the Python process was killed: out of memory (it reached its memory limit)"
+                .to_owned();
+        }
+        let mut text = format!("the Python process {}", describe_status(status));
+        let words = last_words_for_the_model(&self.last_words.to_the_end().await);
+        if !words.is_empty() {
+            text.push_str(&format!("; Python said:\n{words}"));
+        }
+        text
+    }
+
+    async fn describe_failed_start(&self) -> String {
+        let status = self.status().await;
+        let words = self.last_words.to_the_end().await;
+        let said = if words.is_empty() {
+            String::new()
+        } else {
+            format!(": {words}")
+        };
+        format!(" ({}){said}", describe_status(status))
+    }
+
+    fn unsent(&self) -> Option<(u64, String)> {
+        self.shadow.unsent()
+    }
+
+    fn copies(&self) -> Option<&Copies> {
+        Some(&self.copies)
+    }
+
+    fn enforcement(&self) -> Vec<String> {
+        self.enforcement.clone()
+    }
+
+    fn limits(&self) -> Option<crate::Limits> {
+        Some(self.limits.clone())
+    }
+
+    fn sandbox(&self) -> Vec<Layer> {
+        self.sandbox.clone()
+    }
+}

@@ -1,0 +1,356 @@
+//! Starting a child interpreter: its command, limits, control group and sandbox.
+
+use super::ChildLink;
+use super::end::{LastWords, SHADOW_SIZE, Shadow};
+use crate::KernelError;
+use crate::cgroup::ChildGroup;
+use crate::config::KernelConfig;
+use crate::link::{Copies, Started};
+use cave_python::MIN_PYTHON;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use tokio::sync::watch;
+
+/// The descriptor the child finds its socket on.
+const CHILD_FD: i32 = 3;
+/// The descriptor of the output shadow: a memory file where the child keeps a copy of the
+/// output it has not sent yet, read by the host if the child dies (see `Shadow`).
+const SHADOW_FD: i32 = 4;
+
+/// Refuses an interpreter the worker does not support (argv 6: the oldest version, argv 7:
+/// why free-threaded builds are refused), reads the sources frame, loads the executor and the
+/// worker as modules, and serves. Written in syntax any Python 3 parses, so that an old one
+/// hears why it is refused.
+const BOOTSTRAP: &str = "\
+import os, sys
+oldest = tuple(int(part) for part in sys.argv[6].split('.'))
+if sys.version_info[:2] < oldest:
+    sys.stderr.write('cave: this is Python %d.%d; the kernel runtime needs Python %s or later\\n'
+                     % (sys.version_info[0], sys.version_info[1], sys.argv[6]))
+    sys.exit(78)
+if 't' in getattr(sys, 'abiflags', ''):
+    sys.stderr.write('cave: this is a free-threaded build; %s\\n' % sys.argv[7])
+    sys.exit(78)
+import marshal, types
+fd = int(sys.argv[1])
+if sys.argv[5] != '-' and os.fork() == 0:
+    # The keeper: once the host's end of the socket closes (stopped, dropped, or the host died),
+    # it kills every process of the session's control group, whatever process group it left.
+    import select, signal, time
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.closerange(0, fd)
+    os.closerange(fd + 1, min(os.sysconf('SC_OPEN_MAX'), 1 << 16))
+    poller = select.poll()
+    poller.register(fd, getattr(select, 'POLLRDHUP', 0x2000))
+    while not poller.poll():
+        pass
+    for _ in range(50):
+        try:
+            with open(sys.argv[5]) as members:
+                others = [int(p) for p in members.read().split() if int(p) != os.getpid()]
+        except (OSError, ValueError):
+            break
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+    os._exit(0)
+def read(n):
+    data = bytearray()
+    while len(data) < n:
+        chunk = os.read(fd, n - len(data))
+        if not chunk:
+            os._exit(0)
+        data += chunk
+    return bytes(data)
+for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))):
+    module = types.ModuleType(name)
+    module.__file__ = filename
+    sys.modules[name] = module
+    exec(compile(source, filename, 'exec'), module.__dict__)
+sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+";
+/// Starts `interpreter` as a child with `config`'s limits and sandbox, in `work_dir`.
+pub(super) async fn spawn(
+    config: &KernelConfig,
+    interpreter: &super::Interpreter,
+    work_dir: Option<PathBuf>,
+) -> Result<Started, KernelError> {
+    let python = interpreter.executable.as_path();
+    let (host, child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
+    let child: OwnedFd = child.into();
+    let shadow = Shadow::create().map_err(setup)?;
+    let shadow_fd = shadow.fd.as_raw_fd();
+    let mut limits = config.limits_in_force();
+    let wanted = crate::cgroup::Wanted {
+        memory: limits.memory,
+        processes: limits.processes,
+    };
+    // Made whether or not a limit asks for one: it holds every process the child starts.
+    let group = if config.control_group {
+        match ChildGroup::create(wanted) {
+            Ok(group) => Some(Arc::new(group)),
+            Err(why) if config.limits.is_none() => {
+                // The defaults are not worth losing the group for (a host that delegates
+                // `pids` but not `memory`): without them, then.
+                tracing::info!(%why, "no control group with the default limits");
+                limits.memory = None;
+                limits.processes = None;
+                ChildGroup::create(crate::cgroup::Wanted::default())
+                    .map(Arc::new)
+                    .map_err(|why| tracing::info!(%why, "no control group for the kernel child"))
+                    .ok()
+            }
+            Err(why) => {
+                tracing::info!(%why, "no control group for the kernel child; rlimits only");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    let members = group.as_deref().map(ChildGroup::members);
+    let mut command = Command::new(python);
+    command
+        .arg("-c")
+        .arg(BOOTSTRAP)
+        .arg(CHILD_FD.to_string())
+        .arg(config.max_frame.to_string())
+        .arg(SHADOW_FD.to_string())
+        .arg(SHADOW_SIZE.to_string())
+        .arg(members.as_deref().unwrap_or(std::path::Path::new("-")))
+        .arg(format!("{}.{}", MIN_PYTHON.0, MIN_PYTHON.1))
+        .arg(cave_python::FREE_THREADED_REFUSAL)
+        .env_clear()
+        .envs(crate::environment::inherited())
+        .envs(config.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(dir) = &work_dir {
+        command.current_dir(dir);
+    }
+    let sandbox = config.sandbox_in_force();
+    let sandbox = (!sandbox.is_off()).then(|| {
+        let dir = work_dir
+            .clone()
+            .unwrap_or_else(|| std::env::current_dir().unwrap_or_default());
+        // The keeper reads who is in the group.
+        let mut sandbox = sandbox;
+        if let Some(members) = &members {
+            sandbox = sandbox.readable(members);
+        }
+        crate::sandbox::Prepared::new(&sandbox, python, &interpreter.dirs, &dir)
+    });
+    let layers = sandbox
+        .as_ref()
+        .map(|s| s.layers.clone())
+        .unwrap_or_default();
+    for layer in &layers {
+        match &layer.state {
+            crate::sandbox::LayerState::Unavailable(_) => {
+                tracing::warn!(%layer, "sandbox layer")
+            }
+            _ => tracing::info!(%layer, "sandbox layer"),
+        }
+    }
+    let mut enforcement = vec![crate::containment::describe(group.is_some())];
+    if config.limits.is_none() && !config.sandbox_in_force().is_off() && group.is_none() {
+        enforcement.push(
+                "memory and processes: no default limit (the defaults hold through a control group, which this host cannot make; set them to have rlimits)".to_owned(),
+            );
+    }
+    let in_force = limits.clone();
+    let limits = rlimits(&limits, group.as_deref(), &mut enforcement);
+    let joins = group.as_deref().map(ChildGroup::procs).unwrap_or_default();
+    let hook = config.pre_exec.clone();
+    let parent = std::process::id() as libc::pid_t;
+    let fd = child.as_raw_fd();
+    // SAFETY: the closure makes only async-signal-safe calls (setpgid, prctl, getppid,
+    // dup2, fcntl, setrlimit) on values prepared before the fork; the user's hook carries
+    // the same contract (`KernelConfig::pre_exec` is unsafe).
+    unsafe {
+        command.pre_exec(move || {
+            // Its own process group, so that a kill reaches what it started.
+            if libc::setpgid(0, 0) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // It dies with the thread that started it, which lives exactly as long as it.
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            // Join the control group before anything else runs in it.
+            for procs in &joins {
+                let joined = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if joined < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                let written = libc::write(joined, b"0".as_ptr().cast(), 1);
+                libc::close(joined);
+                if written != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            // Above the targets first, so that one dup2 cannot overwrite the other's source.
+            let socket = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+            let memory = libc::fcntl(shadow_fd, libc::F_DUPFD_CLOEXEC, 10);
+            if socket < 0
+                || memory < 0
+                || libc::dup2(socket, CHILD_FD) < 0
+                || libc::dup2(memory, SHADOW_FD) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            for &(resource, value) in &limits {
+                let limit = libc::rlimit {
+                    rlim_cur: value,
+                    rlim_max: value,
+                };
+                if libc::setrlimit(resource, &limit) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            // What its cells orphan stays its descendant.
+            crate::containment::apply()?;
+            if let Some(hook) = &hook {
+                hook()?;
+            }
+            // Last: the layers restrict what the steps above need.
+            match &sandbox {
+                Some(sandbox) => sandbox.apply(),
+                None => Ok(()),
+            }
+        });
+    }
+    let (exit_tx, exit) = watch::channel(None);
+    let (ended_tx, ended) = watch::channel(false);
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let held = group.clone();
+    // The thread that forks the child waits for it: the child's death signal is tied to
+    // this thread, which therefore ends only after the child.
+    std::thread::Builder::new()
+        .name("cave-kernel-child".to_owned())
+        .spawn(move || match command.spawn() {
+            Ok(mut spawned) => {
+                drop(child);
+                let stderr = spawned.stderr.take();
+                let _ = started_tx.send(Ok((spawned.id(), stderr)));
+                // After a rollback the first worker is the reaper of the tree, and ends as
+                // the serving copy ends, with its status (`_REAPER` in cave_kernel.py).
+                let status = spawned.wait().ok();
+                // What is left of the group (paused copies, what cells started, detached
+                // or not) goes too.
+                // SAFETY: a signal to our child's process group.
+                unsafe {
+                    libc::kill(-(spawned.id() as i32), libc::SIGKILL);
+                }
+                if let Some(group) = &held {
+                    group.kill_all();
+                }
+                let _ = exit_tx.send(Some(status));
+                let _ = ended_tx.send(true);
+            }
+            Err(e) => {
+                let _ = started_tx.send(Err(e));
+            }
+        })
+        .map_err(setup)?;
+    let (pid, stderr) = tokio::task::spawn_blocking(move || started.recv())
+        .await
+        .map_err(|e| KernelError::Start {
+            message: e.to_string(),
+        })?
+        .map_err(|_| KernelError::Start {
+            message: "the thread starting the child ended".to_owned(),
+        })?
+        .map_err(|e| KernelError::Start {
+            message: format!("could not run {}: {e}", python.display()),
+        })?;
+    let pid = pid as i32;
+    let last_words = Arc::new(LastWords::default());
+    if let Some(stderr) = stderr {
+        last_words.clone().keep(stderr);
+    }
+    let link = ChildLink {
+        copies: Copies::new(pid),
+        pgid: pid,
+        group,
+        exit,
+        last_words,
+        shadow,
+        enforcement,
+        limits: in_force,
+        sandbox: layers,
+    };
+    Ok(Started {
+        link: Box::new(link),
+        socket: host,
+        ended,
+        what: python.display().to_string(),
+    })
+}
+
+fn setup(e: std::io::Error) -> KernelError {
+    KernelError::Start {
+        message: e.to_string(),
+    }
+}
+
+/// The rlimits to set, and how each limit is enforced (for the start-up report). Memory and
+/// processes go to `group` when there is one.
+fn rlimits(
+    limits: &crate::Limits,
+    group: Option<&ChildGroup>,
+    enforcement: &mut Vec<String>,
+) -> Vec<(libc::__rlimit_resource_t, libc::rlim_t)> {
+    let mut address_space = limits.address_space;
+    let mut processes = limits.processes;
+    if let Some(bytes) = limits.memory {
+        if group.is_some() {
+            enforcement.push(format!(
+                "memory: {bytes} bytes (control group; a kill when exceeded)"
+            ));
+        } else {
+            enforcement.push(format!(
+                "memory: {bytes} bytes (address space; MemoryError when exceeded)"
+            ));
+            address_space = Some(address_space.map_or(bytes, |a| a.min(bytes)));
+        }
+    }
+    if let Some(n) = limits.processes {
+        if group.is_some() {
+            enforcement.push(format!("processes: {n} (control group)"));
+            processes = None;
+        } else {
+            enforcement.push(format!(
+                "processes: {n} (RLIMIT_NPROC; not applied to root)"
+            ));
+        }
+    }
+    let set = [
+        ("address space", libc::RLIMIT_AS, address_space),
+        ("cpu seconds", libc::RLIMIT_CPU, limits.cpu_seconds),
+        ("open files", libc::RLIMIT_NOFILE, limits.open_files),
+        ("processes", libc::RLIMIT_NPROC, processes),
+        ("file size", libc::RLIMIT_FSIZE, limits.file_size),
+    ];
+    set.into_iter()
+        .filter_map(|(name, resource, value)| {
+            let value = value?;
+            if resource != libc::RLIMIT_NPROC {
+                enforcement.push(format!("{name}: {value} (rlimit)"));
+            }
+            Some((resource, value as libc::rlim_t))
+        })
+        .collect()
+}

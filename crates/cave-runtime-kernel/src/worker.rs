@@ -1,0 +1,866 @@
+//! The worker's side of the runtime, whatever it runs in: the frames to and from it, the
+//! requests and executions waiting for an answer, the host calls it makes, and how it ended.
+//!
+//! A worker is reached through a [`Link`] a [`Transport`](crate::link::Transport) started: the
+//! frames are the same for a child process and a kernel behind a Jupyter server; what only a
+//! transport can do (signals, a server's REST calls) is the link's.
+
+use crate::KernelError;
+use crate::link::{Link, Started};
+use crate::marshal::{self, Data};
+use cave_core::{Args, HostError, HostFunction, HostObject, Value};
+use cave_python::MIN_PYTHON;
+use futures_util::StreamExt;
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tokio::sync::{oneshot, watch};
+use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
+
+/// How long a rollback may take before the worker is given up.
+const ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+pub(crate) use cave_core::lock;
+
+/// What a host call reaches.
+#[derive(Clone)]
+pub(crate) enum Callable {
+    Function(Arc<dyn HostFunction>),
+    Object(Arc<dyn HostObject>),
+}
+
+/// Host functions and objects by the handle the child knows them by.
+pub(crate) type Callables = Arc<Mutex<HashMap<u64, Callable>>>;
+
+/// A reply to a request: how the worker answered, and its payload.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    pub(crate) status: Status,
+    pub(crate) payload: Value,
+}
+
+/// How the worker answered a request, decoded once from its frame (the `status` of
+/// `cave_kernel.py`'s `_reply`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Done; the payload is the answer.
+    Ok,
+    /// Refused or failed; the payload says why.
+    Failed,
+    /// The name is not bound.
+    Unbound,
+    /// The value has no counterpart on the seam; the payload names its Python type.
+    Unsupported,
+    /// The answer would be a frame over the limit; the payload is its size in bytes.
+    TooLarge,
+    /// A status this host does not know: a worker of another version, or a broken one.
+    Unknown(String),
+}
+
+impl Status {
+    fn decode(status: String) -> Self {
+        match status.as_str() {
+            "ok" => Status::Ok,
+            "failed" => Status::Failed,
+            "unbound" => Status::Unbound,
+            "unsupported" => Status::Unsupported,
+            "too_large" => Status::TooLarge,
+            _ => Status::Unknown(status),
+        }
+    }
+}
+
+/// How an execution ended: the exception it raised, if any.
+pub(crate) type Raised = Option<(String, String)>;
+
+enum Pending {
+    Reply(oneshot::Sender<Reply>),
+    Execution {
+        output: Arc<Mutex<cave_core::CellOutput>>,
+        done: oneshot::Sender<Raised>,
+    },
+}
+
+/// How the worker ended.
+#[derive(Clone, Debug)]
+pub(crate) struct Death {
+    /// What happened, for people and for the model.
+    pub(crate) description: String,
+    /// Output it had written and not sent, with the execution it belongs to.
+    pub(crate) unsent: Option<(u64, String)>,
+}
+struct Shared {
+    pending: Mutex<HashMap<u64, Pending>>,
+    next_id: AtomicU64,
+    /// The host ended it (stop, reset, a cell that ignored its interrupt).
+    killed: AtomicBool,
+    /// Why the host ended it, when it was not a stop.
+    kill_reason: Mutex<Option<String>>,
+    /// The outermost execution in progress (its request id).
+    executing: Mutex<Option<u64>>,
+    /// What was written while no execution ran, for the next one.
+    stray: cave_core::StrayOutput,
+}
+
+impl Shared {
+    fn new() -> Self {
+        Self {
+            pending: Mutex::new(HashMap::new()),
+            next_id: AtomicU64::new(1),
+            killed: AtomicBool::new(false),
+            kill_reason: Mutex::new(None),
+            executing: Mutex::new(None),
+            stray: cave_core::StrayOutput::default(),
+        }
+    }
+}
+
+/// A started worker, serving.
+pub(crate) struct Worker {
+    link: Box<dyn Link>,
+    outgoing: Arc<Outgoing>,
+    shared: Arc<Shared>,
+    /// True once the worker has ended.
+    ended: watch::Receiver<bool>,
+    max_frame: usize,
+    /// The interpreter's version.
+    pub(crate) version: (u32, u32, u32),
+}
+
+impl std::fmt::Debug for Worker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Worker")
+            .field("pid", &self.pid())
+            .field("version", &self.version)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Worker {
+    /// Hands a started worker the sources, waits for its `ready`, and serves its frames.
+    pub(crate) async fn handshake(
+        started: Started,
+        max_frame: usize,
+        callables: Callables,
+    ) -> Result<Arc<Worker>, KernelError> {
+        let Started {
+            link,
+            socket,
+            ended,
+            what,
+        } = started;
+        let setup = |e: std::io::Error| KernelError::Start {
+            message: e.to_string(),
+        };
+        socket.set_nonblocking(true).map_err(setup)?;
+        let stream = tokio::net::UnixStream::from_std(socket).map_err(setup)?;
+        let (read, write) = stream.into_split();
+        let mut worker = Worker {
+            link,
+            outgoing: Outgoing::start(write),
+            shared: Arc::new(Shared::new()),
+            ended,
+            max_frame,
+            version: (0, 0, 0),
+        };
+        worker
+            .send(&Data::Owned(sources()))
+            .map_err(|e| KernelError::Start {
+                message: e.to_string(),
+            })?;
+        let mut reader = FramedRead::new(
+            read,
+            LengthDelimitedCodec::builder()
+                .max_frame_length(max_frame)
+                .new_codec(),
+        );
+        let ready = match reader.next().await {
+            Some(Ok(frame)) => marshal::decode(&frame).ok().map(|(value, _)| value),
+            _ => None,
+        };
+        let Some(version) = ready.as_ref().and_then(ready_version) else {
+            worker.link.kill();
+            let why = worker.link.describe_failed_start().await;
+            return Err(KernelError::Start {
+                message: format!("{what} did not start the worker{why}"),
+            });
+        };
+        worker.version = version;
+        tracing::info!(pid = ?worker.pid(), ?version, enforcement = ?worker.link.enforcement(), "kernel worker started");
+        if (version.0, version.1) < MIN_PYTHON {
+            worker.kill(None);
+            return Err(KernelError::Start {
+                message: format!(
+                    "{what} is Python {}.{}; the kernel runtime needs Python {}.{} or later",
+                    version.0, version.1, MIN_PYTHON.0, MIN_PYTHON.1
+                ),
+            });
+        }
+        let worker = Arc::new(worker);
+        tokio::spawn(serve(
+            reader,
+            Arc::downgrade(&worker),
+            worker.shared.clone(),
+            worker.outgoing.clone(),
+            callables,
+            max_frame,
+        ));
+        Ok(worker)
+    }
+
+    /// What acts on the worker beyond its frames (its limits, sandbox and enforcement, for
+    /// the runtime's reports).
+    pub(crate) fn link(&self) -> &dyn Link {
+        &*self.link
+    }
+
+    /// The id of the local process serving, when the worker is one.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.link.pid()
+    }
+
+    /// Forks a paused copy of the serving process: checkpoint `id`.
+    pub(crate) async fn checkpoint(&self, id: u64) -> Result<(), KernelError> {
+        let Some(copies) = self.link.copies() else {
+            return Err(KernelError::Checkpoint {
+                message: "checkpoints need a local kernel process; a kernel behind a Jupyter server cannot be copied".to_owned(),
+            });
+        };
+        let reply = self
+            .request("checkpoint", vec![Data::Owned(Value::Int(id.into()))])
+            .await?;
+        match (reply.status, reply.payload) {
+            (Status::Ok, Value::Int(pid)) => {
+                copies.hold(id, pid as i32);
+                Ok(())
+            }
+            (_, payload) => Err(KernelError::Checkpoint {
+                message: format!("the process could not make a copy of itself: {payload}"),
+            }),
+        }
+    }
+
+    /// Hands the socket to the copy of checkpoint `id`, which then serves (with a fresh copy
+    /// of itself, so the checkpoint stays); the later checkpoints are dropped.
+    pub(crate) async fn rollback(&self, id: u64) -> Result<(), KernelError> {
+        let Some((copies, copy)) = self
+            .link
+            .copies()
+            .and_then(|copies| Some((copies, copies.holder(id)?)))
+        else {
+            return Err(KernelError::Checkpoint {
+                message: format!("checkpoint {id} is not held by this process"),
+            });
+        };
+        let request = self.request("rollback", vec![Data::Owned(Value::Int(id.into()))]);
+        // A copy that never answers (the process died before it handed over) is given up.
+        let reply = match tokio::time::timeout(ROLLBACK_TIMEOUT, request).await {
+            Ok(Ok(reply)) => reply,
+            Ok(Err(error)) => return Err(error),
+            Err(_) => {
+                self.kill(Some(
+                    "the Python process did not finish a rollback".to_owned(),
+                ));
+                return Err(KernelError::Died);
+            }
+        };
+        match (reply.status, reply.payload) {
+            (Status::Ok, Value::Int(fresh)) => {
+                copies.rolled_back(id, copy, fresh as i32);
+                Ok(())
+            }
+            // Refused before any hand-over: the serving process goes on.
+            (_, payload) => Err(KernelError::Checkpoint {
+                message: format!("the rollback was refused: {payload}"),
+            }),
+        }
+    }
+
+    /// Ends the copy of checkpoint `id` (nothing is answered).
+    pub(crate) fn drop_checkpoint(&self, id: u64) {
+        let held = self.link.copies().is_some_and(|c| c.release(id));
+        if held && self.alive() {
+            let message = Data::Owned(Value::Tuple(vec![
+                "drop_checkpoint".into(),
+                Value::Int(0),
+                Value::Int(id.into()),
+            ]));
+            let _ = self.send(&message);
+        }
+    }
+    /// Sends one message.
+    fn send(&self, message: &Data<'_>) -> Result<(), KernelError> {
+        let frame = framed(message, self.max_frame)?;
+        self.outgoing.send(frame)
+    }
+
+    fn next_id(&self) -> u64 {
+        self.shared.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Sends a request and waits for its reply.
+    pub(crate) async fn request(
+        &self,
+        operation: &str,
+        args: Vec<Data<'_>>,
+    ) -> Result<Reply, KernelError> {
+        let reply = self.begin(operation, args)?;
+        reply.await.map_err(|_| KernelError::Died)
+    }
+
+    /// Sends a request now (its arguments may borrow from under a lock); the receiver gets
+    /// the reply.
+    pub(crate) fn begin(
+        &self,
+        operation: &str,
+        args: Vec<Data<'_>>,
+    ) -> Result<oneshot::Receiver<Reply>, KernelError> {
+        let id = self.next_id();
+        let (tx, rx) = oneshot::channel();
+        lock(&self.shared.pending).insert(id, Pending::Reply(tx));
+        let mut message = vec![Data::from(operation), Data::Owned(Value::Int(id.into()))];
+        message.extend(args);
+        if let Err(e) = self.send(&Data::Tuple(message)) {
+            lock(&self.shared.pending).remove(&id);
+            return Err(e);
+        }
+        Ok(rx)
+    }
+
+    /// Runs a cell: live output goes to `live`; resolves to the exception it raised, or to
+    /// `Died` when the process ended first. Returns the execution's id too.
+    pub(crate) fn execute(
+        &self,
+        code: &str,
+        number: u64,
+        output: Arc<Mutex<cave_core::CellOutput>>,
+    ) -> Result<(u64, oneshot::Receiver<Raised>), KernelError> {
+        let id = self.next_id();
+        let (done, rx) = oneshot::channel();
+        lock(&self.shared.pending).insert(id, Pending::Execution { output, done });
+        lock(&self.shared.executing).get_or_insert(id);
+        let message = Data::Owned(Value::Tuple(vec![
+            "execute".into(),
+            Value::Int(id.into()),
+            code.into(),
+            Value::Int(number.into()),
+        ]));
+        if let Err(e) = self.send(&message) {
+            lock(&self.shared.pending).remove(&id);
+            let mut executing = lock(&self.shared.executing);
+            if *executing == Some(id) {
+                *executing = None;
+            }
+            return Err(e);
+        }
+        Ok((id, rx))
+    }
+
+    /// The outermost execution in progress, if any.
+    pub(crate) fn executing(&self) -> Option<u64> {
+        *lock(&self.shared.executing)
+    }
+
+    /// Returns true if and only if the worker has not ended.
+    pub(crate) fn alive(&self) -> bool {
+        !*self.ended.borrow() && !self.outgoing.is_closed()
+    }
+
+    /// Asks the running cell to stop (`KeyboardInterrupt` in the worker).
+    pub(crate) fn interrupt(&self) {
+        self.link.interrupt();
+    }
+
+    /// Ends the worker now. `reason` is what a running execution is told; `None` for a
+    /// deliberate stop.
+    pub(crate) fn kill(&self, reason: Option<String>) {
+        if let Some(reason) = reason {
+            lock(&self.shared.kill_reason).get_or_insert(reason);
+        }
+        self.shared.killed.store(true, Ordering::SeqCst);
+        self.link.kill();
+    }
+
+    /// Lets go of the worker, its runtime being gone: killed, except where the link lets it
+    /// go gracefully (an idle kernel the runtime attached to: the link's end tells its worker
+    /// to stop, and the kernel stays with its namespace).
+    pub(crate) fn release(&self) {
+        if !self.link.let_go_on_release(self.executing().is_some()) {
+            // Killed before the link closes: a worker that reads the end of its link exits,
+            // and what its cells detached would then be orphaned beyond the walk from it.
+            self.kill(None);
+        }
+        self.outgoing.close();
+    }
+
+    /// Asks the worker to exit, then kills it after `grace`.
+    pub(crate) async fn stop(&self, grace: std::time::Duration) {
+        if self.alive() {
+            self.link.before_stop();
+            let stop = self.request("stop", Vec::new());
+            let _ = tokio::time::timeout(grace, stop).await;
+            let mut ended = self.ended.clone();
+            let exited = tokio::time::timeout(grace, ended.wait_for(|e| *e)).await;
+            if exited.is_err() {
+                self.kill(None);
+            }
+        }
+        self.shared.killed.store(true, Ordering::SeqCst);
+        self.link.after_stop();
+        self.wait().await;
+    }
+
+    /// Waits for the worker to end.
+    pub(crate) async fn wait(&self) {
+        let mut ended = self.ended.clone();
+        let _ = ended.wait_for(|e| *e).await;
+    }
+
+    /// What was written while no execution ran since the last call, as the next execution's
+    /// output begins with it.
+    pub(crate) fn take_stray_output(&self) -> Option<String> {
+        self.shared.stray.take()
+    }
+
+    /// How the worker ended, once it has: a description for the execution that was running.
+    pub(crate) async fn death(&self) -> Death {
+        self.wait().await;
+        let killed = self.shared.killed.load(Ordering::SeqCst);
+        let reason = lock(&self.shared.kill_reason).clone();
+        let description = match (reason, killed) {
+            (Some(reason), _) => reason,
+            (None, true) => "the Python process was stopped".to_owned(),
+            (None, false) => self.link.describe_end().await,
+        };
+        Death {
+            description,
+            unsent: self.link.unsent(),
+        }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// The sources frame: the executor and the worker, loaded as modules by the bootstrap.
+fn sources() -> Value {
+    Value::List(vec![
+        Value::Tuple(vec![
+            cave_python::EXECUTOR_MODULE.into(),
+            cave_python::EXECUTOR_FILE.into(),
+            cave_python::EXECUTOR.into(),
+        ]),
+        Value::Tuple(vec![
+            cave_python::KERNEL_MODULE.into(),
+            cave_python::KERNEL_FILE.into(),
+            cave_python::KERNEL.into(),
+        ]),
+    ])
+}
+
+/// The interpreter's version from the worker's `ready` message.
+fn ready_version(ready: &Value) -> Option<(u32, u32, u32)> {
+    match ready {
+        Value::Tuple(items) if items.first().and_then(Value::as_str) == Some("ready") => {
+            match items.get(2) {
+                Some(Value::Tuple(v)) => {
+                    let part = |i: usize| match v.get(i) {
+                        Some(Value::Int(n)) => u32::try_from(*n).ok(),
+                        _ => None,
+                    };
+                    Some((part(0)?, part(1)?, part(2)?))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+/// The host's end of the socket, for writing. A frame is written at once when the socket takes
+/// it (the common case: a reply to a child that waits for it), and otherwise queued for a
+/// writer task; either way frames never interleave and are written whole, even when the
+/// request that sent one is dropped.
+pub(crate) struct Outgoing {
+    half: tokio::net::unix::OwnedWriteHalf,
+    queue: Mutex<Queue>,
+    wake: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    frames: std::collections::VecDeque<Vec<u8>>,
+    /// Bytes of the front frame already written.
+    written: usize,
+    closed: bool,
+}
+
+impl Outgoing {
+    fn start(half: tokio::net::unix::OwnedWriteHalf) -> Arc<Self> {
+        let outgoing = Arc::new(Self {
+            half,
+            queue: Mutex::new(Queue::default()),
+            wake: tokio::sync::Notify::new(),
+        });
+        let writer = outgoing.clone();
+        // Ends when the socket is closed: by the child's death (the reader sees it) or by the
+        // process being dropped.
+        tokio::spawn(async move {
+            while writer.flush_queue().await {
+                let woken = writer.wake.notified();
+                tokio::pin!(woken);
+                woken.as_mut().enable();
+                let idle = {
+                    let queue = lock(&writer.queue);
+                    queue.frames.is_empty() && !queue.closed
+                };
+                if idle {
+                    woken.await;
+                }
+            }
+        });
+        outgoing
+    }
+
+    /// Sends a frame: written now if nothing is queued and the socket takes it.
+    fn send(&self, frame: Vec<u8>) -> Result<(), KernelError> {
+        let mut queue = lock(&self.queue);
+        if queue.closed {
+            return Err(KernelError::Died);
+        }
+        let mut written = 0;
+        if queue.frames.is_empty() {
+            while written < frame.len() {
+                match self.half.try_write(&frame[written..]) {
+                    Ok(n) => written += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(_) => {
+                        queue.closed = true;
+                        return Err(KernelError::Died);
+                    }
+                }
+            }
+            if written == frame.len() {
+                return Ok(());
+            }
+            queue.written = written;
+        }
+        queue.frames.push_back(frame);
+        drop(queue);
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    /// Writes what is queued; false once the socket is closed.
+    async fn flush_queue(&self) -> bool {
+        loop {
+            {
+                let mut queue = lock(&self.queue);
+                if queue.closed {
+                    return false;
+                }
+                loop {
+                    let Some(front) = queue.frames.front() else {
+                        return true;
+                    };
+                    let at = queue.written;
+                    match self.half.try_write(&front[at..]) {
+                        Ok(n) if at + n == front.len() => {
+                            queue.frames.pop_front();
+                            queue.written = 0;
+                        }
+                        Ok(n) => queue.written = at + n,
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                        Err(_) => {
+                            queue.closed = true;
+                            return false;
+                        }
+                    }
+                }
+            }
+            if self.half.writable().await.is_err() {
+                lock(&self.queue).closed = true;
+                return false;
+            }
+        }
+    }
+
+    fn is_closed(&self) -> bool {
+        lock(&self.queue).closed
+    }
+
+    /// Stops writing (what is queued is dropped) and ends the writer task.
+    fn close(&self) {
+        lock(&self.queue).closed = true;
+        self.wake.notify_one();
+        // The other end sees the end of the stream now, even while a task still holds this
+        // half (the reader does, until the other end closes: a kernel the runtime attached to
+        // is let go on this end of file).
+        // SAFETY: shutdown on the socket this half owns; it stays open until dropped.
+        unsafe {
+            libc::shutdown(self.half.as_ref().as_raw_fd(), libc::SHUT_WR);
+        }
+    }
+}
+
+/// A message as one frame: its length (4 bytes, big-endian), then its marshal encoding.
+pub(crate) fn framed(message: &Data<'_>, max_frame: usize) -> Result<Vec<u8>, KernelError> {
+    let mut frame = vec![0; 4];
+    marshal::encode(message, &mut frame).map_err(|e| KernelError::Invalid {
+        message: e.to_string(),
+    })?;
+    let length = frame.len() - 4;
+    if length > max_frame {
+        return Err(KernelError::TooLarge {
+            message: format!(
+                "the message is {length} bytes once encoded, over the frame limit of {max_frame} bytes (KernelConfig::max_frame)"
+            ),
+        });
+    }
+    frame[..4].copy_from_slice(&(length as u32).to_be_bytes());
+    Ok(frame)
+}
+/// Reads the worker's frames until it ends: replies, output, and host calls.
+async fn serve(
+    mut reader: FramedRead<tokio::net::unix::OwnedReadHalf, LengthDelimitedCodec>,
+    worker: std::sync::Weak<Worker>,
+    shared: Arc<Shared>,
+    outgoing: Arc<Outgoing>,
+    callables: Callables,
+    max_frame: usize,
+) {
+    let served = Served {
+        shared,
+        outgoing,
+        callables,
+        max_frame,
+    };
+    while let Some(frame) = reader.next().await {
+        let handled = frame
+            .map_err(|e| e.to_string())
+            .and_then(|frame| Message::decode(&frame))
+            .and_then(|message| served.handle(message));
+        if let Err(what) = handled {
+            protocol_violation(&worker, what);
+            break;
+        }
+    }
+    // The worker is gone (or broke the protocol): nobody will answer what is pending.
+    lock(&served.shared.pending).clear();
+    served.outgoing.close();
+}
+
+/// One message from the worker: its kind, the request it answers, the rest.
+struct Message {
+    kind: String,
+    id: u64,
+    items: std::vec::IntoIter<Value>,
+    /// What the decoder could not hold (an int beyond 128 bits), if anything.
+    unsupported: Option<String>,
+}
+
+impl Message {
+    fn decode(frame: &[u8]) -> Result<Message, String> {
+        let (items, unsupported) = match marshal::decode(frame).map_err(|e| e.to_string())? {
+            (Value::Tuple(items), unsupported) => (items, unsupported),
+            _ => return Err("a frame that is not a message".to_owned()),
+        };
+        let mut items = items.into_iter();
+        let kind = match items.next() {
+            Some(Value::Str(kind)) => kind,
+            other => return Err(format!("an unknown message {other:?}")),
+        };
+        let id = match items.next() {
+            Some(Value::Int(id)) => u64::try_from(id).unwrap_or(0),
+            _ => 0,
+        };
+        Ok(Message {
+            kind,
+            id,
+            items,
+            unsupported,
+        })
+    }
+}
+
+/// What the reader of a worker's frames answers with.
+struct Served {
+    shared: Arc<Shared>,
+    outgoing: Arc<Outgoing>,
+    callables: Callables,
+    max_frame: usize,
+}
+
+impl Served {
+    fn handle(&self, message: Message) -> Result<(), String> {
+        match message.kind.as_str() {
+            "out" => self.output(message),
+            "done" => self.done(message),
+            "reply" => self.reply(message),
+            "call" => self.call(message),
+            kind => return Err(format!("an unknown message {kind:?}")),
+        }
+        Ok(())
+    }
+
+    /// Output of an execution.
+    fn output(&self, mut message: Message) {
+        let Some(Value::Str(text)) = message.items.next() else {
+            return;
+        };
+        let pending = lock(&self.shared.pending);
+        match pending.get(&message.id) {
+            Some(Pending::Execution { output, .. }) => lock(output).push(&text),
+            _ => {
+                drop(pending);
+                // Written outside any execution (a thread or subprocess a cell left behind):
+                // kept, within a cap, for the next execution.
+                self.shared.stray.push(&text);
+            }
+        }
+    }
+
+    /// An execution ended, with the exception it raised if any.
+    fn done(&self, mut message: Message) {
+        let id = message.id;
+        let raised = match message.items.next() {
+            Some(Value::Tuple(pair)) => match <[Value; 2]>::try_from(pair) {
+                Ok([Value::Str(t), Value::Str(m)]) => Some((t, m)),
+                _ => Some(("BaseException".to_owned(), String::new())),
+            },
+            _ => None,
+        };
+        {
+            let mut executing = lock(&self.shared.executing);
+            if *executing == Some(id) {
+                *executing = None;
+            }
+        }
+        if let Some(Pending::Execution { done, .. }) = lock(&self.shared.pending).remove(&id) {
+            let _ = done.send(raised);
+        }
+    }
+
+    /// The answer to a request.
+    fn reply(&self, mut message: Message) {
+        let Some(Value::Str(status)) = message.items.next() else {
+            return;
+        };
+        let status = Status::decode(status);
+        let payload = message.items.next().unwrap_or_default();
+        // A value the host cannot hold (an int beyond 128 bits) is a refusal of the value, not
+        // of the worker.
+        let reply = match message.unsupported {
+            Some(what) if status == Status::Ok => Reply {
+                status: Status::Unsupported,
+                payload: Value::Str(what),
+            },
+            _ => Reply { status, payload },
+        };
+        if let Some(Pending::Reply(tx)) = lock(&self.shared.pending).remove(&message.id) {
+            let _ = tx.send(reply);
+        }
+    }
+
+    /// A call of a host function or method: run on a task of its own (it may call back into
+    /// the worker), answered with a `return` frame.
+    fn call(&self, mut message: Message) {
+        let id = message.id;
+        let handle = match message.items.next() {
+            Some(Value::Int(h)) => u64::try_from(h).unwrap_or(u64::MAX),
+            _ => u64::MAX,
+        };
+        let method = match message.items.next() {
+            Some(Value::Str(m)) => Some(m),
+            _ => None,
+        };
+        let args = match message.items.next() {
+            Some(Value::List(args)) => args,
+            _ => Vec::new(),
+        };
+        let callable = lock(&self.callables).get(&handle).cloned();
+        let outgoing = self.outgoing.clone();
+        let max_frame = self.max_frame;
+        let unsupported = message.unsupported;
+        tokio::spawn(async move {
+            let result = match unsupported {
+                Some(what) => Err(HostError::new(
+                    "TypeError",
+                    format!(
+                        "an argument holds a {what}, which cannot be passed to a host function"
+                    ),
+                )),
+                None => host_call(callable, method, args).await,
+            };
+            if let Ok(frame) = returned(id, result, max_frame) {
+                let _ = outgoing.send(frame);
+            }
+        });
+    }
+}
+
+/// The `return` frame of host call `id`.
+fn returned(
+    id: u64,
+    result: Result<Value, HostError>,
+    max_frame: usize,
+) -> Result<Vec<u8>, KernelError> {
+    let frame = |ok: bool, payload: Value| {
+        framed(
+            &Data::Owned(Value::Tuple(vec![
+                "return".into(),
+                Value::Int(id.into()),
+                Value::Bool(ok),
+                payload,
+            ])),
+            max_frame,
+        )
+    };
+    let raised =
+        |python_type: &str, message: String| Value::Tuple(vec![python_type.into(), message.into()]);
+    match result {
+        Ok(value) => frame(true, value),
+        Err(e) => frame(false, raised(&e.python_type, e.message)),
+    }
+    // Too large or too deep for the worker: it raises instead.
+    .or_else(|e| frame(false, raised("ValueError", e.to_string())))
+}
+
+fn protocol_violation(worker: &std::sync::Weak<Worker>, what: String) {
+    tracing::error!(%what, "the kernel worker broke the protocol; killing it");
+    if let Some(worker) = worker.upgrade() {
+        worker.kill(Some(format!(
+            "the Python process broke the runtime's protocol ({what}) and was killed"
+        )));
+    }
+}
+
+async fn host_call(
+    callable: Option<Callable>,
+    method: Option<String>,
+    args: Vec<Value>,
+) -> Result<Value, HostError> {
+    let mut values = Vec::with_capacity(args.len());
+    for arg in args {
+        match arg {
+            Value::Tuple(pair) => match <[Value; 2]>::try_from(pair) {
+                Ok([Value::Str(name), value]) => values.push((name, value)),
+                _ => return Err(HostError::new("TypeError", "malformed arguments")),
+            },
+            _ => return Err(HostError::new("TypeError", "malformed arguments")),
+        }
+    }
+    let args = Args::new(values);
+    match (callable, method) {
+        (Some(Callable::Function(f)), None) => f.call(args).await,
+        (Some(Callable::Object(o)), Some(method)) => o.call(&method, args).await,
+        _ => Err(HostError::new(
+            "RuntimeError",
+            "this host function or object is no longer registered",
+        )),
+    }
+}
