@@ -8,6 +8,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use cave_agent::Agent;
 use cave_agent::testing::Reply;
 use cave_agent::{Event, InProcRuntime, Model, Resources, Runtime, Value, Variable};
 use std::sync::Arc;
@@ -52,7 +53,7 @@ async fn run(model: Arc<dyn Model>) -> Result<(String, usize), Box<dyn std::erro
             ),
         )
         .await?;
-    let mut builder = cave_agent::builder(model, runtime.clone());
+    let mut builder = Agent::builder(model, runtime.clone());
     // Small, to show it: the default keeps 5000 characters inline.
     builder.max_exec_output(2000);
     let mut agent = builder.build()?;

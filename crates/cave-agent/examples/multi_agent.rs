@@ -52,13 +52,13 @@ async fn run(
     let cleaner = SubAgent::new(
         "cleaner",
         "Cleans data: give it data with set(), ask with run(), read results with get().",
-        cave_agent::builder(cleaner_model, InProcRuntime::new()?).build()?,
+        Agent::builder(cleaner_model, InProcRuntime::new()?).build()?,
     );
     // The analyzer's code runs in a child process.
     let analyzer = SubAgent::new(
         "analyzer",
         "Computes statistics: give it data with set(), ask with run(), read results with get().",
-        cave_agent::builder(analyzer_model, KernelRuntime::new()?).build()?,
+        Agent::builder(analyzer_model, KernelRuntime::new()?).build()?,
     );
     let runtime = InProcRuntime::new()?;
     let readings = [20.5, -1.0, 19.5, 22.5, f64::NAN, 21.0, 21.5]
@@ -81,7 +81,7 @@ async fn run(
         )
         .await?;
     let mut orchestrator: Agent = {
-        let mut builder = cave_agent::builder(orchestrator_model, runtime);
+        let mut builder = Agent::builder(orchestrator_model, runtime);
         builder.sub_agent(cleaner).sub_agent(analyzer.clone());
         builder.build()?
     };

@@ -7,6 +7,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use cave_agent::Agent;
 use cave_agent::testing::Reply;
 use cave_agent::{InProcRuntime, Model, Resources, Runtime, RuntimeExt, Value, Variable};
 use std::sync::Arc;
@@ -39,7 +40,7 @@ async fn run(model: Arc<dyn Model>) -> Result<String, Box<dyn std::error::Error>
                 ),
         )
         .await?;
-    let mut agent = cave_agent::builder(model, runtime.clone()).build()?;
+    let mut agent = Agent::builder(model, runtime.clone()).build()?;
     common::show(
         agent.stream("Parse `raw` into a dict `sales` of totals per region."),
         true,

@@ -8,6 +8,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use cave_agent::Agent;
 use cave_agent::skills::discover;
 use cave_agent::testing::Reply;
 use cave_agent::{Event, InProcRuntime, Model, SkillSet};
@@ -32,7 +33,7 @@ async fn run(model: Arc<dyn Model>) -> Result<Vec<String>, Box<dyn std::error::E
     }
     let skills = SkillSet::from_discovery(found)?;
     let runtime = InProcRuntime::new()?;
-    let mut builder = cave_agent::builder(model, runtime.clone());
+    let mut builder = Agent::builder(model, runtime.clone());
     skills.install(&runtime, &mut builder).await?;
     let mut agent = builder.build()?;
     let events = common::show(

@@ -8,6 +8,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use cave_agent::Agent;
 use cave_agent::testing::Reply;
 use cave_agent::{InProcRuntime, Model, ObjectBinding, Resources, Runtime, Shared};
 use std::sync::Arc;
@@ -100,7 +101,7 @@ async fn run(
                 ),
         )
         .await?;
-    let mut agent = cave_agent::builder(model, runtime).build()?;
+    let mut agent = Agent::builder(model, runtime).build()?;
     common::show(
         agent.stream("Make it cosy for the evening: dim the light to 30, 21.5 °C, and a night setback from 22:00."),
         true,

@@ -9,6 +9,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use cave_agent::Agent;
 use cave_agent::testing::Reply;
 use cave_agent::{
     InProcRuntime, Model, ObjectBinding, Resources, Runtime, Shared, Value, Variable,
@@ -127,7 +128,7 @@ async fn run(
                 ),
         )
         .await?;
-    let mut agent = cave_agent::builder(model, runtime).build()?;
+    let mut agent = Agent::builder(model, runtime).build()?;
     common::show(
         agent.stream("Total the sales per region with pandas, and draw a bar chart of them into an HTML file at chart_path."),
         true,

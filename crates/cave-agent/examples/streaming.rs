@@ -9,6 +9,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use cave_agent::Agent;
 use cave_agent::testing::Reply;
 use cave_agent::{Event, InProcRuntime, Model};
 use futures_util::StreamExt;
@@ -53,7 +54,7 @@ fn script() -> Vec<Reply> {
 
 async fn run(model: Arc<dyn Model>) -> Result<View, Box<dyn std::error::Error>> {
     let runtime = InProcRuntime::new()?;
-    let mut agent = cave_agent::builder(model, runtime).build()?;
+    let mut agent = Agent::builder(model, runtime).build()?;
     let mut view = View::default();
     let mut events = agent.stream("Count down from 3 in Python, printing as you go.");
     while let Some(event) = events.next().await {

@@ -7,6 +7,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
+use cave_agent::Agent;
 use cave_agent::testing::Reply;
 use cave_agent::{InProcRuntime, Model, PythonType, Resources, Runtime};
 use serde::{Deserialize, Serialize};
@@ -85,7 +86,7 @@ async fn run(model: Arc<dyn Model>) -> Result<Vec<Task>, Box<dyn std::error::Err
                 .function(complete::function()),
         )
         .await?;
-    let mut agent = cave_agent::builder(model, runtime).build()?;
+    let mut agent = Agent::builder(model, runtime).build()?;
     common::show(
         agent.stream(
             "Add 'Buy a tree' due 2026-12-20 and 'Wrap presents' to my list, then mark the first open task done.",

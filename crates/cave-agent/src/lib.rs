@@ -53,43 +53,18 @@ pub mod skills {
 #[cfg(feature = "skills")]
 pub use cave_skills::{Skill, SkillSet};
 
-/// Context compaction and token estimation (feature `compact`, on by default).
+/// Exact token counts for OpenAI models (feature `compact`, on by default); every agent
+/// compacts its history without it.
 #[cfg(feature = "compact")]
 pub mod compact {
     pub use cave_compact::*;
 }
-
-#[cfg(feature = "compact")]
-pub use cave_compact::ContextCompactor;
 
 /// The test kit: a scripted model, a runtime without Python, the runtime contract (feature
 /// `testing`).
 #[cfg(feature = "testing")]
 pub mod testing {
     pub use cave_testing::*;
-}
-
-/// The batteries-included builder: [`Agent::builder`] with what the enabled features provide.
-/// With `compact` (on by default) the agent keeps its history inside the context window:
-/// a [`ContextCompactor`] whose summaries are written by the agent's own model, with the
-/// model's output cap kept free, and the exact token estimator for OpenAI model ids (the
-/// script-aware one otherwise). Opt out with `builder.compactor(NoCompaction)`; without the
-/// feature this is [`Agent::builder`].
-pub fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> AgentBuilder {
-    let model: std::sync::Arc<dyn Model> = std::sync::Arc::new(model);
-    #[allow(unused_mut)]
-    let mut builder = Agent::builder(model.clone(), runtime);
-    #[cfg(feature = "compact")]
-    {
-        let info = model.info();
-        let mut compactor = ContextCompactor::new(model);
-        if let Some(tokens) = info.max_output_tokens {
-            compactor = compactor.with_output_reserve(u64::from(tokens));
-        }
-        builder.compactor(compactor);
-        builder.estimator(cave_compact::estimator_for(&info.id));
-    }
-    builder
 }
 
 /// docs/JUPYTER.md's example, compiled as a doctest.

@@ -9,8 +9,8 @@
 //! `results.jsonl` and writes its events as a JSON Lines transcript, under `target/live/`
 //! (or `CAVE_LIVE_DIR`).
 
+use cave_agent::ContextCompactor;
 use cave_agent::RuntimeExt;
-use cave_agent::compact::ContextCompactor;
 use cave_agent::testing::contract::Light;
 use cave_agent::{
     Agent, AgentBuilder, Args, Event, Function, InProcRuntime, KernelRuntime, LiteLlmModel,
@@ -52,9 +52,9 @@ fn model(max_output_tokens: u32) -> Arc<dyn Model> {
     }
 }
 
-/// The facade's builder (compaction on), with the suite's limits.
+/// The builder (compaction on by default), with the suite's limits.
 fn builder(model: Arc<dyn Model>, runtime: impl Runtime + 'static) -> AgentBuilder {
-    let mut builder = cave_agent::builder(model, runtime);
+    let mut builder = Agent::builder(model, runtime);
     builder
         .max_steps(MAX_STEPS)
         .max_run_time(Duration::from_secs(300))

@@ -219,9 +219,9 @@ async fn cancelling_stops_the_cell_and_the_next_run_works() {
     );
 }
 
-/// The facade's builder compacts by default; `Agent::builder` does not.
+/// An agent compacts by default; `NoCompaction` keeps every message.
 #[tokio::test]
-async fn the_facade_builder_compacts_by_default() {
+async fn an_agent_compacts_by_default() {
     // A resumed history larger than the default window allows (about 150 000 tokens of
     // varied text in 30 old results): the first step clears the old results.
     let mut history = vec![Message::system("sys"), Message::user("Analyse.")];
@@ -235,15 +235,16 @@ async fn the_facade_builder_compacts_by_default() {
 
     let mut plain = Agent::builder(model(), runtime.clone())
         .history(history.clone())
+        .compactor(cave_agent::NoCompaction)
         .build()
         .unwrap();
     plain.run("go on").await;
     assert!(
-        !results(plain.history()).contains(&cave_agent::compact::prompts::CLEARED_RESULT),
-        "Agent::builder keeps every result"
+        !results(plain.history()).contains(&prompt::CLEARED_RESULT),
+        "NoCompaction keeps every result"
     );
 
-    let mut batteries = cave_agent::builder(model(), runtime)
+    let mut batteries = Agent::builder(model(), runtime)
         .history(history)
         .build()
         .unwrap();
@@ -251,7 +252,7 @@ async fn the_facade_builder_compacts_by_default() {
     assert_eq!(response.stop_reason, StopReason::Completed);
     let cleared = results(batteries.history())
         .iter()
-        .filter(|r| **r == cave_agent::compact::prompts::CLEARED_RESULT)
+        .filter(|r| **r == prompt::CLEARED_RESULT)
         .count();
     assert!(cleared >= 20, "old results were cleared: {cleared}");
 }

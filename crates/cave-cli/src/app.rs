@@ -166,7 +166,11 @@ impl Session {
             None => model.clone(),
         };
         let info = model.info();
-        let mut compactor = ContextCompactor::new(summarizer).with_context_window(context_window);
+        // Exact counts for OpenAI models, the script-aware estimate otherwise.
+        let summarizer_id = summarizer.info().id;
+        let mut compactor = ContextCompactor::new(summarizer)
+            .with_context_window(context_window)
+            .with_estimator(cave_agent::compact::estimator_for(&summarizer_id));
         if let Some(tokens) = info.max_output_tokens {
             compactor = compactor.with_output_reserve(u64::from(tokens));
         }
@@ -266,7 +270,6 @@ impl Session {
             .await
             .context("--skills")?;
         builder.compactor(compactor);
-        // Exact counts for OpenAI models, the script-aware estimate otherwise.
         builder.estimator(cave_agent::compact::estimator_for(&info.id));
         if let Some(policy) = policy {
             builder.policy(policy);

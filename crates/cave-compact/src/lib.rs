@@ -1,35 +1,25 @@
-//! cave-agent's context compaction and token estimation.
+//! Exact token counts for cave-agent: OpenAI's tokenizers (tiktoken, built in).
 //!
-//! # Brief overview
-//!
-//! - [`ContextCompactor`] implements [`cave_core::Compactor`]: it clears old execution results
-//!   first and asks a model for a summary only when that is not enough; it also recovers when a
-//!   provider rejects a prompt as too long.
-//! - [`ScriptEstimator`] estimates tokens by character class without under-counting CJK, other
-//!   scripts or emoji; [`TiktokenEstimator`] counts exactly with an OpenAI tokenizer, chosen
-//!   automatically for OpenAI model ids ([`estimator_for`]).
+//! Every agent estimates with cave-core's [`ScriptEstimator`](cave_core::ScriptEstimator) and
+//! compacts with its `ContextCompactor`; this crate adds exact counts where the tokenizer is
+//! known. [`TiktokenEstimator`] counts with an OpenAI encoding; [`estimator_for`] picks it for
+//! OpenAI model ids and the script-aware heuristic otherwise. Give it to the agent and to its
+//! compactor:
 //!
 //! ```
-//! use cave_compact::ScriptEstimator;
+//! use cave_compact::estimator_for;
 //! use cave_core::TokenEstimator;
 //!
-//! assert_eq!(ScriptEstimator.estimate("hello world"), 2);
-//! assert_eq!(ScriptEstimator.estimate(&"你好世界".repeat(10)), 50);
+//! assert_eq!(estimator_for("gpt-4o").estimate("hello world"), 2);
+//! // Other models: the heuristic, which never under-counts.
+//! assert_eq!(estimator_for("llama-3").estimate(&"你好".repeat(4)), 10);
 //! ```
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
-mod compactor;
 mod estimate;
-pub mod prompts;
 
-pub use compactor::{
-    COMPACT_BUFFER_TOKENS, COOLDOWN_ATTEMPTS, ContextCompactor, DEFAULT_CONTEXT_WINDOW,
-    FALLBACK_OUTPUT_RESERVE, KEEP_RECENT_RESULTS, MAX_CONSECUTIVE_FAILURES,
-};
-pub use estimate::{Encoding, ScriptEstimator, TiktokenEstimator, estimator_for};
-#[doc(hidden)]
-pub use estimate::{RANGES, rate};
+pub use estimate::{Encoding, TiktokenEstimator, estimator_for};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

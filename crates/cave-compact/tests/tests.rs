@@ -1,3 +1,2 @@
 //! Estimation and compaction.
-mod compactor;
 mod estimate;

@@ -65,8 +65,9 @@ pub use agent::{
 };
 pub use approval::{Approval, ApprovalRequest, Approver};
 pub use compact::{
-    CharEstimator, Compactor, NoCompaction, Prepared, Summarized, SummaryError, TokenAnchor,
-    TokenEstimator, estimate_history,
+    COMPACT_BUFFER_TOKENS, COOLDOWN_ATTEMPTS, Compactor, ContextCompactor, DEFAULT_CONTEXT_WINDOW,
+    FALLBACK_OUTPUT_RESERVE, KEEP_RECENT_RESULTS, MAX_CONSECUTIVE_FAILURES, NoCompaction, Prepared,
+    ScriptEstimator, Summarized, SummaryError, TokenAnchor, TokenEstimator, estimate_history,
 };
 pub use error::{RuntimeError, error_chain};
 pub use event::{

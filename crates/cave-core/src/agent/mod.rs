@@ -14,9 +14,9 @@ pub use sub::SubAgent;
 use crate::RuntimeExt;
 use crate::prompt::{self, TemplateError};
 use crate::{
-    CodePolicy, Compactor, Event, Message, Model, ModelInfo, NameError, NameKind, NoCompaction,
-    Runtime, StopError, StopErrorKind, StopReason, TokenAnchor, TokenEstimator, Usage,
-    highest_persisted_index, validate_name,
+    CodePolicy, Compactor, ContextCompactor, Event, Message, Model, ModelInfo, NameError, NameKind,
+    Runtime, ScriptEstimator, StopError, StopErrorKind, StopReason, TokenAnchor, TokenEstimator,
+    Usage, highest_persisted_index, validate_name,
 };
 use futures_util::StreamExt;
 use std::fmt;
@@ -388,15 +388,18 @@ impl AgentBuilder {
         self.policy = Some(Arc::new(policy));
         self
     }
-    /// Keeps the history inside the context window (default: never compacts).
+    /// Keeps the history inside the context window. Default: a [`ContextCompactor`] whose
+    /// summaries the agent's own model writes, with the model's declared output cap kept free
+    /// (`ContextCompactor::new(model).with_output_reserve(cap)`; set one to change its context
+    /// window, or [`NoCompaction`](crate::NoCompaction) to keep every message).
     pub fn compactor(&mut self, compactor: impl Compactor + 'static) -> &mut Self {
         self.compactor = Some(Arc::new(compactor));
         self
     }
     /// Counts tokens where the provider does not (usage of streams that report none,
-    /// budgets, and the history's size between provider counts). Default: a quarter token per
-    /// character ([`CharEstimator`](crate::CharEstimator)); cave-compact has the script-aware
-    /// and exact ones.
+    /// budgets, and the history's size between provider counts). Default: [`ScriptEstimator`],
+    /// which never under-counts other scripts; cave-compact's `estimator_for(model_id)` counts
+    /// exactly for OpenAI models.
     pub fn estimator(&mut self, estimator: impl TokenEstimator + 'static) -> &mut Self {
         self.estimator = Some(Arc::new(estimator));
         self
@@ -443,14 +446,17 @@ impl AgentBuilder {
         })?;
 
         let model_info = self.model.info();
-        let compactor = self
-            .compactor
-            .clone()
-            .unwrap_or_else(|| Arc::new(NoCompaction));
+        let compactor = self.compactor.clone().unwrap_or_else(|| {
+            let mut compactor = ContextCompactor::new(self.model.clone());
+            if let Some(tokens) = model_info.max_output_tokens {
+                compactor = compactor.with_output_reserve(u64::from(tokens));
+            }
+            Arc::new(compactor)
+        });
         let estimator = self
             .estimator
             .clone()
-            .unwrap_or_else(|| Arc::new(crate::CharEstimator));
+            .unwrap_or_else(|| Arc::new(ScriptEstimator));
         Ok(Agent {
             model: self.model.clone(),
             model_info,

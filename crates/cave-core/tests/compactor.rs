@@ -1,9 +1,9 @@
 //! Compaction tiers, pair preservation, incremental summaries, the breaker, overflow recovery.
 
-use cave_compact::{ContextCompactor, ScriptEstimator, prompts};
+use cave_core::prompt as prompts;
 use cave_core::{
-    Agent, Compactor, Event, Message, ModelError, ModelErrorKind, ModelInfo, PersistedOutput,
-    StopReason, TokenEstimator, persisted_marker,
+    Agent, Compactor, ContextCompactor, Event, Message, ModelError, ModelErrorKind, ModelInfo,
+    PersistedOutput, ScriptEstimator, StopReason, TokenEstimator, persisted_marker,
 };
 use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use futures_util::StreamExt;

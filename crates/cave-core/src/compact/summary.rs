@@ -1,14 +1,16 @@
-//! `ContextCompactor`: keeping a conversation inside the model's context window.
+//! `ContextCompactor`: keeping a conversation inside the model's context window, with summaries
+//! the model writes when clearing old results is not enough.
 
-use crate::estimate::estimator_for;
-use crate::prompts;
-use async_trait::async_trait;
-use cave_core::lock;
-use cave_core::{
-    ChatMessage, ChatRequest, ChatRole, Compactor, FinishReason, Message, Model, Prepared,
-    Summarized, SummaryError, TokenAnchor, TokenEstimator, Usage, estimate_history,
+use super::{
+    Compactor, Prepared, ScriptEstimator, Summarized, SummaryError, TokenAnchor, TokenEstimator,
+    estimate_history,
+};
+use crate::prompt as prompts;
+use crate::{
+    ChatMessage, ChatRequest, ChatRole, FinishReason, Message, Model, Usage, lock,
     strip_persisted_preview,
 };
+use async_trait::async_trait;
 use futures_util::StreamExt;
 use std::future::Future;
 use std::pin::Pin;
@@ -94,13 +96,12 @@ impl std::fmt::Debug for ContextCompactor {
 
 impl ContextCompactor {
     /// Compacts with summaries written by `summarizer` (usually the agent's own model, or a
-    /// cheaper one), estimating with the exact tokenizer for known OpenAI model ids and the
-    /// script-aware heuristic otherwise.
+    /// cheaper one), estimating with [`ScriptEstimator`] (cave-compact's `estimator_for` gives
+    /// exact counts for OpenAI model ids: [`with_estimator`](Self::with_estimator)).
     pub fn new(summarizer: Arc<dyn Model>) -> Self {
-        let estimator = estimator_for(&summarizer.info().id);
         Self {
             summarizer,
-            estimator,
+            estimator: Box::new(ScriptEstimator),
             context_window: DEFAULT_CONTEXT_WINDOW,
             output_reserve: None,
             breaker: Mutex::new(Breaker::default()),

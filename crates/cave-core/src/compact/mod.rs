@@ -1,4 +1,14 @@
-//! The `Compactor` and `TokenEstimator` seams: keeping the history inside the context window.
+//! Keeping the history inside the context window: the `Compactor` and `TokenEstimator` seams,
+//! and the defaults every agent gets (`ContextCompactor`, `ScriptEstimator`).
+
+mod estimate;
+mod summary;
+
+pub use estimate::ScriptEstimator;
+pub use summary::{
+    COMPACT_BUFFER_TOKENS, COOLDOWN_ATTEMPTS, ContextCompactor, DEFAULT_CONTEXT_WINDOW,
+    FALLBACK_OUTPUT_RESERVE, KEEP_RECENT_RESULTS, MAX_CONSECUTIVE_FAILURES,
+};
 
 use crate::{Message, Usage};
 use async_trait::async_trait;
@@ -8,17 +18,6 @@ use std::sync::Arc;
 pub trait TokenEstimator: Send + Sync {
     /// The estimated token count of `text`.
     fn estimate(&self, text: &str) -> u64;
-}
-
-/// The simple default: a quarter token per character, rounded down (right for English prose
-/// and code; cave-compact has a script-aware estimator and exact counts).
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CharEstimator;
-
-impl TokenEstimator for CharEstimator {
-    fn estimate(&self, text: &str) -> u64 {
-        text.chars().count() as u64 / 4
-    }
 }
 
 /// Ties an estimate to a provider's real count: the history that was sent, estimated, and the
