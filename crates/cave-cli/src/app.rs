@@ -165,52 +165,8 @@ impl Session {
             Some(source) => Arc::from(open_model(source)?),
             None => model.clone(),
         };
-        let info = model.info();
-        // Exact counts for OpenAI models, the script-aware estimate otherwise.
-        let summarizer_id = summarizer.info().id;
-        let mut compactor = ContextCompactor::new(summarizer)
-            .with_context_window(context_window)
-            .with_estimator(cave_agent::compact::estimator_for(&summarizer_id));
-        if let Some(tokens) = info.max_output_tokens {
-            compactor = compactor.with_output_reserve(u64::from(tokens));
-        }
-        let runtime = match runtime {
-            RuntimeChoice::InProc => Backend::InProc(
-                InProcRuntime::new().context("the in-process Python runtime could not start")?,
-            ),
-            RuntimeChoice::Jupyter(config) => {
-                let url = config.url().to_owned();
-                let rt = KernelRuntime::jupyter(*config);
-                // Started now: a wrong URL or token is said before the model is asked.
-                rt.start()
-                    .await
-                    .with_context(|| format!("no Jupyter kernel at {url}"))?;
-                Backend::Kernel(rt)
-            }
-            RuntimeChoice::Kernel(config) => {
-                let sandboxed = !config.sandbox_in_force().is_off();
-                let rt = KernelRuntime::with_config(*config)
-                    .context("the kernel runtime could not be set up")?;
-                if sandboxed {
-                    // Started now, so that every layer is reported before the model runs.
-                    rt.start()
-                        .await
-                        .context(
-                            "the sandboxed kernel runtime could not start (`cave doctor` lists the layers this machine supports; --sandbox off runs without them)",
-                        )?;
-                    let layers = rt.sandbox_layers().await.unwrap_or_default();
-                    eprintln!("cave: sandbox: {}", sandbox_summary(&layers));
-                    if let Some(limits) = rt.limits().await {
-                        eprintln!("cave: limits: {limits}");
-                    }
-                    if let Some(audit) = &audit {
-                        let layers: Vec<String> = layers.iter().map(ToString::to_string).collect();
-                        audit.record("sandbox", serde_json::json!({ "layers": layers }));
-                    }
-                }
-                Backend::Kernel(rt)
-            }
-        };
+        let compactor = compactor(&model, summarizer, context_window);
+        let runtime = open_runtime(runtime, audit.as_deref()).await?;
         let resources = variables
             .into_iter()
             .fold(Resources::new(), Resources::variable);
@@ -223,6 +179,7 @@ impl Session {
                 .with_context(|| format!("--py {}", path.display()))?;
         }
 
+        let info = model.info();
         let mut builder = match &runtime {
             Backend::InProc(rt) => Agent::builder(model, rt.clone()),
             Backend::Kernel(rt) => Agent::builder(model, rt.clone()),
@@ -239,37 +196,13 @@ impl Session {
         let call_approver = builder
             .call_approver()
             .filter(|_| approve.is_some_and(|a| a.calls()));
-        let call_audit = audit.clone();
-        let guard = move |resource: Resource| match resource {
-            Resource::Function(mut function) => {
-                if let Some(approver) = &call_approver {
-                    function = cave_agent::requiring_approval(function, approver.clone());
-                }
-                if let Some(log) = &call_audit {
-                    function = cave_agent::audited(function, log.clone());
-                }
-                Resource::Function(function)
-            }
-            Resource::Object(mut object) => {
-                if let Some(approver) = &call_approver {
-                    object = cave_agent::object_requiring_approval(
-                        object,
-                        approver.clone(),
-                        MethodFilter::All,
-                    );
-                }
-                if let Some(log) = &call_audit {
-                    object = cave_agent::audited_object(object, log.clone(), MethodFilter::All);
-                }
-                Resource::Object(object)
-            }
-            other => other,
-        };
+        let guard = call_guard(call_approver, audit.clone());
         skills
             .install_with(runtime.runtime(), &mut builder, |batch| batch.map(&guard))
             .await
             .context("--skills")?;
         builder.compactor(compactor);
+        // Exact counts for OpenAI models, the script-aware estimate otherwise.
         builder.estimator(cave_agent::compact::estimator_for(&info.id));
         if let Some(policy) = policy {
             builder.policy(policy);
@@ -277,71 +210,9 @@ impl Session {
         if let Some(audit) = audit {
             builder.observer(audit);
         }
-        if let Some(v) = settings.max_steps {
-            builder.max_steps(v);
-        }
-        if let Some(v) = settings.max_run_time {
-            builder.max_run_time(v);
-        }
-        if let Some(v) = settings.max_total_tokens {
-            builder.max_total_tokens(v);
-        }
-        if let Some(v) = settings.max_input_tokens {
-            builder.max_input_tokens(v);
-        }
-        if let Some(v) = settings.max_output_tokens {
-            builder.max_output_tokens(v);
-        }
-        if let Some(v) = settings.max_exec_timeout {
-            builder.max_exec_timeout(v);
-        }
-        if let Some(v) = settings.max_exec_output {
-            builder.max_exec_output(v);
-        }
-        if let Some(v) = settings.stream_idle_timeout {
-            builder.stream_idle_timeout(v);
-        }
-        if let Some(v) = settings.instructions {
-            builder.instructions(v);
-        }
+        settings.apply(&mut builder);
         let agent = builder.build()?;
-        let host_stdout = io::stdout()
-            .as_fd()
-            .try_clone_to_owned()
-            .context("could not duplicate stdout")?;
-        let session_capture = if output == OutputMode::Json && matches!(runtime, Backend::InProc(_))
-        {
-            // Only events may reach stdout: what cells write to descriptors 1 and 2 is theirs,
-            // and output outside any cell goes to stderr.
-            cave_agent::inproc::send_stray_output_to_stderr()?;
-            let capture = StdioCapture::start(CapturedStreams::StdoutAndStderr)
-                .context("could not capture the standard descriptors")?;
-            runtime.attach_stdio(&capture);
-            Some(capture)
-        } else {
-            None
-        };
-        let stdout = RedactingStdout {
-            out: host_stdout.into(),
-            buffer: Vec::new(),
-            redactor: redactor.clone(),
-        };
-        let output: Box<dyn Output> = match output {
-            OutputMode::Json => Box::new(JsonLines::new(stdout)),
-            OutputMode::Human { color } => {
-                // The conversation on stdout; errors and warnings on stderr.
-                let stderr = RedactingStdout {
-                    out: io::stderr()
-                        .as_fd()
-                        .try_clone_to_owned()
-                        .context("could not duplicate stderr")?
-                        .into(),
-                    buffer: Vec::new(),
-                    redactor: redactor.clone(),
-                };
-                Box::new(Human::new(stdout, color).with_errors(Box::new(stderr)))
-            }
-        };
+        let (output, session_capture) = open_output(output, &runtime, redactor)?;
         Ok(Self {
             agent,
             runtime,
@@ -698,4 +569,144 @@ fn open_model(source: ModelSource) -> anyhow::Result<Box<dyn Model>> {
             ReplayModel::open(&path)?.on_difference(|difference| eprintln!("cave: {difference}")),
         ),
     })
+}
+
+/// The compactor: summaries by `summarizer` within `context_window`, the model's output cap
+/// kept free, exact counts for OpenAI models and the script-aware estimate otherwise.
+fn compactor(
+    model: &Arc<dyn Model>,
+    summarizer: Arc<dyn Model>,
+    context_window: u64,
+) -> ContextCompactor {
+    let summarizer_id = summarizer.info().id;
+    let mut compactor = ContextCompactor::new(summarizer)
+        .with_context_window(context_window)
+        .with_estimator(cave_agent::compact::estimator_for(&summarizer_id));
+    if let Some(tokens) = model.info().max_output_tokens {
+        compactor = compactor.with_output_reserve(u64::from(tokens));
+    }
+    compactor
+}
+
+/// The runtime chosen, started now where starting can fail in a way the user should hear
+/// before the model is asked (a Jupyter server's URL or token, the sandbox's layers, which
+/// are then reported, and recorded in the audit log).
+async fn open_runtime(
+    runtime: RuntimeChoice,
+    audit: Option<&cave_agent::AuditLog>,
+) -> anyhow::Result<Backend> {
+    Ok(match runtime {
+        RuntimeChoice::InProc => Backend::InProc(
+            InProcRuntime::new().context("the in-process Python runtime could not start")?,
+        ),
+        RuntimeChoice::Jupyter(config) => {
+            let url = config.url().to_owned();
+            let rt = KernelRuntime::jupyter(*config);
+            rt.start()
+                .await
+                .with_context(|| format!("no Jupyter kernel at {url}"))?;
+            Backend::Kernel(rt)
+        }
+        RuntimeChoice::Kernel(config) => {
+            let sandboxed = !config.sandbox_in_force().is_off();
+            let rt = KernelRuntime::with_config(*config)
+                .context("the kernel runtime could not be set up")?;
+            if sandboxed {
+                rt.start()
+                    .await
+                    .context(
+                        "the sandboxed kernel runtime could not start (`cave doctor` lists the layers this machine supports; --sandbox off runs without them)",
+                    )?;
+                let layers = rt.sandbox_layers().await.unwrap_or_default();
+                eprintln!("cave: sandbox: {}", sandbox_summary(&layers));
+                if let Some(limits) = rt.limits().await {
+                    eprintln!("cave: limits: {limits}");
+                }
+                if let Some(audit) = audit {
+                    let layers: Vec<String> = layers.iter().map(ToString::to_string).collect();
+                    audit.record("sandbox", serde_json::json!({ "layers": layers }));
+                }
+            }
+            Backend::Kernel(rt)
+        }
+    })
+}
+
+/// What every host call is wrapped in: asked about first when `approver` is set, recorded
+/// when `audit` is.
+fn call_guard(
+    approver: Option<Arc<dyn cave_agent::Approver>>,
+    audit: Option<Arc<cave_agent::AuditLog>>,
+) -> impl Fn(Resource) -> Resource {
+    move |resource: Resource| match resource {
+        Resource::Function(mut function) => {
+            if let Some(approver) = &approver {
+                function = cave_agent::requiring_approval(function, approver.clone());
+            }
+            if let Some(log) = &audit {
+                function = cave_agent::audited(function, log.clone());
+            }
+            Resource::Function(function)
+        }
+        Resource::Object(mut object) => {
+            if let Some(approver) = &approver {
+                object = cave_agent::object_requiring_approval(
+                    object,
+                    approver.clone(),
+                    MethodFilter::All,
+                );
+            }
+            if let Some(log) = &audit {
+                object = cave_agent::audited_object(object, log.clone(), MethodFilter::All);
+            }
+            Resource::Object(object)
+        }
+        other => other,
+    }
+}
+
+/// Where the session's events go (through the redactor), and, for JSON Lines with the
+/// in-process runtime, the capture that keeps what cells write off stdout.
+fn open_output(
+    mode: OutputMode,
+    runtime: &Backend,
+    redactor: &SecretRedactor,
+) -> anyhow::Result<(Box<dyn Output>, Option<StdioCapture>)> {
+    let host_stdout = io::stdout()
+        .as_fd()
+        .try_clone_to_owned()
+        .context("could not duplicate stdout")?;
+    let capture = if mode == OutputMode::Json && matches!(runtime, Backend::InProc(_)) {
+        // Only events may reach stdout: what cells write to descriptors 1 and 2 is theirs, and
+        // output outside any cell goes to stderr.
+        cave_agent::inproc::send_stray_output_to_stderr()?;
+        let capture = StdioCapture::start(CapturedStreams::StdoutAndStderr)
+            .context("could not capture the standard descriptors")?;
+        runtime.attach_stdio(&capture);
+        Some(capture)
+    } else {
+        None
+    };
+    let stdout = RedactingStdout {
+        out: host_stdout.into(),
+        buffer: Vec::new(),
+        redactor: redactor.clone(),
+    };
+    let output: Box<dyn Output> = match mode {
+        OutputMode::Json => Box::new(JsonLines::new(stdout)),
+        OutputMode::Human { color } => {
+            // The conversation on stdout; errors and warnings on stderr.
+            let stderr = RedactingStdout {
+                out: io::stderr()
+                    .as_fd()
+                    .try_clone_to_owned()
+                    .context("could not duplicate stderr")?
+                    .into(),
+                buffer: Vec::new(),
+                redactor: redactor.clone(),
+            };
+            Box::new(Human::new(stdout, color).with_errors(Box::new(stderr)))
+        }
+    };
+    Ok((output, capture))
 }

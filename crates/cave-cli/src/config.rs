@@ -47,6 +47,39 @@ pub struct AgentSettings {
     pub instructions: Option<String>,
 }
 
+impl AgentSettings {
+    /// Sets on `builder` what was given.
+    pub fn apply(self, builder: &mut cave_agent::AgentBuilder) {
+        if let Some(v) = self.max_steps {
+            builder.max_steps(v);
+        }
+        if let Some(v) = self.max_run_time {
+            builder.max_run_time(v);
+        }
+        if let Some(v) = self.max_total_tokens {
+            builder.max_total_tokens(v);
+        }
+        if let Some(v) = self.max_input_tokens {
+            builder.max_input_tokens(v);
+        }
+        if let Some(v) = self.max_output_tokens {
+            builder.max_output_tokens(v);
+        }
+        if let Some(v) = self.max_exec_timeout {
+            builder.max_exec_timeout(v);
+        }
+        if let Some(v) = self.max_exec_output {
+            builder.max_exec_output(v);
+        }
+        if let Some(v) = self.stream_idle_timeout {
+            builder.stream_idle_timeout(v);
+        }
+        if let Some(v) = self.instructions {
+            builder.instructions(v);
+        }
+    }
+}
+
 /// How events are printed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum OutputMode {

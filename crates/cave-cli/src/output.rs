@@ -489,46 +489,7 @@ impl<W: Write> Output for Human<W> {
                 self.live_started = false;
                 self.live_mid_line = false;
             }
-            Event::ExecutionOutput { chunk } => {
-                if !std::mem::replace(&mut self.live_started, true) {
-                    self.block(GREEN, "Output")?;
-                }
-                for piece in chunk.split_inclusive('\n') {
-                    if self.live_cut {
-                        break;
-                    }
-                    let budget = SHOWN_CHARS.saturating_sub(self.live_chars);
-                    if self.live_lines >= SHOWN_LINES || budget == 0 {
-                        self.live_cut = true;
-                        break;
-                    }
-                    let piece = match piece.char_indices().nth(budget) {
-                        Some((at, _)) => {
-                            self.live_cut = true;
-                            &piece[..at]
-                        }
-                        None => piece,
-                    };
-                    self.live_chars += piece.chars().count();
-                    // Output arrives in pieces (print writes the text, then the newline).
-                    if !self.live_mid_line {
-                        write!(
-                            self.out,
-                            "{}",
-                            if self.live_lines == 0 {
-                                "  ⎿  "
-                            } else {
-                                "     "
-                            }
-                        )?;
-                    }
-                    write!(self.out, "{piece}")?;
-                    self.live_mid_line = !piece.ends_with('\n');
-                    if !self.live_mid_line {
-                        self.live_lines += 1;
-                    }
-                }
-            }
+            Event::ExecutionOutput { chunk } => self.live_output(chunk)?,
             Event::ExecutionResult {
                 output,
                 success,
@@ -536,39 +497,7 @@ impl<W: Write> Output for Human<W> {
                 state_lost,
                 ..
             } => {
-                let partial = std::mem::take(&mut self.live_mid_line);
-                if partial {
-                    writeln!(self.out)?;
-                }
-                if !self.live_started {
-                    let (style, title) = if *success {
-                        (GREEN, "Output")
-                    } else {
-                        (RED, "Output (the code raised)")
-                    };
-                    self.block(style, title)?;
-                    self.shortened(output)?;
-                } else {
-                    if self.live_cut {
-                        // Shown once: what streamed live stays, the rest is counted, and the
-                        // end of a failure (its traceback's last lines) is shown.
-                        self.rest_of_live_output(output, *success, partial)?;
-                    }
-                    if !success {
-                        self.note(RED, "     (the code raised)")?;
-                    }
-                }
-                self.live_lines = 0;
-                self.live_chars = 0;
-                self.live_cut = false;
-                if let Some(var) = persisted_variable {
-                    self.note(DIM, &format!("     full output kept in `{var}`"))?;
-                }
-                if *state_lost {
-                    self.note(YELLOW, STATE_LOST_NOTE)?;
-                }
-                // The next step's prose starts after a blank line.
-                self.prose_blocks = 1;
+                self.execution_result(output, *success, persisted_variable.as_deref(), *state_lost)?
             }
             Event::ExecutionTimeout {
                 timeout,
@@ -585,43 +514,7 @@ impl<W: Write> Output for Human<W> {
                 self.shortened(message)?;
                 self.prose_blocks = 1;
             }
-            Event::Status(status) => {
-                self.flush_prose()?;
-                let text = match status {
-                    Status::Compacting => "● Compacting the conversation…".to_owned(),
-                    Status::Compacted { before, after } => {
-                        format!("● Compacted {before} → {after} messages")
-                    }
-                    Status::CompactionFailed { message } => {
-                        format!("● Compaction failed, the conversation is kept whole: {message}")
-                    }
-                    Status::OutputRecovery {
-                        recovery,
-                        max_recoveries,
-                    } => format!("● Answer cut off; resuming ({recovery}/{max_recoveries})"),
-                    Status::Isolation { layers } => {
-                        // Said on stderr when the runtime starts; unavailable layers are the
-                        // ones worth repeating.
-                        let missing: Vec<&String> = layers
-                            .iter()
-                            .filter(|l| l.contains("unavailable"))
-                            .collect();
-                        if missing.is_empty() {
-                            return self.out.flush();
-                        }
-                        format!(
-                            "● Sandbox layers unavailable: {}",
-                            missing
-                                .iter()
-                                .map(|l| l.as_str())
-                                .collect::<Vec<_>>()
-                                .join("; ")
-                        )
-                    }
-                    _ => format!("● {status:?}"),
-                };
-                self.warn(YELLOW, &text)?;
-            }
+            Event::Status(status) => self.status(status)?,
             Event::Backoff { delay, reason } => {
                 self.flush_prose()?;
                 let why = reason
@@ -650,31 +543,7 @@ impl<W: Write> Output for Human<W> {
                 usage,
                 error,
                 ..
-            } => {
-                self.flush_prose()?;
-                let mut summary = format!(
-                    "{stop_reason} · {steps} step{}",
-                    if *steps == 1 { "" } else { "s" }
-                );
-                if usage.total_tokens > 0 {
-                    // `~`: the server reported no usage, so these are estimates.
-                    let about = if usage.estimated { "~" } else { "" };
-                    summary.push_str(&format!(
-                        " · {about}{} tokens ({about}{} in, {about}{} out)",
-                        usage.total_tokens, usage.prompt_tokens, usage.completion_tokens
-                    ));
-                }
-                summary.push_str(&format!(" · {elapsed:.1}s"));
-                let style = if *stop_reason == StopReason::Completed {
-                    DIM
-                } else {
-                    YELLOW
-                };
-                writeln!(self.out, "\n{}", self.paint(style, &summary))?;
-                if let Some(error) = error {
-                    self.warn(RED, &error.message)?;
-                }
-            }
+            } => self.stopped(*stop_reason, *steps, *elapsed, usage, error.as_ref())?,
             _ => {}
         }
         self.out.flush()
@@ -710,6 +579,173 @@ impl<W: Write> Output for Human<W> {
             }
         }
         self.out.flush()
+    }
+}
+
+/// How each kind of event reads, for `Output::event`.
+impl<W: Write> Human<W> {
+    /// A piece of a running cell's output, shown live up to the block's size.
+    fn live_output(&mut self, chunk: &str) -> io::Result<()> {
+        if !std::mem::replace(&mut self.live_started, true) {
+            self.block(GREEN, "Output")?;
+        }
+        for piece in chunk.split_inclusive('\n') {
+            if self.live_cut {
+                break;
+            }
+            let budget = SHOWN_CHARS.saturating_sub(self.live_chars);
+            if self.live_lines >= SHOWN_LINES || budget == 0 {
+                self.live_cut = true;
+                break;
+            }
+            let piece = match piece.char_indices().nth(budget) {
+                Some((at, _)) => {
+                    self.live_cut = true;
+                    &piece[..at]
+                }
+                None => piece,
+            };
+            self.live_chars += piece.chars().count();
+            // Output arrives in pieces (print writes the text, then the newline).
+            if !self.live_mid_line {
+                write!(
+                    self.out,
+                    "{}",
+                    if self.live_lines == 0 {
+                        "  ⎿  "
+                    } else {
+                        "     "
+                    }
+                )?;
+            }
+            write!(self.out, "{piece}")?;
+            self.live_mid_line = !piece.ends_with('\n');
+            if !self.live_mid_line {
+                self.live_lines += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// A cell's result: what was not shown live, whether it raised, where its full output is
+    /// kept, and whether the runtime's state was lost.
+    fn execution_result(
+        &mut self,
+        output: &str,
+        success: bool,
+        persisted_variable: Option<&str>,
+        state_lost: bool,
+    ) -> io::Result<()> {
+        let partial = std::mem::take(&mut self.live_mid_line);
+        if partial {
+            writeln!(self.out)?;
+        }
+        if !self.live_started {
+            let (style, title) = if success {
+                (GREEN, "Output")
+            } else {
+                (RED, "Output (the code raised)")
+            };
+            self.block(style, title)?;
+            self.shortened(output)?;
+        } else {
+            if self.live_cut {
+                // Shown once: what streamed live stays, the rest is counted, and the
+                // end of a failure (its traceback's last lines) is shown.
+                self.rest_of_live_output(output, success, partial)?;
+            }
+            if !success {
+                self.note(RED, "     (the code raised)")?;
+            }
+        }
+        self.live_lines = 0;
+        self.live_chars = 0;
+        self.live_cut = false;
+        if let Some(var) = persisted_variable {
+            self.note(DIM, &format!("     full output kept in `{var}`"))?;
+        }
+        if state_lost {
+            self.note(YELLOW, STATE_LOST_NOTE)?;
+        }
+        // The next step's prose starts after a blank line.
+        self.prose_blocks = 1;
+        Ok(())
+    }
+
+    /// A status line (compaction, output recovery, sandbox layers unavailable), where
+    /// warnings go.
+    fn status(&mut self, status: &Status) -> io::Result<()> {
+        self.flush_prose()?;
+        let text = match status {
+            Status::Compacting => "● Compacting the conversation…".to_owned(),
+            Status::Compacted { before, after } => {
+                format!("● Compacted {before} → {after} messages")
+            }
+            Status::CompactionFailed { message } => {
+                format!("● Compaction failed, the conversation is kept whole: {message}")
+            }
+            Status::OutputRecovery {
+                recovery,
+                max_recoveries,
+            } => format!("● Answer cut off; resuming ({recovery}/{max_recoveries})"),
+            Status::Isolation { layers } => {
+                // Said on stderr when the runtime starts; unavailable layers are the
+                // ones worth repeating.
+                let missing: Vec<&String> = layers
+                    .iter()
+                    .filter(|l| l.contains("unavailable"))
+                    .collect();
+                if missing.is_empty() {
+                    return Ok(());
+                }
+                format!(
+                    "● Sandbox layers unavailable: {}",
+                    missing
+                        .iter()
+                        .map(|l| l.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ")
+                )
+            }
+            _ => format!("● {status:?}"),
+        };
+        self.warn(YELLOW, &text)?;
+        Ok(())
+    }
+
+    /// The closing line: why the run stopped, its steps, tokens and time; its error.
+    fn stopped(
+        &mut self,
+        stop_reason: StopReason,
+        steps: u32,
+        elapsed: f64,
+        usage: &cave_agent::Usage,
+        error: Option<&cave_agent::StopError>,
+    ) -> io::Result<()> {
+        self.flush_prose()?;
+        let mut summary = format!(
+            "{stop_reason} · {steps} step{}",
+            if steps == 1 { "" } else { "s" }
+        );
+        if usage.total_tokens > 0 {
+            // `~`: the server reported no usage, so these are estimates.
+            let about = if usage.estimated { "~" } else { "" };
+            summary.push_str(&format!(
+                " · {about}{} tokens ({about}{} in, {about}{} out)",
+                usage.total_tokens, usage.prompt_tokens, usage.completion_tokens
+            ));
+        }
+        summary.push_str(&format!(" · {elapsed:.1}s"));
+        let style = if stop_reason == StopReason::Completed {
+            DIM
+        } else {
+            YELLOW
+        };
+        writeln!(self.out, "\n{}", self.paint(style, &summary))?;
+        if let Some(error) = error {
+            self.warn(RED, &error.message)?;
+        }
+        Ok(())
     }
 }
 

@@ -14,6 +14,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 static GROUPS: AtomicU64 = AtomicU64::new(0);
 
+/// How this crate's groups are named: `cave-kernel-<host pid>-…`.
+const PREFIX: &str = "cave-kernel-";
+/// How old a group of a host that no longer runs must be before it is removed (a host in
+/// another pid namespace is not in our `/proc`; its group is only this long without members
+/// between its making and its child joining).
+const STALE_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// What a child's group limits.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Wanted {
@@ -38,8 +45,13 @@ impl ChildGroup {
             .map_err(|e| format!("cannot read /proc/self/mounts: {e}"))?;
         let own = std::fs::read_to_string("/proc/self/cgroup")
             .map_err(|e| format!("cannot read /proc/self/cgroup: {e}"))?;
+        // The pid first (how `sweep_stale` tells whose it is), then what keeps the name unique
+        // when a later process gets the same pid while a killed host's group is still there.
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos());
         let name = format!(
-            "cave-kernel-{}-{}",
+            "{PREFIX}{}-{}-{nanos:x}",
             std::process::id(),
             GROUPS.fetch_add(1, Ordering::Relaxed)
         );
@@ -79,6 +91,7 @@ impl ChildGroup {
             procs: Vec::new(),
         };
         for (controller, parent) in parents {
+            sweep_stale_once(parent);
             let dir = parent.join(name);
             // Dropping `group` removes what was made if a later one fails.
             std::fs::create_dir(&dir)
@@ -195,6 +208,47 @@ impl Drop for ChildGroup {
     }
 }
 
+/// Sweeps `parent` once per process (see [`sweep_stale`]).
+fn sweep_stale_once(parent: &Path) {
+    static SWEPT: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut swept = cave_core::lock(&SWEPT);
+    if !swept.iter().any(|p| p == parent) {
+        swept.push(parent.to_owned());
+        sweep_stale(parent, STALE_AFTER);
+    }
+}
+
+/// Removes the groups that hosts killed before they could remove their own left in `parent`:
+/// those named for a pid that no longer runs, older than `after`. Their keeper ended their
+/// processes when the host went, so they are empty (a group that is not stays: the kernel
+/// refuses to remove it).
+fn sweep_stale(parent: &Path, after: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= after);
+        let gone = pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists();
+        if old && gone {
+            let _ = std::fs::remove_dir(entry.path());
+        }
+    }
+}
+
 /// Whether a group could be made for a child here (what `cave doctor` says). Read once: it is
 /// asked at each child's start.
 pub(crate) fn available() -> bool {
@@ -301,4 +355,38 @@ fn own_memory_limit() -> Option<u64> {
     let v1 =
         v1_group(&mounts, &own, "memory").and_then(|dir| read(dir.join("memory.limit_in_bytes")));
     v2.into_iter().chain(v1).min()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A killed host's group is removed once old enough; a live host's, a recent one, and
+    /// anything not named as ours stay.
+    #[test]
+    fn only_old_groups_of_hosts_that_are_gone_are_swept() {
+        let parent = std::env::temp_dir().join(format!("cave-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&parent);
+        std::fs::create_dir(&parent).unwrap();
+        // No process has pid 4194304 or above (the kernel's limit is 2^22).
+        let gone = parent.join(format!("{PREFIX}4194305-0-1"));
+        let gone_recent = parent.join(format!("{PREFIX}4194306-0-1"));
+        let ours = parent.join(format!("{PREFIX}{}-0-1", std::process::id()));
+        let foreign = parent.join("another-tool-4194305");
+        for dir in [&gone, &gone_recent, &ours, &foreign] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for dir in [&gone, &ours, &foreign] {
+            std::fs::File::open(dir)
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        sweep_stale(&parent, STALE_AFTER);
+        assert!(!gone.exists(), "an old group of a host that is gone");
+        assert!(gone_recent.exists(), "too recent to be sure");
+        assert!(ours.exists() && foreign.exists());
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
 }

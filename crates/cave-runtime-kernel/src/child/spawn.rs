@@ -9,7 +9,7 @@ use crate::link::{Copies, Started};
 use cave_python::MIN_PYTHON;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::process::CommandExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use tokio::sync::watch;
@@ -87,56 +87,10 @@ pub(super) async fn spawn(
     let (host, child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
     let child: OwnedFd = child.into();
     let shadow = Shadow::create().map_err(setup)?;
-    let shadow_fd = shadow.fd.as_raw_fd();
     let mut limits = config.limits_in_force();
-    let wanted = crate::cgroup::Wanted {
-        memory: limits.memory,
-        processes: limits.processes,
-    };
-    // Made whether or not a limit asks for one: it holds every process the child starts.
-    let group = if config.control_group {
-        match ChildGroup::create(wanted) {
-            Ok(group) => Some(Arc::new(group)),
-            Err(why) if config.limits.is_none() => {
-                // The defaults are not worth losing the group for (a host that delegates
-                // `pids` but not `memory`): without them, then.
-                tracing::info!(%why, "no control group with the default limits");
-                limits.memory = None;
-                limits.processes = None;
-                ChildGroup::create(crate::cgroup::Wanted::default())
-                    .map(Arc::new)
-                    .map_err(|why| tracing::info!(%why, "no control group for the kernel child"))
-                    .ok()
-            }
-            Err(why) => {
-                tracing::info!(%why, "no control group for the kernel child; rlimits only");
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let group = control_group(config, &mut limits);
     let members = group.as_deref().map(ChildGroup::members);
-    let mut command = Command::new(python);
-    command
-        .arg("-c")
-        .arg(BOOTSTRAP)
-        .arg(CHILD_FD.to_string())
-        .arg(config.max_frame.to_string())
-        .arg(SHADOW_FD.to_string())
-        .arg(SHADOW_SIZE.to_string())
-        .arg(members.as_deref().unwrap_or(std::path::Path::new("-")))
-        .arg(format!("{}.{}", MIN_PYTHON.0, MIN_PYTHON.1))
-        .arg(cave_python::FREE_THREADED_REFUSAL)
-        .env_clear()
-        .envs(crate::environment::inherited())
-        .envs(config.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    if let Some(dir) = &work_dir {
-        command.current_dir(dir);
-    }
+    let mut command = command(config, python, members.as_deref(), work_dir.as_deref());
     let sandbox = config.sandbox_in_force();
     let sandbox = (!sandbox.is_off()).then(|| {
         let dir = work_dir
@@ -164,85 +118,221 @@ pub(super) async fn spawn(
     let mut enforcement = vec![crate::containment::describe(group.is_some())];
     if config.limits.is_none() && !config.sandbox_in_force().is_off() && group.is_none() {
         enforcement.push(
-                "memory and processes: no default limit (the defaults hold through a control group, which this host cannot make; set them to have rlimits)".to_owned(),
-            );
+            "memory and processes: no default limit (the defaults hold through a control group, which this host cannot make; set them to have rlimits)".to_owned(),
+        );
     }
-    let in_force = limits.clone();
-    let limits = rlimits(&limits, group.as_deref(), &mut enforcement);
-    let joins = group.as_deref().map(ChildGroup::procs).unwrap_or_default();
-    let hook = config.pre_exec.clone();
-    let parent = std::process::id() as libc::pid_t;
-    let fd = child.as_raw_fd();
-    // SAFETY: the closure makes only async-signal-safe calls (setpgid, prctl, getppid,
-    // dup2, fcntl, setrlimit) on values prepared before the fork; the user's hook carries
-    // the same contract (`KernelConfig::pre_exec` is unsafe).
+    let setup_in_child = ChildSetup {
+        parent: std::process::id() as libc::pid_t,
+        joins: group.as_deref().map(ChildGroup::procs).unwrap_or_default(),
+        socket: child.as_raw_fd(),
+        shadow: shadow.fd.as_raw_fd(),
+        rlimits: rlimits(&limits, group.as_deref(), &mut enforcement),
+        hook: config.pre_exec.clone(),
+        sandbox,
+    };
+    // SAFETY: `ChildSetup::run` makes only async-signal-safe calls on values prepared here,
+    // before the fork; the user's hook carries the same contract (`KernelConfig::pre_exec` is
+    // unsafe).
     unsafe {
-        command.pre_exec(move || {
+        command.pre_exec(move || setup_in_child.run());
+    }
+    let (pid, stderr, exit, ended) = launch(command, child, group.clone(), python).await?;
+    let last_words = Arc::new(LastWords::default());
+    if let Some(stderr) = stderr {
+        last_words.clone().keep(stderr);
+    }
+    let link = ChildLink {
+        copies: Copies::new(pid),
+        pgid: pid,
+        group,
+        exit,
+        last_words,
+        shadow,
+        enforcement,
+        limits,
+        sandbox: layers,
+    };
+    Ok(Started {
+        link: Box::new(link),
+        socket: host,
+        ended,
+        what: python.display().to_string(),
+    })
+}
+
+/// The child's control group, made whether or not a limit asks for one (it holds every process
+/// the child starts), when `config` wants one and the host can make it. Default limits the
+/// host cannot delegate are dropped from `limits` rather than the group.
+fn control_group(config: &KernelConfig, limits: &mut crate::Limits) -> Option<Arc<ChildGroup>> {
+    if !config.control_group {
+        return None;
+    }
+    let wanted = crate::cgroup::Wanted {
+        memory: limits.memory,
+        processes: limits.processes,
+    };
+    match ChildGroup::create(wanted) {
+        Ok(group) => Some(Arc::new(group)),
+        Err(why) if config.limits.is_none() => {
+            // The defaults are not worth losing the group for (a host that delegates `pids`
+            // but not `memory`): without them, then.
+            tracing::info!(%why, "no control group with the default limits");
+            limits.memory = None;
+            limits.processes = None;
+            ChildGroup::create(crate::cgroup::Wanted::default())
+                .map(Arc::new)
+                .map_err(|why| tracing::info!(%why, "no control group for the kernel child"))
+                .ok()
+        }
+        Err(why) => {
+            tracing::info!(%why, "no control group for the kernel child; rlimits only");
+            None
+        }
+    }
+}
+
+/// The command that runs the bootstrap: its arguments, the allow-listed environment, no stdin
+/// or stdout, stderr kept for the last words.
+fn command(
+    config: &KernelConfig,
+    python: &Path,
+    members: Option<&Path>,
+    work_dir: Option<&Path>,
+) -> Command {
+    let mut command = Command::new(python);
+    command
+        .arg("-c")
+        .arg(BOOTSTRAP)
+        .arg(CHILD_FD.to_string())
+        .arg(config.max_frame.to_string())
+        .arg(SHADOW_FD.to_string())
+        .arg(SHADOW_SIZE.to_string())
+        .arg(members.unwrap_or(Path::new("-")))
+        .arg(format!("{}.{}", MIN_PYTHON.0, MIN_PYTHON.1))
+        .arg(cave_python::FREE_THREADED_REFUSAL)
+        .env_clear()
+        .envs(crate::environment::inherited())
+        .envs(config.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    if let Some(dir) = work_dir {
+        command.current_dir(dir);
+    }
+    command
+}
+
+/// What the child does between `fork` and `exec`, all prepared before the fork.
+struct ChildSetup {
+    /// The host's pid: a child whose parent is already gone exits.
+    parent: libc::pid_t,
+    /// The control group's `cgroup.procs` files to join.
+    joins: Vec<std::ffi::CString>,
+    /// The child's end of the socket pair, moved to `CHILD_FD`.
+    socket: i32,
+    /// The output shadow, moved to `SHADOW_FD`.
+    shadow: i32,
+    rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
+    hook: Option<crate::PreExec>,
+    sandbox: Option<crate::sandbox::Prepared>,
+}
+
+impl ChildSetup {
+    /// Runs in the forked child: only async-signal-safe calls (setpgid, prctl, getppid, open,
+    /// write, close, dup2, fcntl, setrlimit), no allocation.
+    ///
+    /// # Safety
+    /// Only between `fork` and `exec`, in the child (the contract of
+    /// [`CommandExt::pre_exec`]).
+    unsafe fn run(&self) -> std::io::Result<()> {
+        let failed = std::io::Error::last_os_error;
+        // SAFETY: system calls on values prepared before the fork (see above).
+        unsafe {
             // Its own process group, so that a kill reaches what it started.
             if libc::setpgid(0, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
+                return Err(failed());
             }
             // It dies with the thread that started it, which lives exactly as long as it.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
-                return Err(std::io::Error::last_os_error());
+                return Err(failed());
             }
-            if libc::getppid() != parent {
+            if libc::getppid() != self.parent {
                 libc::_exit(1);
             }
             // Join the control group before anything else runs in it.
-            for procs in &joins {
+            for procs in &self.joins {
                 let joined = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
                 if joined < 0 {
-                    return Err(std::io::Error::last_os_error());
+                    return Err(failed());
                 }
                 let written = libc::write(joined, b"0".as_ptr().cast(), 1);
                 libc::close(joined);
                 if written != 1 {
-                    return Err(std::io::Error::last_os_error());
+                    return Err(failed());
                 }
             }
             // Above the targets first, so that one dup2 cannot overwrite the other's source.
-            let socket = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
-            let memory = libc::fcntl(shadow_fd, libc::F_DUPFD_CLOEXEC, 10);
+            let socket = libc::fcntl(self.socket, libc::F_DUPFD_CLOEXEC, 10);
+            let memory = libc::fcntl(self.shadow, libc::F_DUPFD_CLOEXEC, 10);
             if socket < 0
                 || memory < 0
                 || libc::dup2(socket, CHILD_FD) < 0
                 || libc::dup2(memory, SHADOW_FD) < 0
             {
-                return Err(std::io::Error::last_os_error());
+                return Err(failed());
             }
-            for &(resource, value) in &limits {
+            for &(resource, value) in &self.rlimits {
                 let limit = libc::rlimit {
                     rlim_cur: value,
                     rlim_max: value,
                 };
                 if libc::setrlimit(resource, &limit) != 0 {
-                    return Err(std::io::Error::last_os_error());
+                    return Err(failed());
                 }
             }
+        }
+        // SAFETY: in the forked child, as `run` itself.
+        unsafe {
             // What its cells orphan stays its descendant.
             crate::containment::apply()?;
-            if let Some(hook) = &hook {
+            if let Some(hook) = &self.hook {
                 hook()?;
             }
             // Last: the layers restrict what the steps above need.
-            match &sandbox {
+            match &self.sandbox {
                 Some(sandbox) => sandbox.apply(),
                 None => Ok(()),
             }
-        });
+        }
     }
+}
+
+/// How a child stands once launched: its pid, its stderr, its exit status once it has exited,
+/// and whether it has.
+type Launched = (
+    i32,
+    Option<std::process::ChildStderr>,
+    watch::Receiver<Option<Option<std::process::ExitStatus>>>,
+    watch::Receiver<bool>,
+);
+
+/// Forks and execs `command` from a thread that then waits for the child: the child's death
+/// signal is tied to that thread, which therefore ends only after the child. When the child
+/// exits, what is left of its process group and control group goes too.
+async fn launch(
+    mut command: Command,
+    child_end: OwnedFd,
+    group: Option<Arc<ChildGroup>>,
+    python: &Path,
+) -> Result<Launched, KernelError> {
     let (exit_tx, exit) = watch::channel(None);
     let (ended_tx, ended) = watch::channel(false);
     let (started_tx, started) = std::sync::mpsc::channel();
-    let held = group.clone();
-    // The thread that forks the child waits for it: the child's death signal is tied to
-    // this thread, which therefore ends only after the child.
     std::thread::Builder::new()
         .name("cave-kernel-child".to_owned())
         .spawn(move || match command.spawn() {
             Ok(mut spawned) => {
-                drop(child);
+                drop(child_end);
                 let stderr = spawned.stderr.take();
                 let _ = started_tx.send(Ok((spawned.id(), stderr)));
                 // After a rollback the first worker is the reaper of the tree, and ends as
@@ -254,7 +344,7 @@ pub(super) async fn spawn(
                 unsafe {
                     libc::kill(-(spawned.id() as i32), libc::SIGKILL);
                 }
-                if let Some(group) = &held {
+                if let Some(group) = &group {
                     group.kill_all();
                 }
                 let _ = exit_tx.send(Some(status));
@@ -276,28 +366,7 @@ pub(super) async fn spawn(
         .map_err(|e| KernelError::Start {
             message: format!("could not run {}: {e}", python.display()),
         })?;
-    let pid = pid as i32;
-    let last_words = Arc::new(LastWords::default());
-    if let Some(stderr) = stderr {
-        last_words.clone().keep(stderr);
-    }
-    let link = ChildLink {
-        copies: Copies::new(pid),
-        pgid: pid,
-        group,
-        exit,
-        last_words,
-        shadow,
-        enforcement,
-        limits: in_force,
-        sandbox: layers,
-    };
-    Ok(Started {
-        link: Box::new(link),
-        socket: host,
-        ended,
-        what: python.display().to_string(),
-    })
+    Ok((pid as i32, stderr, exit, ended))
 }
 
 fn setup(e: std::io::Error) -> KernelError {

@@ -51,71 +51,92 @@ impl OutputSink for ChannelSink {
 }
 
 impl Run<'_> {
-    /// Runs the code (unless the policy refuses it): the event and the execution result.
-    pub(super) async fn execute(&mut self, code: &str) -> Result<(Event, Message), Failure> {
-        if let Some(policy) = &self.agent.policy {
-            let violations = policy.check(code);
-            if !violations.is_empty() {
-                let mut message = format!(
-                    "Code execution blocked: {} violation{} found:",
-                    violations.len(),
-                    if violations.len() == 1 { "" } else { "s" }
-                );
-                for v in &violations {
-                    message.push_str("\n  - ");
-                    message.push_str(&v.message);
-                }
-                let result = prompt::security_error(&message);
-                return Ok((
-                    Event::SecurityError {
-                        message,
-                        violations,
-                    },
-                    Message::execution_result(result),
-                ));
-            }
+    /// The policy's refusal of `code`, as the event and the result the model reads, if it
+    /// refuses.
+    fn screen(&self, code: &str) -> Option<(Event, Message)> {
+        let violations = self.agent.policy.as_ref()?.check(code);
+        if violations.is_empty() {
+            return None;
         }
-        if let Some(approver) = self
+        let mut message = format!(
+            "Code execution blocked: {} violation{} found:",
+            violations.len(),
+            if violations.len() == 1 { "" } else { "s" }
+        );
+        for v in &violations {
+            message.push_str("\n  - ");
+            message.push_str(&v.message);
+        }
+        let result = prompt::security_error(&message);
+        Some((
+            Event::SecurityError {
+                message,
+                violations,
+            },
+            Message::execution_result(result),
+        ))
+    }
+
+    /// The approver's refusal of `code`, if cells are asked about and it refuses (the request
+    /// is an event first).
+    async fn ask_approval(&mut self, code: &str) -> Option<(Event, Message)> {
+        let approver = self
             .agent
             .approver
             .clone()
-            .filter(|_| self.agent.approve_cells)
-        {
-            let request = ApprovalRequest::Cell {
-                code: code.to_owned(),
-            };
-            self.emit
-                .emit(Event::ApprovalRequested {
-                    request: request.clone(),
-                })
-                .await;
-            if let Approval::Refused(reason) = approver.inner().approve(&request).await {
+            .filter(|_| self.agent.approve_cells)?;
+        let request = ApprovalRequest::Cell {
+            code: code.to_owned(),
+        };
+        self.emit
+            .emit(Event::ApprovalRequested {
+                request: request.clone(),
+            })
+            .await;
+        match approver.inner().approve(&request).await {
+            Approval::Approved => None,
+            Approval::Refused(reason) => {
                 tracing::info!(?reason, "the approver refused the cell");
                 let message = prompt::cell_refused(reason.as_deref());
-                return Ok((
+                Some((
                     Event::ExecutionRefused { reason },
                     Message::execution_result(message),
-                ));
+                ))
             }
         }
-        let runtime = self.agent.runtime.clone();
-        let (sender, mut live) = mpsc::unbounded_channel();
-        let sink = ChannelSink::new(sender);
-        // The cell's own limit, or the run's when that comes first: a cell cannot outlast
-        // the run's time budget, which is otherwise checked between steps.
-        let now = tokio::time::Instant::now();
+    }
+
+    /// When a cell started `now` must end: its own limit, or the run's when that comes first
+    /// (a cell cannot outlast the run's time budget, which is otherwise checked between
+    /// steps).
+    fn cell_deadline(&self, now: tokio::time::Instant) -> Option<tokio::time::Instant> {
         let run_deadline = self
             .agent
             .config
             .max_run_time
             .map(|limit| now + limit.saturating_sub(self.started.elapsed()));
-        let deadline = match (
+        match (
             self.agent.config.max_exec_timeout.map(|t| now + t),
             run_deadline,
         ) {
             (Some(cell), Some(run)) => Some(cell.min(run)),
             (cell, run) => cell.or(run),
-        };
+        }
+    }
+
+    /// Runs the code (unless the policy refuses it): the event and the execution result.
+    pub(super) async fn execute(&mut self, code: &str) -> Result<(Event, Message), Failure> {
+        if let Some(refused) = self.screen(code) {
+            return Ok(refused);
+        }
+        if let Some(refused) = self.ask_approval(code).await {
+            return Ok(refused);
+        }
+        let runtime = self.agent.runtime.clone();
+        let (sender, mut live) = mpsc::unbounded_channel();
+        let sink = ChannelSink::new(sender);
+        let now = tokio::time::Instant::now();
+        let deadline = self.cell_deadline(now);
         // Sub-agents the code runs send their events here; they are cancelled when this
         // execution ends, however it ends.
         let (nested_sender, mut nested) = mpsc::unbounded_channel();
