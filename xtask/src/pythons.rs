@@ -118,6 +118,7 @@ fn second_libpython(
             ("PYO3_PYTHON", python.as_str()),
             ("CAVE_PYTHON", python.as_str()),
             ("CARGO_TARGET_DIR", target.as_str()),
+            ("CAVE_TEST_NO_MATPLOTLIB", "1"),
         ],
     );
     match result {
@@ -188,7 +189,11 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
                 "--all-features",
                 "--quiet",
             ],
-            &[("CAVE_PYTHON", python.as_str())],
+            // These interpreters have no matplotlib (the test environment's has).
+            &[
+                ("CAVE_PYTHON", python.as_str()),
+                ("CAVE_TEST_NO_MATPLOTLIB", "1"),
+            ],
         );
         tested += 1;
         match result {

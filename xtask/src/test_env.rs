@@ -10,13 +10,16 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// What the tests import.
-const PACKAGES: &[&str] = &["pandas"];
+const PACKAGES: &[&str] = &["pandas", "matplotlib"];
 
 /// The LiteLLM proxy the CLI's proxy test runs (a version known to work).
 const LITELLM: &str = "litellm[proxy]==1.108.7";
 
 /// The Jupyter Kernel Gateway and the kernel its tests run (versions known to work).
 const JUPYTER: &[&str] = &["jupyter-kernel-gateway==3.0.1", "ipykernel==7.4.0"];
+/// What the Jupyter kernels' cells import in the tests (installed into an existing
+/// `jupyter-venv` too).
+const JUPYTER_KERNEL_PACKAGES: &[&str] = &["matplotlib"];
 
 /// The interpreter the runtime would select, as it selects it (`cave_python`'s discovery).
 pub(crate) fn selected_python() -> PathBuf {
@@ -78,14 +81,26 @@ pub(crate) fn litellm(root: &Path) -> Vec<(String, String)> {
 /// The Jupyter Kernel Gateway (with ipykernel for its kernels) the Jupyter transport's tests
 /// start on 127.0.0.1.
 pub(crate) fn jupyter(root: &Path) -> Vec<(String, String)> {
-    tool(
+    let env = tool(
         root,
         "jupyter-venv",
         JUPYTER,
         "jupyter",
         "CAVE_JUPYTER",
         "the Jupyter Kernel Gateway",
-    )
+    );
+    let python = root.join("target/jupyter-venv/bin/python");
+    if !env.is_empty() && !imports(&python, JUPYTER_KERNEL_PACKAGES) {
+        println!(
+            "xtask: installing {} in {}",
+            JUPYTER_KERNEL_PACKAGES.join(" "),
+            python.display()
+        );
+        if let Err(e) = run(pip_install(&python).args(JUPYTER_KERNEL_PACKAGES)) {
+            println!("xtask: could not install them ({e}); the kernels' display checks will fail");
+        }
+    }
+    env
 }
 
 /// A program from PyPI in a project-local virtualenv (`target/VENV`), installed once; the

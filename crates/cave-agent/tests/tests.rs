@@ -582,3 +582,79 @@ async fn a_filtered_answer_ends_the_run_without_its_half() {
             .any(|m| m.to_chat().content.contains("Here is half"))
     );
 }
+
+/// What a cell shows reaches the host and the model: a `display` event per item with the files
+/// its rich forms were written to, the items in the response, and for the model the text form
+/// in the output and a line per item naming its forms and files.
+#[tokio::test]
+async fn shown_items_reach_the_events_the_files_and_the_model() {
+    let dir = std::env::temp_dir().join(format!("cave-agent-display-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let code = "class Chart:\n    def _repr_png_(self):\n        return b'\\x89PNG\\r\\n\\x1a\\n\\x00\\x00\\x00\\rIHDR\\x00\\x00\\x02\\x80\\x00\\x00\\x01\\xe0'\n    def _repr_html_(self): return '<table><tr><td>7</td></tr></table>'\n    def __repr__(self): return 'Chart()'\nprint('made it')\ndisplay(Chart())";
+    let model = std::sync::Arc::new(ScriptedModel::new([
+        Reply::text(block(code)),
+        Reply::text("The chart is saved."),
+    ]));
+    let mut builder = Agent::builder(model.clone(), InProcRuntime::new().unwrap());
+    builder.display_dir(&dir);
+    let mut agent = builder.build().unwrap();
+    let events: Vec<Event> = agent.stream("Chart it.").collect().await;
+    let (mime_types, text, files) = events
+        .iter()
+        .find_map(|e| match e {
+            Event::Display {
+                mime_types,
+                text,
+                files,
+                ..
+            } => Some((mime_types.clone(), text.clone(), files.clone())),
+            _ => None,
+        })
+        .expect("a display event");
+    assert_eq!(mime_types, ["text/html", "image/png", "text/plain"]);
+    assert_eq!(text, "Chart()");
+    let png = std::path::PathBuf::from(&files["image/png"]);
+    assert_eq!(png, dir.join("display-1.png"));
+    assert!(std::fs::read(&png).unwrap().starts_with(b"\x89PNG"));
+    assert_eq!(
+        std::fs::read_to_string(dir.join("display-1.html")).unwrap(),
+        "<table><tr><td>7</td></tr></table>"
+    );
+    // The model's next request: the text form in place, then a line for the item.
+    let requests = model.requests();
+    let sent = &requests[1].messages.last().unwrap().content;
+    assert!(sent.contains("made it\nChart()\n"), "{sent}");
+    assert!(
+        sent.contains(
+            "[text/html saved as display-1.html; image/png 640×480 saved as display-1.png]"
+        ),
+        "{sent}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Without a display directory nothing is written, and the model still reads what was shown.
+#[tokio::test]
+async fn without_a_display_directory_items_are_in_the_response_only() {
+    let model = std::sync::Arc::new(ScriptedModel::new([
+        Reply::text(block(
+            "display({'text/plain': 'tab', 'text/html': '<table></table>'}, raw=True)",
+        )),
+        Reply::text("Done."),
+    ]));
+    let mut agent = Agent::builder(model.clone(), InProcRuntime::new().unwrap())
+        .build()
+        .unwrap();
+    let response = agent.run("Show it.").await;
+    assert_eq!(response.displays.len(), 1);
+    assert_eq!(
+        response.displays[0].mime_types(),
+        ["text/plain", "text/html"]
+    );
+    let requests = model.requests();
+    let sent = &requests[1].messages.last().unwrap().content;
+    assert!(
+        sent.contains("tab\n") && sent.contains("[text/html]"),
+        "{sent}"
+    );
+}

@@ -54,6 +54,12 @@ pub fn run(
         Some(prompts) => rt.block_on(session.run_prompts(prompts)),
         None => session.chat(&rt),
     };
+    if session.display_dir.is_dir() {
+        eprintln!(
+            "cave: what the cells showed is in {}",
+            session.display_dir.display()
+        );
+    }
     let missing = rt.block_on(session.retrieve_all()).unwrap_or_default();
     for message in &missing {
         eprintln!("cave: {}", redactor.redact(message));
@@ -128,6 +134,8 @@ struct Session {
     session_capture: Option<StdioCapture>,
     output: Box<dyn Output>,
     retrieve: Vec<String>,
+    /// Where the rich forms of what cells show are written.
+    display_dir: std::path::PathBuf,
     /// `cave chat` on the kernel runtime: a checkpoint before each turn, with the length the
     /// conversation had, for `/undo` (the newest last).
     undo: Vec<(cave_agent::kernel::Checkpoint, usize)>,
@@ -153,6 +161,7 @@ impl Session {
             retrieve,
             approve,
             audit,
+            display_dir,
             api_key: _,
         } = config;
         let model: Box<dyn Model> = open_model(model)?;
@@ -211,6 +220,7 @@ impl Session {
             builder.observer(audit);
         }
         settings.apply(&mut builder);
+        builder.display_dir(&display_dir);
         let agent = builder.build()?;
         let (output, session_capture) = open_output(output, &runtime, redactor)?;
         Ok(Self {
@@ -219,6 +229,7 @@ impl Session {
             session_capture,
             output,
             retrieve,
+            display_dir,
             undo: Vec::new(),
         })
     }

@@ -325,4 +325,9 @@ pub struct CommonArgs {
     /// After the run, print this variable's value (repeatable).
     #[arg(long = "retrieve", value_name = "NAME", help_heading = "Output")]
     pub retrieve: Vec<String>,
+    /// Where the figures, tables and other rich forms cells show are written
+    /// (display-N.png, display-N.html, ...). Default: cave-display-DATE-TIME in the current
+    /// directory, made when a cell first shows something; the end of the run names it.
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
+    pub display_dir: Option<PathBuf>,
 }

@@ -134,6 +134,8 @@ pub struct Config {
     pub approve: Option<crate::args::ApproveWhat>,
     /// `--audit FILE`, opened.
     pub audit: Option<std::sync::Arc<cave_agent::AuditLog>>,
+    /// `--display-dir`, or the default directory for this session.
+    pub display_dir: PathBuf,
     /// The key, for redacting anything printed.
     pub api_key: Option<ApiKey>,
 }
@@ -328,8 +330,24 @@ pub fn resolve(
             ),
             None => None,
         },
+        display_dir: args.display_dir.clone().unwrap_or_else(default_display_dir),
         api_key,
     })
+}
+
+/// `cave-display-YYYYMMDD-HHMMSS` in the current directory (UTC).
+fn default_display_dir() -> PathBuf {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (year, month, day) = cave_agent::prompt::civil_date(secs);
+    let in_day = secs % 86_400;
+    PathBuf::from(format!(
+        "cave-display-{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
+        in_day / 3600,
+        in_day % 3600 / 60,
+        in_day % 60
+    ))
 }
 
 /// `--runtime` and the options of the kernel runtime (refused with the in-process one, where

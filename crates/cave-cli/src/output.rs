@@ -526,6 +526,9 @@ impl<W: Write> Output for Human<W> {
                     &format!("↻ The model call failed{why}; retrying in {delay:.1}s"),
                 )?;
             }
+            Event::Display {
+                mime_types, files, ..
+            } => self.shown(mime_types, files)?,
             Event::SubAgent { agent, event } => self.nested(agent, event)?,
             Event::ApprovalRequested { .. } => {}
             Event::ExecutionRefused { reason } => {
@@ -710,6 +713,30 @@ impl<W: Write> Human<W> {
             _ => format!("● {status:?}"),
         };
         self.warn(YELLOW, &text)?;
+        Ok(())
+    }
+
+    /// An item a cell showed: its rich forms, and the file each was written to.
+    fn shown(
+        &mut self,
+        mime_types: &[String],
+        files: &std::collections::BTreeMap<String, String>,
+    ) -> io::Result<()> {
+        let rich: Vec<&String> = mime_types.iter().filter(|m| *m != "text/plain").collect();
+        if rich.is_empty() {
+            return Ok(());
+        }
+        if self.live_mid_line {
+            writeln!(self.out)?;
+            self.live_mid_line = false;
+        }
+        for mime in rich {
+            let line = match files.get(mime) {
+                Some(path) => format!("     ▣ {mime} → {path}"),
+                None => format!("     ▣ {mime}"),
+            };
+            self.note(BLUE, &line)?;
+        }
         Ok(())
     }
 

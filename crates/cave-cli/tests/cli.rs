@@ -907,3 +907,74 @@ fn a_recorded_llama_cpp_answer_runs_its_unclosed_block() {
         "llama.cpp reports no usage"
     );
 }
+
+/// A table and a chart from a cell, through the binary: a `display` event for each with the
+/// files under `--display-dir`, the model's next request carrying their text forms and a line
+/// per item, and the end of the run naming the directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn figures_and_tables_are_display_events_and_files() {
+    let dir = std::env::temp_dir().join(format!("cave-cli-display-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let code = "import pandas as pd\nimport matplotlib.pyplot as plt\ndf = pd.DataFrame({'x': [1, 2, 3], 'y': [2, 4, 9]})\ndisplay(df)\ndf.plot(x='x', y='y')";
+    let server = server([
+        answer(&block(code), 8, "stop"),
+        answer("A table and a chart.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--display-dir",
+            dir.to_str().unwrap(),
+            "Tabulate and chart it.",
+        ],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cave: what the cells showed is in {}",
+            dir.display()
+        )),
+        "{stderr}"
+    );
+    let events = events(&out);
+    let shown: Vec<&Json> = events.iter().filter(|e| e["type"] == "display").collect();
+    assert_eq!(shown.len(), 2, "{events:?}");
+    assert_eq!(shown[0]["mime_types"], json!(["text/html", "text/plain"]));
+    assert!(
+        shown[0]["text"].as_str().unwrap().contains("x  y"),
+        "{}",
+        shown[0]
+    );
+    let html = shown[0]["files"]["text/html"].as_str().unwrap();
+    assert!(std::fs::read_to_string(html).unwrap().contains("<table"));
+    assert_eq!(shown[1]["mime_types"], json!(["image/png", "text/plain"]));
+    let png = shown[1]["files"]["image/png"].as_str().unwrap();
+    assert!(std::fs::read(png).unwrap().starts_with(b"\x89PNG"));
+    assert!(
+        shown[0].get("item").is_none(),
+        "the forms are in the files, not the stream"
+    );
+    // The model reads the text forms in place and a line per item.
+    let sent = server.received()[1].body["messages"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()["content"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(sent.contains("x  y"), "{sent}");
+    assert!(
+        sent.contains("[text/html saved as display-1.html]"),
+        "{sent}"
+    );
+    assert!(
+        sent.contains("[image/png ") && sent.contains(" saved as display-2.png]"),
+        "{sent}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -253,6 +253,20 @@ pub enum Event {
         /// The new output.
         chunk: String,
     },
+    /// An item the running code showed (`display(obj)`, a last value with a rich form, a
+    /// matplotlib figure), in order with its output (whose text has the item's text form).
+    Display {
+        /// Its MIME types, `text/plain` always among them.
+        mime_types: Vec<String>,
+        /// Its text form.
+        text: String,
+        /// The file each rich form was written to, by MIME type (with a display directory set:
+        /// [`AgentBuilder::display_dir`](crate::AgentBuilder::display_dir)).
+        files: std::collections::BTreeMap<String, String>,
+        /// The item itself, every form (not in JSON: the files hold the forms).
+        #[serde(skip)]
+        item: Option<Box<crate::DisplayItem>>,
+    },
     /// The execution finished (the code may have raised: see `success`).
     ExecutionResult {
         /// The whole output, before it was shortened for the model.

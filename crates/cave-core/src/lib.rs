@@ -40,6 +40,7 @@
 mod agent;
 mod approval;
 mod compact;
+mod display;
 mod error;
 mod event;
 #[doc(hidden)]
@@ -69,6 +70,9 @@ pub use compact::{
     FALLBACK_OUTPUT_RESERVE, KEEP_RECENT_RESULTS, MAX_CONSECUTIVE_FAILURES, NoCompaction, Prepared,
     ScriptEstimator, Summarized, SummaryError, TokenAnchor, TokenEstimator, estimate_history,
 };
+pub use display::{
+    DEFAULT_MAX_DISPLAY, DisplayData, DisplayItem, MAX_DISPLAY_ITEMS, file_extension, image_size,
+};
 pub use error::{RuntimeError, error_chain};
 pub use event::{
     EVENT_FORMAT_VERSION, Event, EventObserver, Status, StopError, StopErrorKind, StopReason,
@@ -81,7 +85,7 @@ pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
 };
 pub use output::{
-    CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, STRAY_OUTPUT_CAP, StrayOutput,
+    CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, LiveOutput, STRAY_OUTPUT_CAP, StrayOutput,
 };
 pub use parser::{FenceParser, Parsed};
 pub use policy::{CodePolicy, Violation, ViolationKind};

@@ -135,19 +135,65 @@ fn ceil_boundary(text: &str, at: usize) -> usize {
 pub struct CellOutput {
     cap: usize,
     text: CappedOutput,
-    live: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+    live: Option<tokio::sync::mpsc::UnboundedSender<LiveOutput>>,
     live_left: usize,
+    /// Where display items go: the live channel, kept when the text stops going live.
+    displays: Option<tokio::sync::mpsc::UnboundedSender<LiveOutput>>,
+    /// Items sent, and their bytes; items left out past the bounds.
+    displays_sent: usize,
+    display_bytes: usize,
+    displays_left_out: usize,
+}
+
+/// A piece of a running cell's output as it goes live: text, or an item it showed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LiveOutput {
+    /// Text.
+    Text(String),
+    /// An item (`display`).
+    Display(crate::DisplayItem),
+}
+
+impl LiveOutput {
+    /// Hands it to `sink`.
+    pub fn deliver(self, sink: &dyn crate::OutputSink) {
+        match self {
+            LiveOutput::Text(text) => sink.write(&text),
+            LiveOutput::Display(item) => sink.display(item),
+        }
+    }
 }
 
 impl CellOutput {
     /// Collects up to `cap` bytes, sending pieces to `live` as they come (up to `cap` too, the
     /// note that live output stops included).
-    pub fn new(cap: usize, live: Option<tokio::sync::mpsc::UnboundedSender<String>>) -> Self {
+    /// Display items go to `live` too, at most [`MAX_DISPLAY_ITEMS`](crate::MAX_DISPLAY_ITEMS)
+    /// of them and 8 × `cap` bytes a cell; the result notes how many more there were.
+    pub fn new(cap: usize, live: Option<tokio::sync::mpsc::UnboundedSender<LiveOutput>>) -> Self {
         Self {
             cap,
             text: CappedOutput::new(cap),
+            displays: live.clone(),
             live,
             live_left: cap.saturating_sub(LIVE_NOTE_ROOM),
+            displays_sent: 0,
+            display_bytes: 0,
+            displays_left_out: 0,
+        }
+    }
+
+    /// Adds an item the cell showed.
+    pub fn display(&mut self, item: crate::DisplayItem) {
+        let size = item.size();
+        let within = self.displays_sent < crate::MAX_DISPLAY_ITEMS
+            && self.display_bytes.saturating_add(size) <= self.cap.saturating_mul(8);
+        match &self.displays {
+            Some(live) if within => {
+                self.displays_sent += 1;
+                self.display_bytes += size;
+                let _ = live.send(LiveOutput::Display(item));
+            }
+            _ => self.displays_left_out += 1,
         }
     }
 
@@ -156,10 +202,12 @@ impl CellOutput {
         if let Some(live) = &self.live {
             if text.len() <= self.live_left {
                 self.live_left -= text.len();
-                let _ = live.send(text.to_owned());
+                let _ = live.send(LiveOutput::Text(text.to_owned()));
             } else {
                 // Once, and nothing live after it: what follows is in the result's end.
-                let _ = live.send(crate::prompt::live_output_stopped(self.cap));
+                let _ = live.send(LiveOutput::Text(crate::prompt::live_output_stopped(
+                    self.cap,
+                )));
                 self.live = None;
             }
         }
@@ -178,8 +226,12 @@ impl CellOutput {
 
     /// The output for the result: whole when within the cap, else its beginning, a note of
     /// what was dropped ([`prompt::output_dropped`](crate::prompt::output_dropped)) and its end.
-    pub fn finish(self) -> String {
+    pub fn finish(mut self) -> String {
         let cap = self.cap;
+        if self.displays_left_out > 0 {
+            let note = crate::prompt::displays_left_out(self.displays_left_out, cap);
+            self.text.push(&note);
+        }
         self.text
             .finish(|bytes, lines| crate::prompt::output_dropped(bytes, lines, cap))
     }
@@ -276,13 +328,57 @@ mod tests {
         for _ in 0..80 {
             out.push("0123456789\n");
         }
+        // Display items still go live after the text stopped.
+        out.display(crate::DisplayItem::new([(
+            "text/html".to_owned(),
+            crate::DisplayData::Text("<b>x</b>".into()),
+        )]));
         let mut shown = String::new();
+        let mut items = 0;
         while let Ok(piece) = received.try_recv() {
-            shown.push_str(&piece);
+            match piece {
+                LiveOutput::Text(text) => shown.push_str(&text),
+                LiveOutput::Display(_) => items += 1,
+            }
         }
+        assert_eq!(items, 1);
         assert!(shown.len() <= 1000, "{} bytes live", shown.len());
         assert!(shown.ends_with(&crate::prompt::live_output_stopped(1000)));
         assert!(shown.len() < 880, "live stopped before the end");
         assert_eq!(out.finish().len(), 880, "all of it held: within the cap");
+    }
+
+    #[test]
+    fn display_items_are_bounded_per_cell_and_the_rest_counted() {
+        let item = |n: usize| {
+            crate::DisplayItem::new([(
+                "image/png".to_owned(),
+                crate::DisplayData::Bytes(vec![0; n]),
+            )])
+        };
+        let sent = |received: &mut tokio::sync::mpsc::UnboundedReceiver<LiveOutput>| {
+            let mut sent = 0;
+            while let Ok(LiveOutput::Display(_)) = received.try_recv() {
+                sent += 1;
+            }
+            sent
+        };
+        // By count.
+        let (live, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let mut out = CellOutput::new(1 << 20, Some(live));
+        for _ in 0..crate::MAX_DISPLAY_ITEMS + 44 {
+            out.display(item(0));
+        }
+        assert_eq!(sent(&mut received), crate::MAX_DISPLAY_ITEMS);
+        let text = out.finish();
+        assert!(text.contains("44 more display items not shown"), "{text}");
+        // By size: 8 × the cap in bytes, so seven items of a thousand bytes.
+        let (live, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let mut out = CellOutput::new(1000, Some(live));
+        for _ in 0..10 {
+            out.display(item(1000));
+        }
+        assert_eq!(sent(&mut received), 7);
+        assert!(out.finish().contains("3 more display items not shown"));
     }
 }

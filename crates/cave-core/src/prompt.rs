@@ -317,6 +317,48 @@ pub fn format_size(bytes: u64) -> String {
     }
 }
 
+/// Said at the end of a cell's output when it showed more items than are sent.
+pub fn displays_left_out(count: usize, cap: usize) -> String {
+    format!(
+        "\n[{count} more display item{} not shown: a cell shows at most {} items and {} of them]\n",
+        if count == 1 { "" } else { "s" },
+        crate::MAX_DISPLAY_ITEMS,
+        format_size(cap as u64 * 8)
+    )
+}
+
+/// The line the model reads about a display item after the cell's output (its text form is
+/// in the output already): each rich form, an image's size, the file it was saved as, and the
+/// forms left out; `None` for an item with nothing beyond text.
+pub fn display_line(
+    item: &crate::DisplayItem,
+    files: &std::collections::BTreeMap<String, std::path::PathBuf>,
+    failures: &[String],
+) -> Option<String> {
+    let mut parts = Vec::new();
+    for (mime, data) in item.rich_forms() {
+        let mut part = mime.to_owned();
+        if let Some((width, height)) = crate::image_size(mime, data.as_bytes()) {
+            part.push_str(&format!(" {width}×{height}"));
+        }
+        match files.get(mime).and_then(|path| path.file_name()) {
+            Some(name) => part.push_str(&format!(" saved as {}", name.to_string_lossy())),
+            None if failures.iter().any(|f| f.starts_with(&format!("{mime}:"))) => {
+                part.push_str(" (could not be saved)")
+            }
+            None => {}
+        }
+        parts.push(part);
+    }
+    for (mime, size) in &item.omitted {
+        parts.push(format!(
+            "{mime} of {} left out: over the display limit",
+            format_size(*size)
+        ));
+    }
+    (!parts.is_empty()).then(|| format!("[{}]", parts.join("; ")))
+}
+
 // The summarizer's texts (`ContextCompactor`).
 
 /// What an old execution result becomes when it is cleared.

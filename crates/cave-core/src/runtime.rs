@@ -305,6 +305,11 @@ impl ExecutionError {
 pub trait OutputSink: Send + Sync {
     /// Takes the next piece of output.
     fn write(&self, chunk: &str);
+    /// Takes an item the cell showed (`display(obj)`, a last value with a rich form, a
+    /// figure), in order with the text. Default: dropped.
+    fn display(&self, item: crate::DisplayItem) {
+        let _ = item;
+    }
 }
 
 /// An [`OutputSink`] that drops live output (the whole output is still in the [`Execution`]).

@@ -11,6 +11,7 @@ import importlib
 import io
 import keyword
 import linecache
+import os
 import sys
 import threading
 import traceback
@@ -29,10 +30,12 @@ class _Lazy:
         return getattr(module, attr)
 
 
+base64 = _Lazy("base64")
 copy = _Lazy("copy")
 dataclasses = _Lazy("dataclasses")
 enum = _Lazy("enum")
 inspect = _Lazy("inspect")
+json = _Lazy("json")
 
 # Where the current execution's output goes: set per execution, so concurrent executions on
 # other threads (and host code printing meanwhile) each keep their own output.
@@ -147,6 +150,7 @@ def install(threads_keep_the_route=False):
             setattr(sys, name, _routers[name])
         elif name not in _routers:
             _routers[name] = current
+    _install_display()
     if "cave_agent.runtime" not in sys.modules:
         package = types.ModuleType("cave_agent", "CaveAgent compatibility: injection modules import from here.")
         runtime = types.ModuleType("cave_agent.runtime")
@@ -197,6 +201,223 @@ class Type:
         self.description = description
         self.include_schema = include_schema
         self.include_doc = include_doc
+
+
+# Rich output: `display()`, objects' `_repr_*_` forms, and matplotlib figures, as IPython has
+# them. Each item reaches the host through the current cell's `show` (set per execution, like
+# `_output`) as `(bundle, omitted)`: `{mime: str | bytes}` with `text/plain` always, and
+# `{mime: size}` for the forms left out because they were over the limit.
+_show = contextvars.ContextVar("cave_show", default=None)
+
+# The largest form of one display item, in bytes (`set_display_limit`).
+_display_limit = [16 << 20]
+
+# The `_repr_*_` methods, in the order IPython prefers them.
+_REPR_METHODS = (
+    ("text/html", "_repr_html_"),
+    ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"),
+    ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"),
+    ("application/json", "_repr_json_"),
+    ("text/latex", "_repr_latex_"),
+)
+_BINARY = ("image/png", "image/jpeg", "image/gif", "image/webp")
+
+
+def set_display_limit(limit):
+    """Sets the largest form of a display item the host is sent, in bytes."""
+    _display_limit[0] = max(0, int(limit))
+
+
+def _form(mime, data):
+    """A form as the host takes it (bytes for images, text otherwise), or None."""
+    if isinstance(data, tuple) and data:  # `(data, metadata)`, as `_repr_*_` may return
+        data = data[0]
+    if data is None:
+        return None
+    if mime in _BINARY:
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            return bytes(data)
+        if isinstance(data, str):  # base64, as Jupyter bundles carry images
+            try:
+                return base64.b64decode("".join(data.split()), validate=True)
+            except ValueError:
+                return None
+        return None
+    if mime == "application/json" or mime.endswith("+json"):
+        if isinstance(data, str):
+            return data
+        try:
+            return json.dumps(data, default=repr)
+        except (TypeError, ValueError, RecursionError):
+            return None
+    if isinstance(data, str):
+        return data
+    if isinstance(data, (bytes, bytearray)):
+        return bytes(data).decode("utf-8", "replace")
+    return None
+
+
+def _is_figure(obj):
+    module = type(obj).__module__ or ""
+    return module.startswith("matplotlib.figure") and hasattr(obj, "savefig")
+
+
+def _figure_png(figure):
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def mime_bundle(obj):
+    """The forms of `obj`: `{mime: str | bytes}`, `text/plain` always. A form whose method
+    raises or returns something else is left out (the object is the model's: it may be
+    anything)."""
+    bundle = {}
+    if _is_figure(obj):
+        try:
+            bundle["image/png"] = _figure_png(obj)
+        except Exception:
+            pass
+    elif not isinstance(obj, type):  # a class has the methods, unbound
+        method = getattr(obj, "_repr_mimebundle_", None)
+        if callable(method):
+            try:
+                found = method(include=None, exclude=None)
+            except Exception:
+                found = None
+            if isinstance(found, tuple) and found:
+                found = found[0]
+            if isinstance(found, dict):
+                for mime, data in found.items():
+                    if isinstance(mime, str):
+                        form = _form(mime, data)
+                        if form is not None:
+                            bundle[mime] = form
+        for mime, name in _REPR_METHODS:
+            if mime in bundle:
+                continue
+            method = getattr(obj, name, None)
+            if not callable(method):
+                continue
+            try:
+                form = _form(mime, method())
+            except Exception:
+                continue
+            if form is not None:
+                bundle[mime] = form
+    if not isinstance(bundle.get("text/plain"), str):
+        try:
+            bundle["text/plain"] = repr(obj)
+        except Exception:
+            bundle["text/plain"] = f"<{type(obj).__name__} object>"
+    return bundle
+
+
+def has_rich_form(obj):
+    """Whether `obj` has a form beyond its text (what makes a cell's last value an item)."""
+    if _is_figure(obj):
+        return True
+    if isinstance(obj, type):
+        return False
+    return any(
+        callable(getattr(obj, name, None))
+        for name in ("_repr_mimebundle_",) + tuple(name for _, name in _REPR_METHODS)
+    )
+
+
+def _send(bundle):
+    """Writes an item's text form into the output (where it was shown) and sends the item to
+    the current cell's host, leaving out forms over the limit; without a cell (a thread
+    outlived it), the text is printed alone."""
+    limit = _display_limit[0]
+    omitted = {}
+    for mime in list(bundle):
+        data = bundle[mime]
+        size = len(data.encode("utf-8", "replace")) if isinstance(data, str) else len(data)
+        if mime != "text/plain" and size > limit:
+            omitted[mime] = size
+            del bundle[mime]
+    text = bundle.get("text/plain", "")
+    if len(text) > limit:
+        omitted["text/plain"] = len(text)
+        bundle["text/plain"] = text[:limit]
+    write = _output.get()
+    show = _show.get()
+    if write is None or show is None:
+        sys.stdout.write(bundle.get("text/plain", "") + "\n")
+        return
+    write(bundle.get("text/plain", "") + "\n")
+    show(bundle, omitted)
+
+
+def display(*objs, raw=False, **_ignored):
+    """Shows each object with its richest forms (IPython's `display`): a DataFrame as a table,
+    an image as an image, a matplotlib figure as a PNG. `raw=True`: each object is already a
+    bundle, `{mime type: data}`."""
+    for obj in objs:
+        if raw and isinstance(obj, dict):
+            bundle = {}
+            for mime, data in obj.items():
+                if isinstance(mime, str):
+                    form = _form(mime, data)
+                    if form is not None:
+                        bundle[mime] = form
+            if not isinstance(bundle.get("text/plain"), str):
+                bundle["text/plain"] = f"<{', '.join(bundle) or 'empty'} display>"
+        else:
+            bundle = mime_bundle(obj)
+        _send(bundle)
+
+
+def _show_figures():
+    """Sends every open matplotlib figure as an item and closes it (what `plt.show()` does
+    here, and what happens to figures left open when a cell ends). Nothing when matplotlib was
+    never imported."""
+    helpers = sys.modules.get("matplotlib._pylab_helpers")
+    if helpers is None:
+        return
+    managers = helpers.Gcf.get_all_fig_managers()
+    for manager in managers:
+        figure = manager.canvas.figure
+        try:
+            _send(mime_bundle(figure))
+        finally:
+            helpers.Gcf.destroy(manager)
+
+
+def _matplotlib_backend():
+    """The matplotlib backend cells draw with (`MPLBACKEND=module://cave_matplotlib`): Agg's
+    canvas, imported when a cell first uses matplotlib, and a `show()` that sends the figures
+    as display items. (matplotlib copies the module's attributes, so each is a real one once
+    looked up.)"""
+    module = types.ModuleType("cave_matplotlib")
+
+    def lazy(name):
+        if name == "FigureCanvas":
+            from matplotlib.backends.backend_agg import FigureCanvasAgg as value
+        elif name == "FigureManager":
+            from matplotlib.backend_bases import FigureManagerBase as value
+        else:
+            raise AttributeError(name)
+        setattr(module, name, value)
+        return value
+
+    def show(*args, **kwargs):
+        _show_figures()
+
+    module.__getattr__ = lazy
+    module.show = show
+    return module
+
+
+def _install_display():
+    """`display` as a builtin, and the matplotlib backend (unless the environment chose one)."""
+    builtins.display = display
+    if "cave_matplotlib" not in sys.modules:
+        sys.modules["cave_matplotlib"] = _matplotlib_backend()
+    os.environ.setdefault("MPLBACKEND", "module://cave_matplotlib")
 
 
 def _loop():
@@ -273,13 +494,16 @@ def _walk(tb):
         tb = tb.tb_next
 
 
-def run_cell(source, namespace, filename, write):
-    """Runs `source` in `namespace`, writing its output with `write`.
+def run_cell(source, namespace, filename, write, show=None):
+    """Runs `source` in `namespace`, writing its output with `write` and sending its display
+    items to `show` (`(bundle, omitted)`, see `_send`).
 
     Returns None on success, or `(type name, message)` of the exception it raised (its
-    traceback has been written). The value of a trailing expression is echoed as its repr.
+    traceback has been written). The value of a trailing expression is echoed as its repr, and
+    shown as an item too when it has a rich form; figures left open are shown at the end.
     """
     token = _output.set(write)
+    shown = _show.set(show)
     # Whatever an earlier cell (or a thread) did to them, this cell's output is routed.
     _restore_routing()
     try:
@@ -298,12 +522,20 @@ def run_cell(source, namespace, filename, write):
                 value = _evaluate(compile(trailing, filename, "eval", _TOP_LEVEL_AWAIT), namespace)
                 if value is not None:
                     namespace["_"] = value
-                    write(repr(value) + "\n")
+                    if has_rich_form(value):
+                        _send(mime_bundle(value))
+                    else:
+                        write(repr(value) + "\n")
         except BaseException as error:  # the model's code may raise anything, KeyboardInterrupt included
             write(_format_exception(error))
             return (type(error).__name__, str(error))
         return None
     finally:
+        # Figures the cell left open, also when it raised (IPython's inline backend shows them).
+        try:
+            _show_figures()
+        except Exception as error:
+            write(f"[note: a figure could not be drawn: {type(error).__name__}: {error}]\n")
         replaced = _restore_routing()
         if replaced:
             streams = " and ".join(f"sys.{name}" for name in replaced)
@@ -312,6 +544,7 @@ def run_cell(source, namespace, filename, write):
                 "later output is seen. Use contextlib.redirect_stdout to capture output temporarily.]\n"
             )
         _output.reset(token)
+        _show.reset(shown)
 
 
 _HIDDEN_FILES.add(run_cell.__code__.co_filename)

@@ -256,8 +256,10 @@ class _Jupyter:
         )
 
     @classmethod
-    def exchange(cls):
-        """One round trip: what waits in the outbox (a chunk of it) out, the host's bytes in."""
+    def exchange(cls, now=False):
+        """One round trip: what waits in the outbox (a chunk of it) out, the host's bytes in.
+        `now`: the host answers at once, without waiting for frames of its own to send (the
+        frames must reach it before what the cell writes next)."""
         if cls.host_gone:
             raise _HostGone()
         with cls.lock:
@@ -270,6 +272,7 @@ class _Jupyter:
                 "seq": seq,
                 "more": more,
                 "final": cls.final,
+                "now": now,
                 "out": {str(k): v for k, v in cls.published.items()},
             }
             # An execution that has ended has given its last count: the header stays small.
@@ -741,12 +744,39 @@ def _drop_checkpoint(checkpoint_id):
 # --- requests -------------------------------------------------------------------------------
 
 
+def _shower(execution):
+    """Sends the items execution `execution` shows, after the output written before them."""
+
+    def show(bundle, omitted):
+        _flush_output()
+        try:
+            send(("display", execution, bundle, omitted))
+            if _Jupyter.kernel is not None:
+                # Frames wait for the next round trip there: this one goes now, so that the
+                # item comes before what the cell writes after it.
+                with _busy:
+                    _State.inbox += _Jupyter.exchange(now=True)
+        except FrameTooLarge:
+            # Over the frame limit (set lower than the display limit): its text, and the rest
+            # named as left out.
+            text = bundle.get("text/plain", "")[:4096]
+            left_out = dict(omitted)
+            for mime, data in bundle.items():
+                if mime != "text/plain":
+                    left_out[mime] = len(data)
+            send(("display", execution, {"text/plain": text}, left_out))
+
+    return show
+
+
 def _execute(request_id, code, number):
     write = _writer(request_id)
     _State.running.append(request_id)
     try:
         try:
-            raised = executor.run_cell(code, _State.namespace, f"<cell {number}>", write)
+            raised = executor.run_cell(
+                code, _State.namespace, f"<cell {number}>", write, _shower(request_id)
+            )
         except BaseException as error:  # an interrupt that landed in the executor's own frames
             message = str(error)
             write(f"{type(error).__name__}: {message}\n")
@@ -906,7 +936,15 @@ def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
     builtins.input = _no_input
     _capture_descriptors()
     _quiet_fork_warning()
+    # The kernel's own `display` and inline backend publish on IOPub, which the runtime does
+    # not read: cells get the executor's while the worker serves (the kernel's come back after).
+    kernel_display = getattr(builtins, "display", None)
+    kernel_backend = os.environ.get("MPLBACKEND")
+    os.environ["MPLBACKEND"] = "module://cave_matplotlib"
     executor.install()
+    pyplot = sys.modules.get("matplotlib.pyplot")
+    if pyplot is not None:
+        pyplot.switch_backend("module://cave_matplotlib")
     executor.hide_frames_of(_KERNEL_FILE)
     if attached:
         _State.namespace = kernel.shell.user_ns
@@ -922,6 +960,10 @@ def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
         pass
     finally:
         _Jupyter.serving = False
+        if kernel_display is not None:
+            builtins.display = kernel_display
+        if kernel_backend is not None:
+            os.environ["MPLBACKEND"] = kernel_backend
 
 
 def main(fd, max_frame, shadow_fd, shadow_size):

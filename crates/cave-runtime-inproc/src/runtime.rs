@@ -9,10 +9,10 @@ use crate::worker::Worker;
 use async_trait::async_trait;
 use cave_core::lock;
 use cave_core::{
-    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, Entry, Execution, ExecutionError, Function,
-    FunctionBody, HostError, Interrupt, ObjectBinding, OutputSink, Param, Registry, Resource,
-    Resources, Runtime, RuntimeError, StrayOutput, TypeSchema, TypeShape, Value, Variable,
-    normalize_name,
+    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, DisplayItem, Entry, Execution, ExecutionError,
+    Function, FunctionBody, HostError, Interrupt, LiveOutput, ObjectBinding, OutputSink, Param,
+    Registry, Resource, Resources, Runtime, RuntimeError, StrayOutput, TypeSchema, TypeShape,
+    Value, Variable, normalize_name,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -43,6 +43,8 @@ struct Inner {
     namespace: Py<PyDict>,
     /// The runtime's output function (one for all its cells: executions never overlap).
     write: Py<PyAny>,
+    /// Where the executor sends the items a cell shows.
+    show: Py<PyAny>,
     output: Arc<Mutex<Outputs>>,
     registry: Mutex<Registry>,
     state: Mutex<State>,
@@ -56,6 +58,9 @@ struct Inner {
     handle: Handle,
     own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
 }
+
+/// A Python callable the executor calls back (`write`, `show`).
+type Callback = Py<PyAny>;
 
 /// A name and the object to bind to it.
 type Named<'py> = (String, Bound<'py, PyAny>);
@@ -84,6 +89,15 @@ impl Outputs {
         match &mut self.cell {
             Some(cell) => cell.push(text),
             None => self.between.push(text),
+        }
+    }
+
+    /// An item shown: the running cell's, or between cells (a thread outlived its cell) its
+    /// text, for the next cell.
+    fn display(&mut self, item: DisplayItem) {
+        match &mut self.cell {
+            Some(cell) => cell.display(item),
+            None => self.between.push(&format!("{}\n", item.text())),
         }
     }
 }
@@ -132,8 +146,9 @@ impl InProcRuntime {
         };
         let output = Arc::new(Mutex::new(Outputs::default()));
         let sink = output.clone();
-        let (namespace, write) =
-            Python::attach(|py| -> Result<(Py<PyDict>, Py<PyAny>), InProcError> {
+        let shown = output.clone();
+        let (namespace, write, show) = Python::attach(
+            |py| -> Result<(Py<PyDict>, Callback, Callback), InProcError> {
                 let setup = |e: PyErr| InProcError::Setup {
                     message: e.to_string(),
                 };
@@ -155,8 +170,35 @@ impl InProcRuntime {
                     },
                 )
                 .map_err(setup)?;
-                Ok((ns.unbind(), write.into_any().unbind()))
-            })?;
+                // `(bundle, omitted)` of an item the cell showed (see cave_executor's `_send`).
+                let show = PyCFunction::new_closure(
+                    py,
+                    None,
+                    None,
+                    move |args: &Bound<'_, PyTuple>,
+                          _kw: Option<&Bound<'_, PyDict>>|
+                          -> PyResult<()> {
+                        let executor = executor(args.py())
+                            .map_err(|e| PyRuntimeError::new_err(e.to_string()))?;
+                        let value = from_py(args.as_any(), executor).map_err(|e| match e {
+                            FromPyError::Unsupported(t) => {
+                                PyTypeError::new_err(format!("a display item holds a {t}"))
+                            }
+                            FromPyError::Python(e) => e,
+                        })?;
+                        let item = DisplayItem::from_value(value).map_err(PyTypeError::new_err)?;
+                        lock(&shown).display(item);
+                        Ok(())
+                    },
+                )
+                .map_err(setup)?;
+                Ok((
+                    ns.unbind(),
+                    write.into_any().unbind(),
+                    show.into_any().unbind(),
+                ))
+            },
+        )?;
         let interrupt = Arc::new(CellInterrupt::default());
         let on_thread = interrupt.clone();
         let id = RUNTIMES.fetch_add(1, Ordering::Relaxed) + 1;
@@ -173,6 +215,7 @@ impl InProcRuntime {
                 worker,
                 namespace,
                 write,
+                show,
                 output,
                 registry: Mutex::new(Registry::new()),
                 state: Mutex::new(State::default()),
@@ -289,7 +332,7 @@ impl Runtime for InProcRuntime {
         code: &str,
         output: &dyn OutputSink,
     ) -> Result<Execution, RuntimeError> {
-        let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<LiveOutput>();
         let inner = self.inner.clone();
         let code = code.to_owned();
         let job = self
@@ -300,11 +343,11 @@ impl Runtime for InProcRuntime {
         let result = loop {
             tokio::select! {
                 result = &mut job => break result,
-                Some(chunk) = chunks.recv() => output.write(&chunk),
+                Some(piece) = chunks.recv() => piece.deliver(output),
             }
         };
-        while let Ok(chunk) = chunks.try_recv() {
-            output.write(&chunk);
+        while let Ok(piece) = chunks.try_recv() {
+            piece.deliver(output);
         }
         result?
     }
@@ -532,7 +575,7 @@ impl Inner {
         &self,
         py: Python<'_>,
         code: &str,
-        live: UnboundedSender<String>,
+        live: UnboundedSender<LiveOutput>,
     ) -> Result<Execution, RuntimeError> {
         let executor = executor(py).map_err(|e| RuntimeError::Backend {
             operation: "execute",
@@ -561,6 +604,7 @@ impl Inner {
                 self.namespace.bind(py),
                 format!("<cell {number}>"),
                 self.write.bind(py),
+                self.show.bind(py),
             ),
         );
         self.interrupt.end(py);

@@ -11,8 +11,8 @@ use crate::worker::{Callables, Status, Worker, lock};
 use async_trait::async_trait;
 use cave_core::{
     CellOutput, Entry, Execution, ExecutionError, FunctionBody, Interrupt, Interruption, Layer,
-    LayerState, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Value,
-    normalize_name,
+    LayerState, LiveOutput, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError,
+    Value, normalize_name,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -496,7 +496,7 @@ impl Runtime for KernelRuntime {
     ) -> Result<Execution, RuntimeError> {
         let process = self.inner.process().await?;
         let number = self.inner.executions.fetch_add(1, Ordering::SeqCst) + 1;
-        let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<String>();
+        let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<LiveOutput>();
         // Filled by the process's reader, which sends pieces live up to the cap and keeps the
         // beginning and the end: a consumer slower than the cell does not grow the host.
         let collected = Arc::new(Mutex::new(CellOutput::new(
@@ -514,13 +514,14 @@ impl Runtime for KernelRuntime {
         let raised = loop {
             tokio::select! {
                 raised = &mut done => break raised,
-                Some(chunk) = chunks.recv() => output.write(&chunk),
+                Some(piece) = chunks.recv() => piece.deliver(output),
             }
         };
         let finish =
-            |output: &dyn OutputSink, chunks: &mut tokio::sync::mpsc::UnboundedReceiver<String>| {
-                while let Ok(chunk) = chunks.try_recv() {
-                    output.write(&chunk);
+            |output: &dyn OutputSink,
+             chunks: &mut tokio::sync::mpsc::UnboundedReceiver<LiveOutput>| {
+                while let Ok(piece) = chunks.try_recv() {
+                    piece.deliver(output);
                 }
                 std::mem::replace(&mut *lock(&collected), CellOutput::new(0, None)).finish()
             };

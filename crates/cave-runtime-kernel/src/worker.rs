@@ -8,7 +8,7 @@
 use crate::KernelError;
 use crate::link::{Link, Started};
 use crate::marshal::{self, Data};
-use cave_core::{Args, HostError, HostFunction, HostObject, Value};
+use cave_core::{Args, DisplayItem, HostError, HostFunction, HostObject, Value};
 use cave_python::MIN_PYTHON;
 use futures_util::StreamExt;
 use std::collections::HashMap;
@@ -699,6 +699,7 @@ impl Served {
     fn handle(&self, message: Message) -> Result<(), String> {
         match message.kind.as_str() {
             "out" => self.output(message),
+            "display" => self.display(message)?,
             "done" => self.done(message),
             "reply" => self.reply(message),
             "call" => self.call(message),
@@ -722,6 +723,23 @@ impl Served {
                 self.shared.stray.push(&text);
             }
         }
+    }
+
+    /// An item an execution showed: `(bundle, omitted)`.
+    fn display(&self, message: Message) -> Result<(), String> {
+        let id = message.id;
+        let item = DisplayItem::from_value(Value::Tuple(message.items.collect()))?;
+        let pending = lock(&self.shared.pending);
+        match pending.get(&id) {
+            Some(Pending::Execution { output, .. }) => lock(output).display(item),
+            _ => {
+                drop(pending);
+                // Shown outside any execution (a thread a cell left running): its text, for
+                // the next execution.
+                self.shared.stray.push(&format!("{}\n", item.text()));
+            }
+        }
+        Ok(())
     }
 
     /// An execution ended, with the exception it raised if any.

@@ -52,6 +52,8 @@ pub struct Agent {
     observer: Option<Arc<dyn crate::EventObserver>>,
     /// The isolation last reported (a status when it changes).
     isolation: Vec<crate::Layer>,
+    /// Display items shown so far (their files are numbered by it).
+    displays: u64,
 }
 
 /// The agent's resolved settings (see [`AgentBuilder`] for each).
@@ -74,6 +76,8 @@ struct Config {
     python_block_identifier: String,
     /// The `<skills>` listing, when the agent has skills.
     skills: Option<String>,
+    /// Where the rich forms of display items are written.
+    display_dir: Option<std::path::PathBuf>,
 }
 
 impl Agent {
@@ -219,6 +223,7 @@ pub struct AgentBuilder {
     prompt_template: String,
     python_block_identifier: String,
     skills: Option<String>,
+    display_dir: Option<std::path::PathBuf>,
     history: Vec<Message>,
     sub_agents: Vec<Arc<SubAgent>>,
     approver: Option<Arc<announce::Announcing>>,
@@ -249,6 +254,7 @@ impl AgentBuilder {
             prompt_template: prompt::DEFAULT_SYSTEM_PROMPT_TEMPLATE.to_owned(),
             python_block_identifier: "python".to_owned(),
             skills: None,
+            display_dir: None,
             history: Vec::new(),
             sub_agents: Vec::new(),
             approver: None,
@@ -304,6 +310,15 @@ impl AgentBuilder {
     pub fn skills(&mut self, listing: impl Into<String>) -> &mut Self {
         let listing = listing.into();
         self.skills = (!listing.trim().is_empty()).then_some(listing);
+        self
+    }
+
+    /// Writes the rich forms of what cells show (`display(obj)`, a figure, a DataFrame's
+    /// HTML) as files `display-N.png`, `display-N.html`, … under `dir` (made when first
+    /// needed); each `display` event names its files, and the model reads the names. Default:
+    /// none, no files (the items are still in the events and the response).
+    pub fn display_dir(&mut self, dir: impl Into<std::path::PathBuf>) -> &mut Self {
+        self.display_dir = Some(dir.into());
         self
     }
 
@@ -481,6 +496,7 @@ impl AgentBuilder {
                 prompt_template: self.prompt_template.clone(),
                 python_block_identifier: tag.clone(),
                 skills: self.skills.clone(),
+                display_dir: self.display_dir.clone(),
             },
             history: self.history.clone(),
             anchor: None,
@@ -490,6 +506,7 @@ impl AgentBuilder {
             approve_cells: self.approve_cells,
             observer: self.observer.clone(),
             isolation: Vec::new(),
+            displays: 0,
         })
     }
 }
@@ -560,6 +577,9 @@ pub struct AgentResponse {
     pub elapsed: Duration,
     /// The code that ran, in order.
     pub code_snippets: Vec<String>,
+    /// What the code showed (`display(obj)`, rich last values, figures), in order, every
+    /// form: the events name the files they were written to.
+    pub displays: Vec<crate::DisplayItem>,
     /// What failed, for the error stop reasons and `budget_exhausted`: match on its kind.
     pub error: Option<StopError>,
 }
@@ -573,9 +593,13 @@ impl AgentResponse {
     /// Drains a run's events into its response.
     pub async fn collect(mut events: EventStream<'_>) -> AgentResponse {
         let mut code_snippets = Vec::new();
+        let mut displays = Vec::new();
         while let Some(event) = events.next().await {
             match event {
                 Event::Code { code, .. } => code_snippets.push(code),
+                Event::Display {
+                    item: Some(item), ..
+                } => displays.push(*item),
                 Event::Stopped {
                     content,
                     stop_reason,
@@ -591,6 +615,7 @@ impl AgentResponse {
                         usage,
                         elapsed: Duration::from_secs_f64(elapsed),
                         code_snippets,
+                        displays,
                         error,
                     };
                 }
@@ -605,6 +630,7 @@ impl AgentResponse {
             usage: Usage::default(),
             elapsed: Duration::ZERO,
             code_snippets,
+            displays,
             error: Some(StopError::new(
                 StopErrorKind::Internal,
                 "the event stream ended without a stopped event",

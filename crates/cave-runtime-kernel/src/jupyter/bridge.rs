@@ -356,8 +356,9 @@ impl Bridge {
                 max_frame: self.max_frame,
             });
         }
-        if prompt.more || prompt.last {
-            // A chunk of more to come, or the worker's last words: acknowledged at once.
+        if prompt.more || prompt.last || prompt.now {
+            // A chunk of more to come, the worker's last words, or frames that must go before
+            // what the cell writes next: acknowledged at once.
             let text = answer(&[], false, prompt.seq);
             self.to_kernel.push(reply_to(&message, text.clone()));
             self.answered = prompt.seq.map(|seq| Answered {
@@ -490,6 +491,8 @@ pub(super) struct Prompt {
     pub(super) seq: Option<u64>,
     pub(super) more: bool,
     pub(super) last: bool,
+    /// Answer at once (the worker must not wait for frames of the host's).
+    pub(super) now: bool,
     /// Characters of each execution's output published on IOPub so far.
     pub(super) published: HashMap<u64, usize>,
     pub(super) data: Vec<u8>,
@@ -515,6 +518,7 @@ pub(super) fn read_prompt(prompt: &str) -> Option<Prompt> {
         seq: header["seq"].as_u64(),
         more: header["more"].as_bool().unwrap_or(false),
         last: header["final"].as_bool().unwrap_or(false),
+        now: header["now"].as_bool().unwrap_or(false),
         published,
         data,
     })
@@ -719,6 +723,24 @@ mod tests {
             .unwrap();
         bridge.tick(now).unwrap();
         assert_eq!(bridge.take_for_host(), whole);
+    }
+
+    #[test]
+    fn a_prompt_that_asks_to_be_answered_now_is_acknowledged_at_once() {
+        let now = Instant::now();
+        let (mut bridge, _) = bridge(true, now);
+        let header = serde_json::json!({"seq": 1, "more": false, "now": true, "out": {}});
+        let item = frame("display");
+        let text = format!(
+            "{MARK}{header}\n{}",
+            base64::engine::general_purpose::STANDARD.encode(&item)
+        );
+        bridge.kernel_sent(input_request(text), now).unwrap();
+        let sent = bridge.take_for_kernel();
+        assert_eq!(sent.len(), 1, "answered without waiting for the host");
+        assert_eq!(answered(&sent[0]).1, Vec::<u8>::new());
+        bridge.tick(now).unwrap();
+        assert_eq!(bridge.take_for_host(), item, "and its frames delivered");
     }
 
     #[test]

@@ -2,24 +2,30 @@
 
 use super::*;
 use crate::agent::sub::LinkScope;
-use crate::{Approval, ApprovalRequest, RuntimeExt, SecretRedactor};
+use crate::{
+    Approval, ApprovalRequest, DisplayData, DisplayItem, LiveOutput, RuntimeExt, SecretRedactor,
+    StreamRedaction,
+};
 
 /// Forwards live output into the run as `ExecutionOutput` events, up to
 /// [`DEFAULT_MAX_CELL_OUTPUT`](crate::DEFAULT_MAX_CELL_OUTPUT) per cell: past it, pieces are
 /// counted instead of queued, so that a cell printing faster than the consumer reads cannot
 /// grow the host (the runtime's result keeps the output's end).
 pub(super) struct ChannelSink {
-    sender: mpsc::UnboundedSender<String>,
+    sender: mpsc::UnboundedSender<LiveOutput>,
     sent: std::sync::atomic::AtomicUsize,
     held_back: std::sync::atomic::AtomicU64,
+    /// Display items taken (at most `MAX_DISPLAY_ITEMS` a cell, whatever the runtime sends).
+    items: std::sync::atomic::AtomicUsize,
 }
 
 impl ChannelSink {
-    fn new(sender: mpsc::UnboundedSender<String>) -> Self {
+    fn new(sender: mpsc::UnboundedSender<LiveOutput>) -> Self {
         Self {
             sender,
             sent: 0.into(),
             held_back: 0.into(),
+            items: 0.into(),
         }
     }
 
@@ -46,7 +52,16 @@ impl OutputSink for ChannelSink {
             return;
         }
         // The receiver is gone only once the execution is over; late output has no reader.
-        let _ = self.sender.send(chunk.to_owned());
+        let _ = self.sender.send(LiveOutput::Text(chunk.to_owned()));
+    }
+
+    fn display(&self, item: DisplayItem) {
+        let taken = self
+            .items
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if taken < crate::MAX_DISPLAY_ITEMS {
+            let _ = self.sender.send(LiveOutput::Display(item));
+        }
     }
 }
 
@@ -152,6 +167,8 @@ impl Run<'_> {
         // that could be the start of one waits), the whole output once more at the end.
         let redactor = SecretRedactor::new(runtime.secrets());
         let mut shown = redactor.stream();
+        // A line per item with rich forms, for the model (after the output).
+        let mut item_lines = Vec::new();
         self.executing = true;
         let execution = runtime.execute(code, &sink);
         tokio::pin!(execution);
@@ -162,11 +179,8 @@ impl Run<'_> {
                 biased;
                 result = &mut execution => break Some(result),
                 () = sleep_until(deadline) => break None,
-                Some(chunk) = live.recv() => {
-                    let chunk = shown.push(&chunk);
-                    if !chunk.is_empty() {
-                        self.emit.emit(Event::ExecutionOutput { chunk }).await;
-                    }
+                Some(piece) = live.recv() => {
+                    self.live_piece(piece, &mut shown, &redactor, &mut item_lines).await;
                 }
                 Some(event) = nested.recv() => self.emit.emit(event).await,
             }
@@ -176,11 +190,9 @@ impl Run<'_> {
             return self.timed_out(execution, limit).await;
         };
         self.executing = false;
-        while let Ok(chunk) = live.try_recv() {
-            let chunk = shown.push(&chunk);
-            if !chunk.is_empty() {
-                self.emit.emit(Event::ExecutionOutput { chunk }).await;
-            }
+        while let Ok(piece) = live.try_recv() {
+            self.live_piece(piece, &mut shown, &redactor, &mut item_lines)
+                .await;
         }
         let mut tail = shown.finish();
         if let Some(note) = sink.held_back_note() {
@@ -203,6 +215,10 @@ impl Run<'_> {
         let output = redactor.redact(&output);
         let (body, persisted) = self.shape_output(&output).await?;
         let mut result = prompt::execution_output(&body);
+        for line in &item_lines {
+            result.push('\n');
+            result.push_str(line);
+        }
         if state_lost {
             result.push_str("\n\n");
             result.push_str(prompt::STATE_LOST_NOTICE);
@@ -219,6 +235,71 @@ impl Run<'_> {
             None => Message::execution_result(result),
         };
         Ok((event, message))
+    }
+
+    /// A piece of the running cell's output: text goes out as it streams (redacted), an item
+    /// is shown (see [`show_item`](Self::show_item)) and its line kept for the model.
+    async fn live_piece(
+        &mut self,
+        piece: LiveOutput,
+        shown: &mut StreamRedaction<'_>,
+        redactor: &SecretRedactor,
+        item_lines: &mut Vec<String>,
+    ) {
+        match piece {
+            LiveOutput::Text(chunk) => {
+                let chunk = shown.push(&chunk);
+                if !chunk.is_empty() {
+                    self.emit.emit(Event::ExecutionOutput { chunk }).await;
+                }
+            }
+            LiveOutput::Display(item) => {
+                if let Some(line) = self.show_item(item, redactor).await {
+                    item_lines.push(line);
+                }
+            }
+        }
+    }
+
+    /// Shows an item: its text forms redacted, its rich forms written under the display
+    /// directory (when there is one), a `display` event; the line the model reads about it,
+    /// when it has rich forms.
+    async fn show_item(&mut self, item: DisplayItem, redactor: &SecretRedactor) -> Option<String> {
+        let mut item = item;
+        for (_, data) in &mut item.forms {
+            if let DisplayData::Text(text) = data {
+                *text = redactor.redact(text);
+            }
+        }
+        self.agent.displays += 1;
+        let number = self.agent.displays;
+        let (files, failures) = match self.agent.config.display_dir.clone() {
+            Some(dir) if item.rich_forms().next().is_some() => {
+                let forms = item.clone();
+                tokio::task::spawn_blocking(move || {
+                    crate::display::write_forms(&dir, number, &forms)
+                })
+                .await
+                .unwrap_or_default()
+            }
+            _ => Default::default(),
+        };
+        for failure in &failures {
+            tracing::warn!(%failure, "a display item's form could not be written");
+        }
+        let line = prompt::display_line(&item, &files, &failures);
+        self.emit
+            .emit(Event::Display {
+                mime_types: item.mime_types().iter().map(|m| (*m).to_owned()).collect(),
+                text: item.text().to_owned(),
+                files: files
+                    .iter()
+                    .map(|(mime, path)| (mime.clone(), path.display().to_string()))
+                    .collect(),
+                item: Some(Box::new(item)),
+            })
+            .await;
+        line
     }
 
     /// The execution ran for `limit` seconds, its `max_exec_timeout` or what was left of the
