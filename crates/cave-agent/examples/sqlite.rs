@@ -1,8 +1,10 @@
-//! Data: the host opens a SQLite database and gives the model a read-only handle to it (a
-//! Rust object with `#[cave_agent::object]`). The model queries it into a pandas DataFrame,
-//! then writes a chart as an HTML file where the host told it to; the host reads the file.
+//! The analyst: the host opens a SQLite database and gives the model a read-only handle to it
+//! (a Rust object with `#[cave_agent::object]`). The model queries it into a pandas DataFrame,
+//! shows it as a table and draws a bar chart with matplotlib; the host gets both as files in
+//! its display directory (`display-1.html`, `display-2.png`) and as items in the response.
 //!
-//! Needs pandas in the runtime's Python (`pip install pandas`). Offline:
+//! Needs pandas and matplotlib in the runtime's Python (`pip install pandas matplotlib`).
+//! Offline, with the script of what a model answers:
 //! `cargo run -p cave-agent --example sqlite --features testing`. With `LLM_MODEL_ID` set, a
 //! real model does it.
 
@@ -11,9 +13,7 @@ mod common;
 
 use cave_agent::Agent;
 use cave_agent::testing::Reply;
-use cave_agent::{
-    InProcRuntime, Model, ObjectBinding, Resources, Runtime, Shared, Value, Variable,
-};
+use cave_agent::{InProcRuntime, Model, ObjectBinding, Resources, Runtime, Shared, Value};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -86,71 +86,78 @@ fn database() -> rusqlite::Result<Database> {
 fn script() -> Vec<Reply> {
     vec![
         common::code(
-            "import pandas as pd\nrows = db.query('SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY total DESC')\ndf = pd.DataFrame(rows)\nprint(df.to_string(index=False))",
+            "import pandas as pd\nrows = db.query('SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY total DESC')\ndf = pd.DataFrame(rows)\ndisplay(df)",
         ),
         common::code(
-            "top = df['total'].max()\nbars = ''.join(\n    f'<p>{r} <svg width=\"{int(300 * t / top)}\" height=\"12\"><rect width=\"100%\" height=\"100%\" fill=\"steelblue\"/></svg> {t:.2f}</p>'\n    for r, t in zip(df['region'], df['total'])\n)\nwith open(chart_path, 'w') as f:\n    f.write(f'<html><body><h1>Sales by region</h1>{bars}</body></html>')\nprint('written')",
+            "import matplotlib.pyplot as plt\nax = df.plot.bar(x='region', y='total', legend=False, color='steelblue')\nax.set_ylabel('sales')\nax.set_title('Sales by region')\nplt.show()",
         ),
         Reply::text(
-            "East sold most (225.50), then north (200.50) and south (75.00); the chart is in chart.html.",
+            "East sold most (225.50), then north (200.50) and south (75.00); the table and the chart are above.",
         ),
     ]
 }
 
-/// Runs the request; returns the chart the model wrote.
+/// What the host got: the files in its display directory, and the response's items.
+struct Shown {
+    files: Vec<std::path::PathBuf>,
+    items: Vec<cave_agent::DisplayItem>,
+}
+
+/// Runs the request; returns what the model's code showed.
 async fn run(
     model: Arc<dyn Model>,
     dir: &std::path::Path,
-) -> Result<String, Box<dyn std::error::Error>> {
-    let chart = dir.join("chart.html");
+) -> Result<Shown, Box<dyn std::error::Error>> {
     let runtime = InProcRuntime::new()?;
     // Said before the model is asked, rather than as a failed cell.
     let probe = runtime
-        .execute("import pandas", &cave_agent::DiscardOutput)
+        .execute("import pandas, matplotlib", &cave_agent::DiscardOutput)
         .await?;
     if let Some(error) = probe.error {
         return Err(format!(
-            "this example needs pandas in the Python the runtime embeds (pip install pandas): {}: {}",
+            "this example needs pandas and matplotlib in the Python the runtime embeds (pip install pandas matplotlib): {}: {}",
             error.python_type, error.message
         )
         .into());
     }
     runtime
         .register(
-            Resources::new()
-                .object(
-                    ObjectBinding::new("db", Shared::new(database()?))
-                        .with_description("the shop's sales database (SQLite)"),
-                )
-                .variable(
-                    Variable::new("chart_path", Value::Str(chart.display().to_string()))
-                        .with_description("where to write the chart, as an HTML file"),
-                ),
+            Resources::new().object(
+                ObjectBinding::new("db", Shared::new(database()?))
+                    .with_description("the shop's sales database (SQLite)"),
+            ),
         )
         .await?;
-    let mut agent = Agent::builder(model, runtime).build()?;
-    common::show(
-        agent.stream("Total the sales per region with pandas, and draw a bar chart of them into an HTML file at chart_path."),
+    let mut builder = Agent::builder(model, runtime);
+    builder.display_dir(dir);
+    let mut agent = builder.build()?;
+    let events = common::show(
+        agent.stream("Total the sales per region with pandas, show them as a table, and draw a bar chart of them."),
         true,
     )
     .await;
-    std::fs::read_to_string(&chart)
-        .map_err(|e| format!("the model's code wrote no {}: {e}", chart.display()).into())
+    let items = events
+        .into_iter()
+        .filter_map(|event| match event {
+            cave_agent::Event::Display { item, .. } => item.map(|item| *item),
+            _ => None,
+        })
+        .collect();
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    files.sort();
+    Ok(Shown { files, items })
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
-    let dir = std::env::temp_dir().join(format!("cave-sqlite-example-{}", std::process::id()));
-    if let Err(e) = std::fs::create_dir_all(&dir) {
-        eprintln!("could not create {}: {e}", dir.display());
-        return std::process::ExitCode::FAILURE;
-    }
-    common::finish(run(common::model(script), &dir).await, |html| {
-        println!(
-            "\nThe host reads {} ({} bytes of HTML).",
-            dir.join("chart.html").display(),
-            html.len()
-        )
+    let dir = std::env::temp_dir().join(format!("cave-analyst-{}", std::process::id()));
+    common::finish(run(common::model(script), &dir).await, |shown| {
+        println!("\nThe host has {} items; the files:", shown.items.len());
+        for file in &shown.files {
+            println!("  {}", file.display());
+        }
     })
 }
 
@@ -159,22 +166,29 @@ mod tests {
     use super::*;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn the_model_charts_the_hosts_database() {
-        let dir = std::env::temp_dir().join(format!("cave-sqlite-test-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    async fn the_model_tabulates_and_charts_the_hosts_database() {
+        let dir = std::env::temp_dir().join(format!("cave-analyst-test-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
         let model = Arc::new(cave_agent::testing::ScriptedModel::new(script()));
-        let html = run(model, &dir).await.unwrap();
-        assert!(
-            html.starts_with("<html><body><h1>Sales by region</h1>"),
-            "{html}"
+        let shown = run(model, &dir).await.unwrap();
+        assert_eq!(
+            shown.files,
+            [dir.join("display-1.html"), dir.join("display-2.png")]
         );
-        for bar in [
-            "east <svg width=\"300\"",
-            "north <svg width=\"266\"",
-            "south <svg width=\"99\"",
-        ] {
-            assert!(html.contains(bar), "{bar} in {html}");
-        }
+        let table = std::fs::read_to_string(&shown.files[0]).unwrap();
+        assert!(
+            table.contains("<table") && table.contains("east"),
+            "{table}"
+        );
+        let png = std::fs::read(&shown.files[1]).unwrap();
+        let (width, height) = cave_agent::image_size("image/png", &png).expect("a png");
+        assert!(width > 200 && height > 150, "{width}×{height}");
+        assert_eq!(shown.items.len(), 2);
+        assert!(
+            shown.items[0].text().contains("225.5"),
+            "{}",
+            shown.items[0].text()
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -209,8 +209,10 @@ class Type:
 # `{mime: size}` for the forms left out because they were over the limit.
 _show = contextvars.ContextVar("cave_show", default=None)
 
-# The largest form of one display item, in bytes (`set_display_limit`).
+# The largest form of one display item, in bytes: the runtime's, per cell (`run_cell`), or
+# the default (`set_display_limit`).
 _display_limit = [16 << 20]
+_cell_display_limit = contextvars.ContextVar("cave_display_limit", default=None)
 
 # The `_repr_*_` methods, in the order IPython prefers them.
 _REPR_METHODS = (
@@ -331,7 +333,9 @@ def _send(bundle):
     """Writes an item's text form into the output (where it was shown) and sends the item to
     the current cell's host, leaving out forms over the limit; without a cell (a thread
     outlived it), the text is printed alone."""
-    limit = _display_limit[0]
+    limit = _cell_display_limit.get()
+    if limit is None:
+        limit = _display_limit[0]
     omitted = {}
     for mime in list(bundle):
         data = bundle[mime]
@@ -494,9 +498,10 @@ def _walk(tb):
         tb = tb.tb_next
 
 
-def run_cell(source, namespace, filename, write, show=None):
+def run_cell(source, namespace, filename, write, show=None, display_limit=None):
     """Runs `source` in `namespace`, writing its output with `write` and sending its display
-    items to `show` (`(bundle, omitted)`, see `_send`).
+    items to `show` (`(bundle, omitted)`, see `_send`), each form at most `display_limit`
+    bytes (None: the default, `set_display_limit`).
 
     Returns None on success, or `(type name, message)` of the exception it raised (its
     traceback has been written). The value of a trailing expression is echoed as its repr, and
@@ -504,6 +509,7 @@ def run_cell(source, namespace, filename, write, show=None):
     """
     token = _output.set(write)
     shown = _show.set(show)
+    limited = _cell_display_limit.set(display_limit)
     # Whatever an earlier cell (or a thread) did to them, this cell's output is routed.
     _restore_routing()
     try:
@@ -545,6 +551,7 @@ def run_cell(source, namespace, filename, write, show=None):
             )
         _output.reset(token)
         _show.reset(shown)
+        _cell_display_limit.reset(limited)
 
 
 _HIDDEN_FILES.add(run_cell.__code__.co_filename)

@@ -9,10 +9,10 @@ use crate::worker::Worker;
 use async_trait::async_trait;
 use cave_core::lock;
 use cave_core::{
-    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, DisplayItem, Entry, Execution, ExecutionError,
-    Function, FunctionBody, HostError, Interrupt, LiveOutput, ObjectBinding, OutputSink, Param,
-    Registry, Resource, Resources, Runtime, RuntimeError, StrayOutput, TypeSchema, TypeShape,
-    Value, Variable, normalize_name,
+    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, DEFAULT_MAX_DISPLAY, DisplayItem, Entry, Execution,
+    ExecutionError, Function, FunctionBody, HostError, Interrupt, LiveOutput, ObjectBinding,
+    OutputSink, Param, Registry, Resource, Resources, Runtime, RuntimeError, StrayOutput,
+    TypeSchema, TypeShape, Value, Variable, normalize_name,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -52,6 +52,7 @@ struct Inner {
     executions: AtomicU64,
     /// How much of one cell's output is held, in bytes.
     max_output: AtomicUsize,
+    max_display: AtomicUsize,
     /// The process's captured descriptors, when the host attached them to this runtime.
     stdio: Mutex<Option<Arc<stdio::Shared>>>,
     /// Where host functions' futures run (the creator's tokio runtime, or our own).
@@ -222,6 +223,7 @@ impl InProcRuntime {
                 interrupt,
                 executions: AtomicU64::new(0),
                 max_output: AtomicUsize::new(DEFAULT_MAX_CELL_OUTPUT),
+                max_display: AtomicUsize::new(DEFAULT_MAX_DISPLAY),
                 stdio: Mutex::new(None),
                 handle,
                 own_runtime: Mutex::new(own_runtime),
@@ -234,6 +236,12 @@ impl InProcRuntime {
     /// middle is counted in a note.
     pub fn set_max_output(&self, bytes: usize) {
         self.inner.max_output.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Sets the largest form of an item a cell shows (a figure's PNG, a table's HTML), in
+    /// bytes (default: [`DEFAULT_MAX_DISPLAY`]): larger forms are left out and named.
+    pub fn set_max_display(&self, bytes: usize) {
+        self.inner.max_display.store(bytes, Ordering::Relaxed);
     }
 
     /// A runtime with these resources registered.
@@ -605,6 +613,7 @@ impl Inner {
                 format!("<cell {number}>"),
                 self.write.bind(py),
                 self.show.bind(py),
+                self.max_display.load(Ordering::Relaxed),
             ),
         );
         self.interrupt.end(py);

@@ -153,6 +153,8 @@ pub(crate) struct Settings {
     pub(crate) max_frame: usize,
     /// The output of one cell the host holds.
     pub(crate) max_output: usize,
+    /// The largest form of a display item sent.
+    pub(crate) max_display: usize,
 }
 
 /// Code run in the child between `fork` and `exec` (after the runtime's own set-up): the seam
@@ -179,6 +181,9 @@ pub struct KernelConfig {
     /// The output of one cell the host holds, in bytes: past it, the beginning and the end are
     /// kept and the middle is counted in a note. Default: [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
     pub max_output: usize,
+    /// The largest form of an item a cell shows (a figure's PNG, a table's HTML), in bytes:
+    /// larger forms are left out and named. Default: [`cave_core::DEFAULT_MAX_DISPLAY`].
+    pub max_display: usize,
     /// Resource limits for the child; `None`: [`Limits::default`] under a sandbox,
     /// [`Limits::unsandboxed`] without one ([`limits_in_force`](Self::limits_in_force)).
     pub limits: Option<Limits>,
@@ -209,6 +214,7 @@ impl Default for KernelConfig {
             stop_grace: Duration::from_secs(1),
             max_frame: DEFAULT_MAX_FRAME,
             max_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
+            max_display: cave_core::DEFAULT_MAX_DISPLAY,
             limits: None,
             env: Vec::new(),
             working_dir: None,
@@ -251,6 +257,7 @@ impl KernelConfig {
             stop_grace: self.stop_grace,
             max_frame: self.max_frame,
             max_output: self.max_output,
+            max_display: self.max_display,
         }
     }
     /// Sets the frame limit in bytes.
@@ -261,6 +268,11 @@ impl KernelConfig {
     /// Sets how much of one cell's output the host holds, in bytes.
     pub fn max_output(mut self, bytes: usize) -> Self {
         self.max_output = bytes;
+        self
+    }
+    /// Sets the largest form of a display item, in bytes.
+    pub fn max_display(mut self, bytes: usize) -> Self {
+        self.max_display = bytes;
         self
     }
     /// Sets the limits.
@@ -334,6 +346,7 @@ impl fmt::Debug for KernelConfig {
             .field("stop_grace", &self.stop_grace)
             .field("max_frame", &self.max_frame)
             .field("max_output", &self.max_output)
+            .field("max_display", &self.max_display)
             .field("limits", &self.limits)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)

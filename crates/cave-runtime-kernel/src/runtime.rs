@@ -507,7 +507,12 @@ impl Runtime for KernelRuntime {
             lock(&collected).push(&stray);
         }
         let (id, done) = process
-            .execute(code, number, collected.clone())
+            .execute(
+                code,
+                number,
+                self.inner.settings().max_display,
+                collected.clone(),
+            )
             .map_err(|e| died("execute", e))?;
         self.inner.interrupt.begin(&process);
         tokio::pin!(done);

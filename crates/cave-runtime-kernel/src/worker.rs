@@ -334,6 +334,7 @@ impl Worker {
         &self,
         code: &str,
         number: u64,
+        max_display: usize,
         output: Arc<Mutex<cave_core::CellOutput>>,
     ) -> Result<(u64, oneshot::Receiver<Raised>), KernelError> {
         let id = self.next_id();
@@ -345,6 +346,7 @@ impl Worker {
             Value::Int(id.into()),
             code.into(),
             Value::Int(number.into()),
+            Value::Int(max_display as i128),
         ]));
         if let Err(e) = self.send(&message) {
             lock(&self.shared.pending).remove(&id);

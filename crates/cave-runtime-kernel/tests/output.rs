@@ -110,3 +110,24 @@ async fn batched_output_still_streams() {
     let expected: String = (0..20000).map(|i| format!("{i}\n")).collect();
     assert_eq!(out.output, expected);
 }
+
+/// `KernelConfig::max_display` bounds each form of an item the cell shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_display_limit_is_a_setting() {
+    let rt = KernelRuntime::with_config(
+        cave_runtime_kernel::KernelConfig::new()
+            .spare(false)
+            .max_display(1000),
+    )
+    .expect("python");
+    let (out, shown) = cave_testing::contract::run_shown(
+        &rt,
+        "display({'text/plain': 't', 'text/html': 'x' * 999, 'image/svg+xml': 'y' * 1001}, raw=True)",
+    )
+    .await;
+    assert!(out.success(), "{out:?}");
+    let item = &shown.items()[0];
+    assert_eq!(item.mime_types(), ["text/plain", "text/html"]);
+    assert_eq!(item.omitted, [("image/svg+xml".to_owned(), 1001)]);
+    rt.stop().await;
+}

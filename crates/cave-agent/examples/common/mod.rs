@@ -85,6 +85,21 @@ fn describe(event: &Event, indent: &str, verbose: bool) {
                 println!("{indent}    {line}");
             }
         }
+        Event::Display {
+            mime_types, files, ..
+        } => {
+            let shown: Vec<String> = mime_types
+                .iter()
+                .filter(|m| *m != "text/plain")
+                .map(|m| match files.get(m) {
+                    Some(path) => format!("{m} in {path}"),
+                    None => m.clone(),
+                })
+                .collect();
+            if !shown.is_empty() {
+                println!("{indent}[shown] {}", shown.join(", "));
+            }
+        }
         Event::SubAgent { agent, event } => {
             describe(event, &format!("{indent}  {agent} | "), verbose)
         }

@@ -47,6 +47,7 @@ pub struct JupyterConfig {
     stop_grace: Duration,
     max_frame: usize,
     max_output: usize,
+    max_display: usize,
 }
 
 impl std::fmt::Debug for JupyterConfig {
@@ -65,6 +66,7 @@ impl std::fmt::Debug for JupyterConfig {
             .field("stop_grace", &self.stop_grace)
             .field("max_frame", &self.max_frame)
             .field("max_output", &self.max_output)
+            .field("max_display", &self.max_display)
             .finish()
     }
 }
@@ -86,6 +88,7 @@ impl JupyterConfig {
             stop_grace: Duration::from_secs(1),
             max_frame: crate::DEFAULT_MAX_FRAME,
             max_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
+            max_display: cave_core::DEFAULT_MAX_DISPLAY,
         }
     }
     /// Keeps one more kernel started and ready, so that `reset` and recovery from a dead
@@ -115,6 +118,12 @@ impl JupyterConfig {
     /// [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
     pub fn max_output(mut self, bytes: usize) -> Self {
         self.max_output = bytes;
+        self
+    }
+    /// Sets the largest form of a display item, in bytes (default:
+    /// [`cave_core::DEFAULT_MAX_DISPLAY`]).
+    pub fn max_display(mut self, bytes: usize) -> Self {
+        self.max_display = bytes;
         self
     }
     /// The grace an interrupted cell gets.
@@ -190,6 +199,7 @@ impl KernelRuntime {
                 stop_grace: config.stop_grace,
                 max_frame: config.max_frame,
                 max_output: config.max_output,
+                max_display: config.max_display,
             },
             config,
         })

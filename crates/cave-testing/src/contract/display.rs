@@ -175,18 +175,10 @@ display({"text/markdown": "# Title", "text/plain": "Title"}, raw=True)
     assert_eq!(items[1].mime_types(), ["text/markdown", "text/plain"]);
 }
 
-/// A form larger than the display limit is left out and named with its size; the rest of the
-/// item arrives.
+/// A form larger than the display limit (16 MiB by default) is left out and named with its
+/// size; the rest of the item arrives.
 pub async fn a_form_over_the_display_limit_is_left_out(rt: &dyn Runtime) {
-    let code = r#"
-import sys
-executor = sys.modules["cave_executor"]
-executor.set_display_limit(1000)
-try:
-    display({"text/plain": "big", "image/png": b"\x89PNG" + bytes(5000), "text/html": "<i>small</i>"}, raw=True)
-finally:
-    executor.set_display_limit(16 << 20)
-"#;
+    let code = r#"display({"text/plain": "big", "image/png": b"\x89PNG" + bytes(17 << 20), "text/html": "<i>small</i>"}, raw=True)"#;
     let (out, shown) = run_shown(rt, code).await;
     assert!(out.success(), "{out:?}");
     let items = shown.items();
@@ -195,7 +187,7 @@ finally:
         ["text/plain", "text/html"],
         "as given"
     );
-    assert_eq!(items[0].omitted, [("image/png".to_owned(), 5004)]);
+    assert_eq!(items[0].omitted, [("image/png".to_owned(), (17 << 20) + 4)]);
 }
 
 /// Figures drawn with matplotlib are shown as PNG items: at `plt.show()`, where it is called,

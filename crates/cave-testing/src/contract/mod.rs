@@ -87,8 +87,6 @@ macro_rules! runtime_contract_tests {
 const ALONE: &[&str] = &[
     "a_cell_that_replaces_stdout_does_not_silence_later_cells",
     "output_written_between_cells_comes_with_the_next",
-    // In-process, the display limit is the interpreter's.
-    "a_form_over_the_display_limit_is_left_out",
 ];
 
 static TURNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
