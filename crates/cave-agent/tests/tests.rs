@@ -658,3 +658,58 @@ async fn without_a_display_directory_items_are_in_the_response_only() {
         "{sent}"
     );
 }
+
+/// With vision, the images a cell shows go with its result as image parts, within the budget;
+/// the rest are named; compaction clears an old result's images with its text.
+#[tokio::test]
+async fn with_vision_shown_images_go_to_the_model_within_a_budget() {
+    // A 640×480 PNG header costs 425 tokens at high detail: two fit in 900, the third not.
+    let png =
+        "b'\\x89PNG\\r\\n\\x1a\\n\\x00\\x00\\x00\\rIHDR\\x00\\x00\\x02\\x80\\x00\\x00\\x01\\xe0'";
+    let code = format!(
+        "class Chart:\n    def _repr_png_(self): return {png}\nfor _ in range(3):\n    display(Chart())"
+    );
+    let model = std::sync::Arc::new(ScriptedModel::new([
+        Reply::text(block(&code)),
+        Reply::text("Three charts."),
+    ]));
+    let mut builder = Agent::builder(model.clone(), InProcRuntime::new().unwrap());
+    builder.max_image_tokens(900);
+    let mut agent = builder.build().unwrap();
+    let response = agent.run("Chart it three times.").await;
+    assert_eq!(response.displays.len(), 3);
+    let requests = model.requests();
+    let result = requests[1].messages.last().unwrap();
+    assert_eq!(result.images.len(), 2, "{:?}", result.images);
+    assert_eq!(
+        (result.images[0].width, result.images[0].height),
+        (640, 480)
+    );
+    assert!(
+        result.images[0]
+            .data_url()
+            .starts_with("data:image/png;base64,iVBORw0KGgo")
+    );
+    assert!(
+        result
+            .content
+            .contains("[1 more image not sent to you: over the 900 tokens"),
+        "{}",
+        result.content
+    );
+    // Without vision, nothing but text.
+    let model = std::sync::Arc::new(ScriptedModel::new([
+        Reply::text(block(&code)),
+        Reply::text("Three charts."),
+    ]));
+    let mut agent = Agent::builder(model.clone(), InProcRuntime::new().unwrap())
+        .build()
+        .unwrap();
+    agent.run("Chart it.").await;
+    assert!(
+        model.requests()[1]
+            .messages
+            .iter()
+            .all(|m| m.images.is_empty())
+    );
+}

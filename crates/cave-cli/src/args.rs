@@ -161,6 +161,18 @@ pub struct CommonArgs {
         help_heading = "Model"
     )]
     pub context_window: u64,
+    /// The model reads images: figures and other images cells show go with the results
+    /// (up to --max-image-tokens of them a result).
+    #[arg(long, help_heading = "Model")]
+    pub vision: bool,
+    /// Tokens of images one result may carry with --vision (by the estimator's count).
+    #[arg(
+        long,
+        value_name = "TOKENS",
+        requires = "vision",
+        help_heading = "Model"
+    )]
+    pub max_image_tokens: Option<u64>,
     /// A separate (cheaper) model for summaries when compacting (same server and key).
     #[arg(long, value_name = "ID", help_heading = "Model")]
     pub compact_model: Option<String>,

@@ -45,6 +45,8 @@ pub struct AgentSettings {
     pub stream_idle_timeout: Option<Option<Duration>>,
     /// `--instructions`.
     pub instructions: Option<String>,
+    /// `--vision`, with `--max-image-tokens`.
+    pub vision: Option<Option<u64>>,
 }
 
 impl AgentSettings {
@@ -76,6 +78,15 @@ impl AgentSettings {
         }
         if let Some(v) = self.instructions {
             builder.instructions(v);
+        }
+        match self.vision {
+            Some(Some(tokens)) => {
+                builder.max_image_tokens(tokens);
+            }
+            Some(None) => {
+                builder.vision(true);
+            }
+            None => {}
         }
     }
 }
@@ -292,6 +303,7 @@ pub fn resolve(
             .map(|s| seconds("--stream-idle-timeout", s).map(|d| (!d.is_zero()).then_some(d)))
             .transpose()?,
         instructions: args.instructions.clone(),
+        vision: args.vision.then_some(args.max_image_tokens),
     };
     let output = if args.json {
         OutputMode::Json

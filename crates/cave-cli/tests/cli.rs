@@ -978,3 +978,57 @@ async fn figures_and_tables_are_display_events_and_files() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `--vision`: a figure a cell shows goes to the model with the result, as an `image_url`
+/// part after the text; without it, the content stays text.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_vision_a_figure_goes_to_the_model() {
+    let code = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()";
+    for vision in [true, false] {
+        let dir =
+            std::env::temp_dir().join(format!("cave-cli-vision-{}-{vision}", std::process::id()));
+        let server = server([
+            answer(&block(code), 8, "stop"),
+            answer("A line.", 8, "stop"),
+        ])
+        .await;
+        let mut args = vec!["run", "--json", "--display-dir", dir.to_str().unwrap()];
+        if vision {
+            args.push("--vision");
+        }
+        args.push("Plot it.");
+        let out = cave(Some(&server), &args);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let content = server.received()[1].body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["content"]
+            .clone();
+        if vision {
+            let parts = content.as_array().expect("parts");
+            assert_eq!(parts[0]["type"], "text");
+            assert!(
+                parts[0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("saved as display-1.png"),
+                "{content}"
+            );
+            assert_eq!(parts[1]["type"], "image_url");
+            let url = parts[1]["image_url"]["url"].as_str().unwrap();
+            assert!(
+                url.starts_with("data:image/png;base64,iVBORw0KGgo"),
+                "{url:.60}"
+            );
+        } else {
+            assert!(content.is_string(), "{content}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+}

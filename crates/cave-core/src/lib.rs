@@ -61,14 +61,15 @@ mod usage;
 mod value;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentResponse, BuildError, EventStream, MAX_OUTPUT_RECOVERIES, RunHandle,
-    SubAgent,
+    Agent, AgentBuilder, AgentResponse, BuildError, DEFAULT_IMAGE_TOKENS, EventStream,
+    MAX_OUTPUT_RECOVERIES, RunHandle, SubAgent,
 };
 pub use approval::{Approval, ApprovalRequest, Approver};
 pub use compact::{
     COMPACT_BUFFER_TOKENS, COOLDOWN_ATTEMPTS, Compactor, ContextCompactor, DEFAULT_CONTEXT_WINDOW,
     FALLBACK_OUTPUT_RESERVE, KEEP_RECENT_RESULTS, MAX_CONSECUTIVE_FAILURES, NoCompaction, Prepared,
     ScriptEstimator, Summarized, SummaryError, TokenAnchor, TokenEstimator, estimate_history,
+    estimate_message, image_tokens,
 };
 pub use display::{
     DEFAULT_MAX_DISPLAY, DisplayData, DisplayItem, MAX_DISPLAY_ITEMS, file_extension, image_size,
@@ -78,7 +79,7 @@ pub use event::{
     EVENT_FORMAT_VERSION, Event, EventObserver, Status, StopError, StopErrorKind, StopReason,
 };
 pub use message::{
-    ChatMessage, ChatRole, HISTORY_FORMAT_VERSION, HistoryError, Message, MessageKind,
+    ChatMessage, ChatRole, HISTORY_FORMAT_VERSION, HistoryError, ImagePart, Message, MessageKind,
     PersistedOutput, SavedHistory,
 };
 pub use model::{

@@ -45,6 +45,10 @@ pub enum Message {
         /// marker pointing there).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         persisted: Option<PersistedOutput>,
+        /// Images the code showed, sent with the text to a model that reads images
+        /// ([`AgentBuilder::vision`](crate::AgentBuilder::vision)).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<ImagePart>,
     },
     /// A summary of earlier history, sent as the user.
     Summary {
@@ -172,6 +176,9 @@ pub struct ChatMessage {
     /// provider. `None` for messages made outside the agent's history.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<MessageKind>,
+    /// Images sent with the text (user messages only; for models that read images).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<ImagePart>,
 }
 
 impl ChatMessage {
@@ -182,6 +189,7 @@ impl ChatMessage {
             content: content.into(),
             reasoning: None,
             kind: None,
+            images: Vec::new(),
         }
     }
 
@@ -282,6 +290,7 @@ impl Message {
         Message::ExecutionResult {
             content: content.into(),
             persisted: None,
+            images: Vec::new(),
         }
     }
     /// An execution result whose output was stored in the runtime (`content` holds the marker).
@@ -289,6 +298,21 @@ impl Message {
         Message::ExecutionResult {
             content: content.into(),
             persisted: Some(persisted),
+            images: Vec::new(),
+        }
+    }
+    /// This execution result with `images` (other messages carry none: unchanged).
+    pub fn with_images(mut self, images: Vec<ImagePart>) -> Self {
+        if let Message::ExecutionResult { images: own, .. } = &mut self {
+            *own = images;
+        }
+        self
+    }
+    /// The images sent with this message.
+    pub fn images(&self) -> &[ImagePart] {
+        match self {
+            Message::ExecutionResult { images, .. } => images,
+            _ => &[],
         }
     }
     /// Where an execution result's output was stored, if it was.
@@ -345,6 +369,53 @@ impl Message {
             content: self.content().to_owned(),
             reasoning: self.reasoning().map(str::to_owned),
             kind: Some(self.kind()),
+            images: self.images().to_vec(),
         }
+    }
+}
+
+/// An image sent with a message to a model that reads images (a figure a cell showed).
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ImagePart {
+    /// Its MIME type (`image/png`, `image/jpeg`).
+    pub mime_type: String,
+    /// The image, base64.
+    pub data: String,
+    /// Its width in pixels.
+    pub width: u32,
+    /// Its height in pixels.
+    pub height: u32,
+}
+
+impl ImagePart {
+    /// An image of this type and size.
+    pub fn new(mime_type: impl Into<String>, bytes: &[u8], width: u32, height: u32) -> Self {
+        use base64::Engine as _;
+        Self {
+            mime_type: mime_type.into(),
+            data: base64::engine::general_purpose::STANDARD.encode(bytes),
+            width,
+            height,
+        }
+    }
+
+    /// The image as a `data:` URL, as chat APIs take it.
+    pub fn data_url(&self) -> String {
+        format!("data:{};base64,{}", self.mime_type, self.data)
+    }
+}
+
+impl std::fmt::Debug for ImagePart {
+    /// Its type and size, not its bytes.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ImagePart({} {}×{}, {} base64 bytes)",
+            self.mime_type,
+            self.width,
+            self.height,
+            self.data.len()
+        )
     }
 }

@@ -359,6 +359,14 @@ pub fn display_line(
     (!parts.is_empty()).then(|| format!("[{}]", parts.join("; ")))
 }
 
+/// Said after a result when some of its images were not sent to the model.
+pub fn images_left_out(count: usize, budget: u64) -> String {
+    format!(
+        "[{count} more image{} not sent to you: over the {budget} tokens of images a result may carry]",
+        if count == 1 { "" } else { "s" }
+    )
+}
+
 // The summarizer's texts (`ContextCompactor`).
 
 /// What an old execution result becomes when it is cleared.

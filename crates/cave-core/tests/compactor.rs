@@ -105,6 +105,34 @@ fn microcompaction_clears_all_but_the_recent_results() {
     );
 }
 
+/// An old result's images are cleared with its text, as a large output is: also a cleared
+/// result or a marker at its floor that still carried images; the recent ones keep theirs.
+#[test]
+fn microcompaction_clears_old_images_with_their_text() {
+    let (c, _) = compactor(ScriptedModel::new([]));
+    let image = || vec![cave_core::ImagePart::new("image/png", b"png", 640, 480)];
+    let mut h = history(8, "a chart");
+    for m in h.iter_mut() {
+        if matches!(m, Message::ExecutionResult { .. }) {
+            *m = m.clone().with_images(image());
+        }
+    }
+    // Already cleared text, but still an image: cleared too.
+    h[3] = Message::execution_result(prompts::CLEARED_RESULT).with_images(image());
+    let cleared = c.microcompact(&h).expect("something to clear");
+    let images: Vec<usize> = cleared
+        .iter()
+        .filter(|m| matches!(m, Message::ExecutionResult { .. }))
+        .map(|m| m.images().len())
+        .collect();
+    assert_eq!(
+        images,
+        [0, 0, 1, 1, 1, 1, 1, 1],
+        "the 6 most recent keep theirs"
+    );
+    assert!(c.microcompact(&cleared).is_none());
+}
+
 #[test]
 fn prepare_clears_first_and_asks_for_a_summary_only_if_needed() {
     let (c, _) = compactor(ScriptedModel::new([]));

@@ -15,6 +15,34 @@ pub(crate) struct RequestBody<'a> {
     pub(crate) extra: &'a Map<String, Json>,
 }
 
+/// A user message's content: its text, and its images as `data:` URLs after it.
+fn user_content(
+    message: &cave_core::ChatMessage,
+) -> async_openai::types::chat::ChatCompletionRequestUserMessageContent {
+    use async_openai::types::chat::{
+        ChatCompletionRequestMessageContentPartImage, ChatCompletionRequestMessageContentPartText,
+        ChatCompletionRequestUserMessageContent as Content,
+        ChatCompletionRequestUserMessageContentPart as Part, ImageUrl,
+    };
+    if message.images.is_empty() {
+        return Content::Text(message.content.clone());
+    }
+    let text = Part::Text(ChatCompletionRequestMessageContentPartText {
+        text: message.content.clone(),
+        prompt_cache_breakpoint: None,
+    });
+    let images = message.images.iter().map(|image| {
+        Part::ImageUrl(ChatCompletionRequestMessageContentPartImage {
+            image_url: ImageUrl {
+                url: image.data_url(),
+                detail: None,
+            },
+            prompt_cache_breakpoint: None,
+        })
+    });
+    Content::Array(std::iter::once(text).chain(images).collect())
+}
+
 impl RequestBody<'_> {
     pub(crate) fn to_json(&self) -> serde_json::Result<Vec<u8>> {
         use async_openai::types::chat::{
@@ -35,7 +63,7 @@ impl RequestBody<'_> {
                 }
                 ChatRole::User => {
                     ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
-                        content: m.content.as_str().into(),
+                        content: user_content(m),
                         name: None,
                     })
                 }
@@ -193,4 +221,37 @@ pub(crate) struct ErrorObject {
     /// An HTTP status some providers give with an error they report in the stream.
     #[serde(default)]
     pub(crate) status: Option<Json>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cave_core::{ChatMessage, ChatRole, ImagePart};
+
+    /// A user message with images is an array of parts: the text, then each image as a
+    /// `data:` URL; without images it stays a string.
+    #[test]
+    fn images_go_as_image_url_parts_after_the_text() {
+        let mut with_image = ChatMessage::new(ChatRole::User, "Output:\nfigure");
+        with_image.images = vec![ImagePart::new("image/png", b"\x89PNG", 1, 1)];
+        let messages = [ChatMessage::new(ChatRole::User, "plain"), with_image];
+        let extra = Map::new();
+        let body = RequestBody {
+            model: "m",
+            messages: &messages,
+            stream_usage: false,
+            max_tokens: None,
+            send_reasoning: false,
+            extra: &extra,
+        };
+        let json: Json = serde_json::from_slice(&body.to_json().unwrap()).unwrap();
+        assert_eq!(json["messages"][0]["content"], "plain");
+        assert_eq!(
+            json["messages"][1]["content"],
+            serde_json::json!([
+                {"type": "text", "text": "Output:\nfigure"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw=="}}
+            ])
+        );
+    }
 }

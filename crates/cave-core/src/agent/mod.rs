@@ -27,6 +27,10 @@ use tokio_util::sync::CancellationToken;
 /// How many times in a run an answer cut off by the output cap (or a broken stream) is resumed.
 pub const MAX_OUTPUT_RECOVERIES: u32 = 3;
 
+/// The tokens of images sent with one execution result when vision is on (about six
+/// 1024 × 768 figures at high detail).
+pub const DEFAULT_IMAGE_TOKENS: u64 = 6_000;
+
 /// An LLM operating a live Python runtime.
 ///
 /// Build one with [`Agent::builder`]. [`stream`](Agent::stream) runs a prompt and yields
@@ -78,6 +82,9 @@ struct Config {
     skills: Option<String>,
     /// Where the rich forms of display items are written.
     display_dir: Option<std::path::PathBuf>,
+    /// Send the images cells show to the model, within this many tokens a result (`None`: do
+    /// not send them).
+    image_budget: Option<u64>,
 }
 
 impl Agent {
@@ -224,6 +231,7 @@ pub struct AgentBuilder {
     python_block_identifier: String,
     skills: Option<String>,
     display_dir: Option<std::path::PathBuf>,
+    image_budget: Option<u64>,
     history: Vec<Message>,
     sub_agents: Vec<Arc<SubAgent>>,
     approver: Option<Arc<announce::Announcing>>,
@@ -255,6 +263,7 @@ impl AgentBuilder {
             python_block_identifier: "python".to_owned(),
             skills: None,
             display_dir: None,
+            image_budget: None,
             history: Vec::new(),
             sub_agents: Vec::new(),
             approver: None,
@@ -319,6 +328,21 @@ impl AgentBuilder {
     /// none, no files (the items are still in the events and the response).
     pub fn display_dir(&mut self, dir: impl Into<std::path::PathBuf>) -> &mut Self {
         self.display_dir = Some(dir.into());
+        self
+    }
+
+    /// For a model that reads images: the PNG and JPEG images cells show (figures, charts) go
+    /// with the execution result as image parts, up to [`DEFAULT_IMAGE_TOKENS`] tokens of
+    /// them a result by the estimator's count (the rest are named, not sent). Old results'
+    /// images are cleared with their text when the history is compacted. Default: off.
+    pub fn vision(&mut self, on: bool) -> &mut Self {
+        self.image_budget = on.then_some(self.image_budget.unwrap_or(DEFAULT_IMAGE_TOKENS));
+        self
+    }
+
+    /// The tokens of images sent with one execution result (turns vision on).
+    pub fn max_image_tokens(&mut self, tokens: u64) -> &mut Self {
+        self.image_budget = Some(tokens);
         self
     }
 
@@ -497,6 +521,7 @@ impl AgentBuilder {
                 python_block_identifier: tag.clone(),
                 skills: self.skills.clone(),
                 display_dir: self.display_dir.clone(),
+                image_budget: self.image_budget,
             },
             history: self.history.clone(),
             anchor: None,

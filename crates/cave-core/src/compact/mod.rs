@@ -18,6 +18,39 @@ use std::sync::Arc;
 pub trait TokenEstimator: Send + Sync {
     /// The estimated token count of `text`.
     fn estimate(&self, text: &str) -> u64;
+    /// The estimated token count of an image of this size. Default: OpenAI's count at high
+    /// detail (fit within 2048 × 2048, the shorter side scaled to 768, then 170 tokens per
+    /// 512-pixel tile and 85 more).
+    fn estimate_image(&self, width: u32, height: u32) -> u64 {
+        image_tokens(width, height)
+    }
+}
+
+/// OpenAI's token count of an image at high detail (see
+/// [`TokenEstimator::estimate_image`]).
+pub fn image_tokens(width: u32, height: u32) -> u64 {
+    if width == 0 || height == 0 {
+        return 85;
+    }
+    let (mut w, mut h) = (f64::from(width), f64::from(height));
+    let fit = (2048.0 / w.max(h)).min(1.0);
+    w *= fit;
+    h *= fit;
+    let shorter = (768.0 / w.min(h)).min(1.0);
+    w *= shorter;
+    h *= shorter;
+    let tiles = (w / 512.0).ceil() * (h / 512.0).ceil();
+    85 + 170 * tiles as u64
+}
+
+/// The estimated tokens of one message: its text and its images.
+pub fn estimate_message(message: &Message, estimator: &dyn TokenEstimator) -> u64 {
+    estimator.estimate(message.content())
+        + message
+            .images()
+            .iter()
+            .map(|i| estimator.estimate_image(i.width, i.height))
+            .sum::<u64>()
 }
 
 /// Ties an estimate to a provider's real count: the history that was sent, estimated, and the
@@ -47,10 +80,7 @@ pub fn estimate_history(
     anchor: Option<TokenAnchor>,
     estimator: &dyn TokenEstimator,
 ) -> u64 {
-    let heuristic: u64 = history
-        .iter()
-        .map(|m| estimator.estimate(m.content()))
-        .sum();
+    let heuristic: u64 = history.iter().map(|m| estimate_message(m, estimator)).sum();
     match anchor {
         Some(a) if a.api_tokens > 0 && heuristic >= a.heuristic_tokens => {
             a.api_tokens + (heuristic - a.heuristic_tokens)
@@ -227,3 +257,25 @@ macro_rules! forward_estimator {
     )*};
 }
 forward_estimator!(&E, Box<E>, Arc<E>);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn images_cost_what_openai_counts_at_high_detail() {
+        assert_eq!(image_tokens(640, 480), 85 + 2 * 170);
+        assert_eq!(image_tokens(2048, 4096), 1105, "OpenAI's worked example");
+        assert_eq!(image_tokens(0, 10), 85);
+        let message = Message::execution_result("abcdefgh")
+            .with_images(vec![crate::ImagePart::new("image/png", b"x", 640, 480)]);
+        assert_eq!(estimate_message(&message, &ScriptEstimator), 2 + 425);
+        // Only execution results carry images.
+        assert!(
+            Message::user("hi")
+                .with_images(message.images().to_vec())
+                .images()
+                .is_empty()
+        );
+    }
+}

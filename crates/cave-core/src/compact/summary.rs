@@ -180,13 +180,15 @@ impl ContextCompactor {
                 .as_ref()
                 .and_then(|_| strip_persisted_preview(content));
             let cleared = match stripped {
-                Some(stripped) if stripped == content => continue, // a marker already at its floor
                 Some(stripped) => stripped,
-                None if content == prompts::CLEARED_RESULT => continue,
                 None => prompts::CLEARED_RESULT.to_owned(),
             };
-            saved += estimator
-                .estimate(content)
+            // Already at its floor: a marker without preview, or cleared, and no images.
+            if cleared == content && history[i].images().is_empty() {
+                continue;
+            }
+            // Images go with the text they came with (as a large output, a figure is cleared).
+            saved += super::estimate_message(&history[i], estimator)
                 .saturating_sub(estimator.estimate(&cleared));
             out.get_or_insert_with(|| history.to_vec())[i] = match persisted {
                 Some(persisted) => Message::persisted_result(cleared, persisted),

@@ -3,8 +3,8 @@
 use super::*;
 use crate::agent::sub::LinkScope;
 use crate::{
-    Approval, ApprovalRequest, DisplayData, DisplayItem, LiveOutput, RuntimeExt, SecretRedactor,
-    StreamRedaction,
+    Approval, ApprovalRequest, DisplayData, DisplayItem, ImagePart, LiveOutput, RuntimeExt,
+    SecretRedactor, StreamRedaction,
 };
 
 /// Forwards live output into the run as `ExecutionOutput` events, up to
@@ -167,8 +167,10 @@ impl Run<'_> {
         // that could be the start of one waits), the whole output once more at the end.
         let redactor = SecretRedactor::new(runtime.secrets());
         let mut shown = redactor.stream();
-        // A line per item with rich forms, for the model (after the output).
+        // A line per item with rich forms, for the model (after the output), and the images
+        // that may go with it.
         let mut item_lines = Vec::new();
+        let mut images = Vec::new();
         self.executing = true;
         let execution = runtime.execute(code, &sink);
         tokio::pin!(execution);
@@ -180,7 +182,7 @@ impl Run<'_> {
                 result = &mut execution => break Some(result),
                 () = sleep_until(deadline) => break None,
                 Some(piece) = live.recv() => {
-                    self.live_piece(piece, &mut shown, &redactor, &mut item_lines).await;
+                    self.live_piece(piece, &mut shown, &redactor, &mut item_lines, &mut images).await;
                 }
                 Some(event) = nested.recv() => self.emit.emit(event).await,
             }
@@ -191,7 +193,7 @@ impl Run<'_> {
         };
         self.executing = false;
         while let Ok(piece) = live.try_recv() {
-            self.live_piece(piece, &mut shown, &redactor, &mut item_lines)
+            self.live_piece(piece, &mut shown, &redactor, &mut item_lines, &mut images)
                 .await;
         }
         let mut tail = shown.finish();
@@ -215,7 +217,8 @@ impl Run<'_> {
         let output = redactor.redact(&output);
         let (body, persisted) = self.shape_output(&output).await?;
         let mut result = prompt::execution_output(&body);
-        for line in &item_lines {
+        let (images, left_out) = self.within_image_budget(images);
+        for line in item_lines.iter().chain(&left_out) {
             result.push('\n');
             result.push_str(line);
         }
@@ -234,7 +237,7 @@ impl Run<'_> {
             Some(persisted) => Message::persisted_result(result, persisted),
             None => Message::execution_result(result),
         };
-        Ok((event, message))
+        Ok((event, message.with_images(images)))
     }
 
     /// A piece of the running cell's output: text goes out as it streams (redacted), an item
@@ -245,6 +248,7 @@ impl Run<'_> {
         shown: &mut StreamRedaction<'_>,
         redactor: &SecretRedactor,
         item_lines: &mut Vec<String>,
+        images: &mut Vec<ImagePart>,
     ) {
         match piece {
             LiveOutput::Text(chunk) => {
@@ -254,6 +258,9 @@ impl Run<'_> {
                 }
             }
             LiveOutput::Display(item) => {
+                if self.agent.config.image_budget.is_some() {
+                    images.extend(image_part(&item));
+                }
                 if let Some(line) = self.show_item(item, redactor).await {
                     item_lines.push(line);
                 }
@@ -300,6 +307,30 @@ impl Run<'_> {
             })
             .await;
         line
+    }
+
+    /// The images that fit the budget, in order, and a line for those that do not.
+    fn within_image_budget(&self, images: Vec<ImagePart>) -> (Vec<ImagePart>, Vec<String>) {
+        let Some(budget) = self.agent.config.image_budget else {
+            return (Vec::new(), Vec::new());
+        };
+        let mut spent = 0u64;
+        let mut sent = Vec::new();
+        let mut left_out = 0;
+        for image in images {
+            let tokens = self
+                .agent
+                .estimator
+                .estimate_image(image.width, image.height);
+            if spent + tokens <= budget {
+                spent += tokens;
+                sent.push(image);
+            } else {
+                left_out += 1;
+            }
+        }
+        let note = (left_out > 0).then(|| prompt::images_left_out(left_out, budget));
+        (sent, note.into_iter().collect())
     }
 
     /// The execution ran for `limit` seconds, its `max_exec_timeout` or what was left of the
@@ -387,4 +418,14 @@ impl Run<'_> {
             Some(PersistedOutput::new(&prefix, index, chars)),
         ))
     }
+}
+
+/// The image an item can send to a model that reads images: its PNG or JPEG form, when its
+/// header gives its size.
+fn image_part(item: &DisplayItem) -> Option<ImagePart> {
+    ["image/png", "image/jpeg"].into_iter().find_map(|mime| {
+        let data = item.get(mime)?;
+        let (width, height) = crate::image_size(mime, data.as_bytes())?;
+        Some(ImagePart::new(mime, data.as_bytes(), width, height))
+    })
 }
