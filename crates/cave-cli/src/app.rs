@@ -705,7 +705,7 @@ fn open_output(
     };
     let output: Box<dyn Output> = match mode {
         OutputMode::Json => Box::new(JsonLines::new(stdout)),
-        OutputMode::Human { color } => {
+        OutputMode::Human { color, images } => {
             // The conversation on stdout; errors and warnings on stderr.
             let stderr = RedactingStdout {
                 out: io::stderr()
@@ -716,7 +716,11 @@ fn open_output(
                 buffer: Vec::new(),
                 redactor: redactor.clone(),
             };
-            Box::new(Human::new(stdout, color).with_errors(Box::new(stderr)))
+            Box::new(
+                Human::new(stdout, color)
+                    .with_errors(Box::new(stderr))
+                    .with_images(images),
+            )
         }
     };
     Ok((output, capture))

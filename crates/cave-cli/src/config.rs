@@ -100,6 +100,8 @@ pub enum OutputMode {
     Human {
         /// Use ANSI colors.
         color: bool,
+        /// Draw images with this protocol (a terminal that speaks one).
+        images: Option<crate::images::ImageProtocol>,
     },
 }
 
@@ -312,6 +314,9 @@ pub fn resolve(
             // On a terminal unless NO_COLOR (or TERM=dumb) says otherwise; anywhere with
             // CLICOLOR_FORCE: anstream's reading of the conventions.
             color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
+            images: std::io::IsTerminal::is_terminal(&std::io::stdout())
+                .then(|| crate::images::ImageProtocol::detect(|name| std::env::var(name).ok()))
+                .flatten(),
         }
     };
     if let Some(name) = args.retrieve.iter().find(|n| !cave_agent::is_identifier(n)) {

@@ -12,6 +12,7 @@ pub mod args;
 pub mod config;
 pub mod exit;
 mod highlight;
+pub mod images;
 mod markdown;
 pub mod output;
 pub mod units;

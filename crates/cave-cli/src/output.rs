@@ -126,6 +126,8 @@ pub struct Human<W> {
     waiting: Option<&'static str>,
     frame: usize,
     spinner_drawn: bool,
+    /// How images are drawn inline, when the terminal can.
+    images: Option<crate::images::ImageProtocol>,
 }
 
 impl<W: std::fmt::Debug> std::fmt::Debug for Human<W> {
@@ -168,7 +170,14 @@ impl<W: Write> Human<W> {
             waiting: None,
             frame: 0,
             spinner_drawn: false,
+            images: None,
         }
+    }
+
+    /// Draws the images cells show with `protocol` (a terminal that speaks it).
+    pub fn with_images(mut self, protocol: Option<crate::images::ImageProtocol>) -> Self {
+        self.images = protocol;
+        self
     }
 
     fn paint(&self, style: Style, text: &str) -> String {
@@ -527,8 +536,11 @@ impl<W: Write> Output for Human<W> {
                 )?;
             }
             Event::Display {
-                mime_types, files, ..
-            } => self.shown(mime_types, files)?,
+                mime_types,
+                files,
+                item,
+                ..
+            } => self.shown(mime_types, files, item.as_deref())?,
             Event::SubAgent { agent, event } => self.nested(agent, event)?,
             Event::ApprovalRequested { .. } => {}
             Event::ExecutionRefused { reason } => {
@@ -721,6 +733,7 @@ impl<W: Write> Human<W> {
         &mut self,
         mime_types: &[String],
         files: &std::collections::BTreeMap<String, String>,
+        item: Option<&cave_agent::DisplayItem>,
     ) -> io::Result<()> {
         let rich: Vec<&String> = mime_types.iter().filter(|m| *m != "text/plain").collect();
         if rich.is_empty() {
@@ -736,6 +749,15 @@ impl<W: Write> Human<W> {
                 None => format!("     ▣ {mime}"),
             };
             self.note(BLUE, &line)?;
+        }
+        // The first image the terminal can draw, drawn.
+        if let (Some(protocol), Some(item)) = (self.images, item) {
+            let drawn = item.rich_forms().find_map(|(mime, data)| {
+                protocol.encode(mime, data.as_bytes(), crate::images::IMAGE_COLUMNS)
+            });
+            if let Some(sequences) = drawn {
+                write!(self.out, "{sequences}")?;
+            }
         }
         Ok(())
     }

@@ -380,3 +380,46 @@ fn a_sub_agents_events_are_nested_json_naming_it() {
         matches!(back, Event::SubAgent { agent, event } if agent == "analyzer" && matches!(*event, Event::Code { .. }))
     );
 }
+
+/// What a cell shows: a line per rich form with its file, and the image drawn inline where
+/// the terminal speaks an image protocol (never on a terminal that does not).
+#[test]
+fn shown_items_are_listed_and_drawn_where_the_terminal_can() {
+    let png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x03\x00\x00\x00\x02".to_vec();
+    let item = cave_agent::DisplayItem::new([
+        (
+            "text/html".to_owned(),
+            cave_agent::DisplayData::Text("<table></table>".into()),
+        ),
+        ("image/png".to_owned(), cave_agent::DisplayData::Bytes(png)),
+        (
+            "text/plain".to_owned(),
+            cave_agent::DisplayData::Text("<Figure>".into()),
+        ),
+    ]);
+    let event = Event::Display {
+        mime_types: item.mime_types().iter().map(|m| (*m).to_owned()).collect(),
+        text: "<Figure>".into(),
+        files: [("image/png".to_owned(), "out/display-1.png".to_owned())].into(),
+        item: Some(Box::new(item)),
+    };
+    let draw = |protocol| {
+        let mut out = Vec::new();
+        {
+            let mut human = Human::new(&mut out, false).with_images(protocol);
+            human.event(&event).unwrap();
+        }
+        String::from_utf8(out).unwrap()
+    };
+    let plain = draw(None);
+    assert_eq!(
+        plain,
+        "     ▣ text/html\n     ▣ image/png → out/display-1.png\n"
+    );
+    let kitty = draw(Some(cave_cli::images::ImageProtocol::Kitty));
+    assert!(kitty.starts_with(&plain), "{kitty:?}");
+    assert!(
+        kitty[plain.len()..].starts_with("\x1b_Gf=100,a=T,c=60,m=0;iVBORw0KGgo"),
+        "{kitty:?}"
+    );
+}
