@@ -37,8 +37,8 @@ async fn peak_growth<F: std::future::Future>(phase: F) -> (F::Output, u64) {
     (output, peak.load(Ordering::Relaxed).saturating_sub(base))
 }
 
-/// Prints for eight seconds; returns what it printed (bytes) and the host's peak growth.
-async fn flood(runtime: impl Runtime + 'static) -> (u64, u64) {
+/// Prints for `seconds`; returns what it printed (bytes) and the host's peak growth.
+async fn flood(runtime: impl Runtime + 'static, seconds: u64) -> (u64, u64) {
     let block = |code: &str| format!("```python\n{code}\n```");
     let model = ScriptedModel::new([
         Reply::text(block(
@@ -48,7 +48,7 @@ async fn flood(runtime: impl Runtime + 'static) -> (u64, u64) {
         Reply::text("Done."),
     ]);
     let mut agent = Agent::builder(model, runtime)
-        .max_exec_timeout(Duration::from_secs(8))
+        .max_exec_timeout(Duration::from_secs(seconds))
         .build()
         .unwrap();
     let ((shown, stopped), growth) = peak_growth(async {
@@ -90,16 +90,24 @@ async fn flood(runtime: impl Runtime + 'static) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_printing_loop_leaves_the_host_bounded() {
-    for (name, printed, growth) in [
-        {
-            let (printed, growth) = flood(InProcRuntime::new().unwrap()).await;
-            ("in-process", printed, growth)
-        },
-        {
-            let (printed, growth) = flood(cave_agent::KernelRuntime::new().unwrap()).await;
-            ("kernel", printed, growth)
-        },
-    ] {
+    let bound = 8 * DEFAULT_MAX_CELL_OUTPUT as u64;
+    // Eight seconds print enough here; a machine busy with other work gets longer (what is
+    // checked is the host's growth while a cell prints more than it may hold).
+    let mut results = Vec::new();
+    for name in ["in-process", "kernel"] {
+        let mut attempt = (0, 0);
+        for seconds in [8, 30] {
+            attempt = match name {
+                "in-process" => flood(InProcRuntime::new().unwrap(), seconds).await,
+                _ => flood(cave_agent::KernelRuntime::new().unwrap(), seconds).await,
+            };
+            if attempt.0 > bound {
+                break;
+            }
+        }
+        results.push((name, attempt.0, attempt.1));
+    }
+    for (name, printed, growth) in results {
         eprintln!(
             "{name}: printed {} MiB, host grew {} MiB at most",
             printed >> 20,
@@ -108,7 +116,6 @@ async fn a_printing_loop_leaves_the_host_bounded() {
         // Measured here: about 46 MiB in-process and 20 MiB with the kernel, whether the
         // cell printed 50 MiB or 220 (the head and tail held, the live pieces queued before
         // the live cap, and the allocator's slack).
-        let bound = 8 * DEFAULT_MAX_CELL_OUTPUT as u64;
         assert!(
             printed > bound,
             "{name}: the cell printed only {printed} bytes: too little to tell"

@@ -133,7 +133,10 @@ mod tests {
         );
         assert_eq!(ImageProtocol::Kitty.encode("image/jpeg", &png, 60), None);
         assert_eq!(ImageProtocol::Iterm2.encode("text/html", b"<b>", 60), None);
-        assert_eq!(ImageProtocol::Iterm2.encode("image/svg+xml", b"<svg/>", 60), None);
+        assert_eq!(
+            ImageProtocol::Iterm2.encode("image/svg+xml", b"<svg/>", 60),
+            None
+        );
         let iterm = ImageProtocol::Iterm2
             .encode("image/jpeg", b"jpg", 40)
             .unwrap();
