@@ -352,19 +352,21 @@ pub fn resolve(
     })
 }
 
-/// `cave-display-YYYYMMDD-HHMMSS` in the current directory (UTC).
+/// `cave-display-YYYYMMDD-HHMMSS` in the current directory (UTC), as an absolute path (the
+/// events name files under it).
 fn default_display_dir() -> PathBuf {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let (year, month, day) = cave_agent::prompt::civil_date(secs);
     let in_day = secs % 86_400;
-    PathBuf::from(format!(
+    let name = format!(
         "cave-display-{year:04}{month:02}{day:02}-{:02}{:02}{:02}",
         in_day / 3600,
         in_day % 3600 / 60,
         in_day % 60
-    ))
+    );
+    std::env::current_dir().unwrap_or_default().join(name)
 }
 
 /// `--runtime` and the options of the kernel runtime (refused with the in-process one, where

@@ -1032,3 +1032,54 @@ async fn with_vision_a_figure_goes_to_the_model() {
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
+
+/// With nothing configured, what cells show goes to `cave-display-DATE-TIME` in the current
+/// directory, made when first needed and named at the end of the run; a run that shows
+/// nothing makes no directory.
+#[tokio::test(flavor = "multi_thread")]
+async fn by_default_shown_files_go_to_a_dated_directory_here() {
+    let cwd = std::env::temp_dir().join(format!("cave-cli-display-cwd-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&cwd);
+    std::fs::create_dir_all(&cwd).unwrap();
+    let run = |code: &str| {
+        let code = code.to_owned();
+        let cwd = cwd.clone();
+        async move {
+            let server =
+                server([answer(&block(&code), 8, "stop"), answer("Done.", 8, "stop")]).await;
+            command(Some(&server), &["run", "--json", "Go."])
+                .current_dir(&cwd)
+                .output()
+                .expect("the binary runs")
+        }
+    };
+    let out = run("print('nothing to show')").await;
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_dir(&cwd).unwrap().count(), 0, "no directory");
+    let out = run("display({'text/plain': 'x', 'text/html': '<b>x</b>'}, raw=True)").await;
+    assert_eq!(out.status.code(), Some(0));
+    let made: Vec<std::path::PathBuf> = std::fs::read_dir(&cwd)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(made.len(), 1, "{made:?}");
+    let name = made[0].file_name().unwrap().to_string_lossy().into_owned();
+    assert!(
+        name.starts_with("cave-display-") && name.len() == "cave-display-20261201-235959".len(),
+        "{name}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(made[0].join("display-1.html")).unwrap(),
+        "<b>x</b>"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "cave: what the cells showed is in {}",
+            made[0].display()
+        )),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&cwd).unwrap();
+}
