@@ -262,8 +262,18 @@ def _form(mime, data):
 
 
 def _is_figure(obj):
-    module = type(obj).__module__ or ""
-    return module.startswith("matplotlib.figure") and hasattr(obj, "savefig")
+    module = getattr(type(obj), "__module__", None) or ""
+    return module.startswith("matplotlib.figure") and _method(obj, "savefig") is not None
+
+
+def _method(obj, name):
+    """`obj.name` if it is callable; None when it is not, or when looking it up raises (the
+    object is the model's: its `__getattr__` may do anything)."""
+    try:
+        found = getattr(obj, name, None)
+    except Exception:
+        return None
+    return found if callable(found) else None
 
 
 def _figure_png(figure):
@@ -283,8 +293,8 @@ def mime_bundle(obj):
         except Exception:
             pass
     elif not isinstance(obj, type):  # a class has the methods, unbound
-        method = getattr(obj, "_repr_mimebundle_", None)
-        if callable(method):
+        method = _method(obj, "_repr_mimebundle_")
+        if method is not None:
             try:
                 found = method(include=None, exclude=None)
             except Exception:
@@ -300,8 +310,8 @@ def mime_bundle(obj):
         for mime, name in _REPR_METHODS:
             if mime in bundle:
                 continue
-            method = getattr(obj, name, None)
-            if not callable(method):
+            method = _method(obj, name)
+            if method is None:
                 continue
             try:
                 form = _form(mime, method())
@@ -324,7 +334,7 @@ def has_rich_form(obj):
     if isinstance(obj, type):
         return False
     return any(
-        callable(getattr(obj, name, None))
+        _method(obj, name) is not None
         for name in ("_repr_mimebundle_",) + tuple(name for _, name in _REPR_METHODS)
     )
 

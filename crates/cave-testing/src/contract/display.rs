@@ -146,6 +146,11 @@ pub async fn a_rich_last_value_is_shown_as_an_item(rt: &dyn Runtime) {
     assert!(out.success(), "{out:?}");
     let items = shown.items();
     assert_eq!(items[0].mime_types(), ["text/plain"], "{items:?}");
+    // An object whose attribute lookup raises has no rich form; it is echoed.
+    let code = "class Evil:\n    def __getattr__(self, name): raise RuntimeError(name)\n    def __repr__(self): return 'Evil()'\nEvil()";
+    let (out, shown) = run_shown(rt, code).await;
+    assert_eq!(out.output, "Evil()\n", "{out:?}");
+    assert!(shown.items().is_empty());
     // A class has the methods, unbound: it is not shown as an instance.
     let (out, shown) = run_shown(rt, "Table").await;
     assert!(out.output.starts_with("<class"), "{out:?}");
