@@ -208,6 +208,9 @@ class Type:
 # `_output`) as `(bundle, omitted)`: `{mime: str | bytes}` with `text/plain` always, and
 # `{mime: size}` for the forms left out because they were over the limit.
 _show = contextvars.ContextVar("cave_show", default=None)
+# Whose figures a cell shows: its runtime's (the `owner` of its `show`, or `show` itself). In
+# one interpreter several runtimes run cells at once, and pyplot's figures are global.
+_figure_owner = contextvars.ContextVar("cave_figure_owner", default=None)
 
 # The largest form of one display item, in bytes: the runtime's, per cell (`run_cell`), or
 # the default (`set_display_limit`).
@@ -392,7 +395,12 @@ def _show_figures():
     helpers = sys.modules.get("matplotlib._pylab_helpers")
     if helpers is None:
         return
-    managers = helpers.Gcf.get_all_fig_managers()
+    owner = _figure_owner.get()
+    managers = [
+        m
+        for m in helpers.Gcf.get_all_fig_managers()
+        if owner is not None and getattr(m.canvas, "_cave_owner", None) is owner
+    ]
     for manager in managers:
         figure = manager.canvas.figure
         try:
@@ -410,7 +418,16 @@ def _matplotlib_backend():
 
     def lazy(name):
         if name == "FigureCanvas":
-            from matplotlib.backends.backend_agg import FigureCanvasAgg as value
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+            class value(FigureCanvasAgg):
+                """Agg's canvas, knowing whose cell drew it."""
+
+                def __init__(self, *args, **kwargs):
+                    super().__init__(*args, **kwargs)
+                    self._cave_owner = _figure_owner.get()
+
+            value.__name__ = value.__qualname__ = "FigureCanvas"
         elif name == "FigureManager":
             from matplotlib.backend_bases import FigureManagerBase as value
         else:
@@ -519,6 +536,7 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None):
     """
     token = _output.set(write)
     shown = _show.set(show)
+    owned = _figure_owner.set(getattr(show, "owner", show))
     limited = _cell_display_limit.set(display_limit)
     # Whatever an earlier cell (or a thread) did to them, this cell's output is routed.
     _restore_routing()
@@ -561,6 +579,7 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None):
             )
         _output.reset(token)
         _show.reset(shown)
+        _figure_owner.reset(owned)
         _cell_display_limit.reset(limited)
 
 

@@ -766,6 +766,8 @@ def _shower(execution):
                     left_out[mime] = len(data)
             send(("display", execution, {"text/plain": text}, left_out))
 
+    # One interpreter per runtime: every cell's figures are the runtime's.
+    show.owner = _State
     return show
 
 

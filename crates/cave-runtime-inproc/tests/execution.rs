@@ -79,3 +79,25 @@ async fn the_display_limit_is_a_setting_of_each_runtime() {
     let (_, shown) = cave_testing::contract::run_shown(&other, code).await;
     assert!(shown.items()[0].omitted.is_empty(), "the default is 16 MiB");
 }
+
+/// Two runtimes share the interpreter and pyplot's figures: each cell shows only its own
+/// runtime's, also when another runtime's cell ends while a figure of this one is open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_shows_only_its_own_runtimes_figures() {
+    let drawing = InProcRuntime::new().unwrap();
+    let other = InProcRuntime::new().unwrap();
+    let (drawn, quick) = tokio::join!(
+        cave_testing::contract::run_shown(
+            &drawing,
+            "import time, matplotlib.pyplot as plt\nplt.figure()\nplt.plot([1, 2])\ntime.sleep(1.5)",
+        ),
+        async {
+            tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            cave_testing::contract::run_shown(&other, "print('quick')").await
+        }
+    );
+    assert!(drawn.0.success(), "{:?}", drawn.0);
+    assert_eq!(quick.0.output, "quick\n");
+    assert!(quick.1.items().is_empty(), "{:?}", quick.1.items());
+    assert_eq!(drawn.1.items().len(), 1, "the figure is its own cell's");
+}
