@@ -110,9 +110,11 @@ fn second_libpython(
             "--test",
             "tests",
             "--",
-            // The one test that needs pandas, which this interpreter need not have.
+            // The tests that need pandas or matplotlib, which this interpreter need not have.
             "--skip",
             "pandas",
+            "--skip",
+            "matplotlib",
         ],
         &[
             ("PYO3_PYTHON", python.as_str()),

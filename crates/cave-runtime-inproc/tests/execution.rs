@@ -83,7 +83,7 @@ async fn the_display_limit_is_a_setting_of_each_runtime() {
 /// Two runtimes share the interpreter and pyplot's figures: each cell shows only its own
 /// runtime's, also when another runtime's cell ends while a figure of this one is open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cell_shows_only_its_own_runtimes_figures() {
+async fn each_runtime_shows_only_its_own_matplotlib_figures() {
     let drawing = InProcRuntime::new().unwrap();
     let other = InProcRuntime::new().unwrap();
     let (drawn, quick) = tokio::join!(
