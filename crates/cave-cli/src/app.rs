@@ -39,6 +39,7 @@ pub fn run(
         Command::Chat(args) => (&args.common, None),
         Command::Skills(command) => return skills_command(command),
         Command::Doctor => return doctor(),
+        Command::View(args) => return rt.block_on(view_command(args)),
     };
     let redactor = SecretRedactor::for_api_key(key_text.as_deref());
     let session = config::resolve(common, api_key, &secrets)
@@ -59,6 +60,11 @@ pub fn run(
             "cave: what the cells showed is in {}",
             session.display_dir.display()
         );
+    }
+    if let Some(view) = session.view.take() {
+        let keep = matches!(cli.command, Command::Run(_))
+            && std::io::IsTerminal::is_terminal(&io::stdin());
+        rt.block_on(view.finish(keep));
     }
     let missing = rt.block_on(session.retrieve_all()).unwrap_or_default();
     for message in &missing {
@@ -139,6 +145,52 @@ struct Session {
     /// `cave chat` on the kernel runtime: a checkpoint before each turn, with the length the
     /// conversation had, for `/undo` (the newest last).
     undo: Vec<(cave_agent::kernel::Checkpoint, usize)>,
+    /// `--view`: the page that shows the session as it runs.
+    view: Option<LiveView>,
+}
+
+/// The session shown as a web page while it runs (`--view`).
+struct LiveView {
+    feed: crate::view::Feed,
+    viewer: crate::view::Viewer,
+    redactor: SecretRedactor,
+}
+
+impl LiveView {
+    async fn start(addr: std::net::SocketAddr, redactor: &SecretRedactor) -> anyhow::Result<Self> {
+        let feed = crate::view::Feed::new(None);
+        let viewer = crate::view::Viewer::serve(addr, feed.clone(), "live session")
+            .await
+            .context("--view")?;
+        eprintln!("cave: viewing the session at {}", viewer.url());
+        Ok(Self {
+            feed,
+            viewer,
+            redactor: redactor.clone(),
+        })
+    }
+
+    /// Shows `event` on the page, as it is printed (the key removed).
+    fn show(&self, event: &Event) {
+        let Ok(text) = serde_json::to_string(event) else {
+            return;
+        };
+        match serde_json::from_str(&self.redactor.redact(&text)) {
+            Ok(json) => self.feed.push(json),
+            Err(e) => self.feed.push_note(self.feed.len() + 1, &e.to_string()),
+        }
+    }
+
+    /// Tells open pages the session is over; with `keep`, serves them until Ctrl-C.
+    async fn finish(self, keep: bool) {
+        self.feed.end();
+        if keep {
+            eprintln!("cave: the page stays at {} until Ctrl-C", self.viewer.url());
+            let _ = tokio::signal::ctrl_c().await;
+        }
+        // Pages that are open get the last events and the end before the server stops.
+        self.viewer.close(std::time::Duration::from_secs(2)).await;
+    }
 }
 
 /// How many turns `/undo` can take back; older checkpoints are let go (each is a process).
@@ -162,6 +214,7 @@ impl Session {
             approve,
             audit,
             display_dir,
+            view,
             api_key: _,
         } = config;
         let model: Box<dyn Model> = open_model(model)?;
@@ -223,6 +276,10 @@ impl Session {
         builder.display_dir(&display_dir);
         let agent = builder.build()?;
         let (output, session_capture) = open_output(output, &runtime, redactor)?;
+        let view = match view {
+            Some(addr) => Some(LiveView::start(addr, redactor).await?),
+            None => None,
+        };
         Ok(Self {
             agent,
             runtime,
@@ -231,6 +288,7 @@ impl Session {
             retrieve,
             display_dir,
             undo: Vec::new(),
+            view,
         })
     }
 
@@ -274,6 +332,9 @@ impl Session {
             let Some(event) = event else { break };
             if let Event::Stopped { stop_reason, .. } = &event {
                 reason = Some(*stop_reason);
+            }
+            if let Some(view) = &self.view {
+                view.show(&event);
             }
             if let Err(e) = self.output.event(&event) {
                 result = Err(e);
@@ -454,6 +515,31 @@ impl Session {
 
 /// `cave skills list|validate PATH`: reads and checks skills, runs nothing.
 /// `network active, filesystem unavailable (why), …`.
+/// `cave view FILE`: serves the session in FILE, following it as it grows, until Ctrl-C.
+async fn view_command(args: &crate::args::ViewArgs) -> Exit {
+    let feed = crate::view::Feed::new(crate::view::base_of(&args.file));
+    if let Err(e) = crate::view::follow(&args.file, feed.clone()) {
+        eprintln!("cave: {e}");
+        return Exit::Usage;
+    }
+    let title = args.file.display().to_string();
+    let viewer = match crate::view::Viewer::serve(args.addr, feed, &title).await {
+        Ok(viewer) => viewer,
+        Err(e) => {
+            eprintln!("cave: {e}");
+            return Exit::Usage;
+        }
+    };
+    eprintln!("cave: viewing {title} at {} (Ctrl-C stops)", viewer.url());
+    match tokio::signal::ctrl_c().await {
+        Ok(()) => Exit::Completed,
+        Err(e) => {
+            eprintln!("cave: cannot wait for Ctrl-C: {e}");
+            Exit::Stopped
+        }
+    }
+}
+
 fn sandbox_summary(layers: &[cave_agent::kernel::Layer]) -> String {
     use cave_agent::kernel::LayerState;
     layers

@@ -28,6 +28,20 @@ pub enum Command {
     /// Say what this machine supports: the kernel runtime's sandbox layers (with the reason
     /// for each one it lacks) and the Python found.
     Doctor,
+    /// Show a session as a web page on this machine: FILE is what `cave run --json` printed
+    /// (followed as it grows). Ctrl-C stops it.
+    View(ViewArgs),
+}
+
+/// `cave view`.
+#[derive(Debug, Args)]
+pub struct ViewArgs {
+    /// The session's events (JSON Lines, as `cave run --json` prints them).
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    /// Where to serve the page: a loopback address and port (port 0: any free one).
+    #[arg(long, value_name = "ADDR", default_value_t = crate::view::DEFAULT_ADDR)]
+    pub addr: std::net::SocketAddr,
 }
 
 /// `cave skills`.
@@ -342,4 +356,16 @@ pub struct CommonArgs {
     /// directory, made when a cell first shows something; the end of the run names it.
     #[arg(long, value_name = "DIR", help_heading = "Output")]
     pub display_dir: Option<PathBuf>,
+    /// Show the session as a live web page on this machine (the address is printed on
+    /// stderr); `--view=ADDR` chooses the loopback address and port. With a terminal on stdin,
+    /// the page stays up after the run until Ctrl-C.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "127.0.0.1:0",
+        help_heading = "Output"
+    )]
+    pub view: Option<std::net::SocketAddr>,
 }

@@ -149,6 +149,8 @@ pub struct Config {
     pub audit: Option<std::sync::Arc<cave_agent::AuditLog>>,
     /// `--display-dir`, or the default directory for this session.
     pub display_dir: PathBuf,
+    /// `--view`: serve the session as a live page on this address.
+    pub view: Option<std::net::SocketAddr>,
     /// The key, for redacting anything printed.
     pub api_key: Option<ApiKey>,
 }
@@ -348,6 +350,12 @@ pub fn resolve(
             None => None,
         },
         display_dir: args.display_dir.clone().unwrap_or_else(default_display_dir),
+        view: match args.view {
+            Some(addr) if !addr.ip().is_loopback() => {
+                bail!("--view: {}", crate::view::ViewError::NotLoopback(addr))
+            }
+            view => view,
+        },
         api_key,
     })
 }

@@ -41,52 +41,60 @@ fn configuration() -> Option<&'static HighlightConfiguration> {
         .as_ref()
 }
 
-/// `code` with ANSI colors, line by line (each line's styles are closed at its end, so lines
-/// can be indented or shortened independently). Plain text if highlighting fails.
-pub(crate) fn python_lines(code: &str) -> Vec<String> {
-    let plain = || code.lines().map(str::to_owned).collect();
+/// `code` cut into pieces, each with the capture name it is coloured as (`None`: plain), in
+/// order; `None` when it is too large to highlight or highlighting fails.
+pub(crate) fn python_spans(code: &str) -> Option<Vec<(Option<&'static str>, &str)>> {
     // Highlighting cost grows faster than the code: a cell larger than any a person reads is
-    // shown plain, so model output cannot stall the terminal.
+    // shown plain, so model output cannot stall the terminal or the viewer.
     if code.len() > MAX_HIGHLIGHTED_BYTES {
-        return plain();
+        return None;
     }
-    let Some(config) = configuration() else {
-        return plain();
-    };
+    let config = configuration()?;
     let mut highlighter = Highlighter::new();
-    let Ok(events) = highlighter.highlight(config, code.as_bytes(), None, None, |_| None) else {
-        return plain();
-    };
-    let mut lines = vec![String::new()];
-    let mut stack: Vec<Style> = Vec::new();
+    let events = highlighter
+        .highlight(config, code.as_bytes(), None, None, |_| None)
+        .ok()?;
+    let mut spans = Vec::new();
+    let mut stack: Vec<Option<&'static str>> = Vec::new();
     for event in events {
-        let Ok(event) = event else {
-            return plain();
-        };
-        match event {
-            HighlightEvent::HighlightStart(h) => {
-                stack.push(NAMES.get(h.0).map_or(Style::new(), |(_, s)| *s));
-            }
+        match event.ok()? {
+            HighlightEvent::HighlightStart(h) => stack.push(NAMES.get(h.0).map(|(n, _)| *n)),
             HighlightEvent::HighlightEnd => {
                 stack.pop();
             }
             HighlightEvent::Source { start, end } => {
-                let style = stack.last().copied().unwrap_or_default();
-                let text = code.get(start..end).unwrap_or("");
-                for (i, piece) in text.split('\n').enumerate() {
-                    if i > 0 {
-                        lines.push(String::new());
-                    }
-                    if piece.is_empty() {
-                        continue;
-                    }
-                    let line = lines.last_mut().expect("never empty");
-                    if style == Style::new() {
-                        line.push_str(piece);
-                    } else {
-                        line.push_str(&format!("{style}{piece}{style:#}"));
-                    }
-                }
+                let name = stack.last().copied().flatten();
+                spans.push((name, code.get(start..end).unwrap_or("")));
+            }
+        }
+    }
+    Some(spans)
+}
+
+/// `code` with ANSI colors, line by line (each line's styles are closed at its end, so lines
+/// can be indented or shortened independently). Plain text if highlighting fails.
+pub(crate) fn python_lines(code: &str) -> Vec<String> {
+    let Some(spans) = python_spans(code) else {
+        return code.lines().map(str::to_owned).collect();
+    };
+    let mut lines = vec![String::new()];
+    for (name, text) in spans {
+        let style = NAMES
+            .iter()
+            .find(|(n, _)| Some(*n) == name)
+            .map_or(Style::new(), |(_, s)| *s);
+        for (i, piece) in text.split('\n').enumerate() {
+            if i > 0 {
+                lines.push(String::new());
+            }
+            if piece.is_empty() {
+                continue;
+            }
+            let line = lines.last_mut().expect("never empty");
+            if style == Style::new() {
+                line.push_str(piece);
+            } else {
+                line.push_str(&format!("{style}{piece}{style:#}"));
             }
         }
     }

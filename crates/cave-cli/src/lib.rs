@@ -16,6 +16,7 @@ pub mod images;
 mod markdown;
 pub mod output;
 pub mod units;
+pub mod view;
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

@@ -460,7 +460,10 @@ impl<W: Write> Output for Human<W> {
 
     fn event(&mut self, event: &Event) -> io::Result<()> {
         self.clear_spinner()?;
-        self.waiting = Self::waiting_after(event);
+        // A step's cost is said after what ended it, and changes nothing the person waits for.
+        if !matches!(event, Event::Step { .. }) {
+            self.waiting = Self::waiting_after(event);
+        }
         match event {
             Event::UserPrompt { content, .. } => {
                 let prompt = self.paint(BLUE, &format!("> {content}"));

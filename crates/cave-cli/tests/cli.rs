@@ -4,14 +4,14 @@ use crate::support::{Reply, TestServer, answer, status_with};
 use serde_json::{Value as Json, json};
 use std::process::{Command, Output};
 
-const KEY: &str = "sk-cli-test-secret-4242";
+pub(crate) const KEY: &str = "sk-cli-test-secret-4242";
 
-fn block(code: &str) -> String {
+pub(crate) fn block(code: &str) -> String {
     format!("```python\n{code}\n```")
 }
 
 /// `cave` with a clean model environment, pointing at `server` (with the test key) if given.
-fn command(server: Option<&TestServer>, args: &[&str]) -> Command {
+pub(crate) fn command(server: Option<&TestServer>, args: &[&str]) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_cave"));
     command
         .args(args)
@@ -105,8 +105,10 @@ async fn json_lines_for_a_two_step_run_with_injection_and_retrieval() {
             "code",
             "execution_output",
             "execution_result",
+            "step",
             "text",
             "final_response",
+            "step",
             "stopped",
             "retrieved"
         ]
@@ -285,8 +287,14 @@ async fn a_recorded_run_replays_offline() {
             .into_iter()
             .map(|mut e| {
                 if let Some(o) = e.as_object_mut() {
-                    o.remove("elapsed");
-                    o.remove("duration_ms");
+                    for timing in [
+                        "elapsed",
+                        "duration_ms",
+                        "model_seconds",
+                        "execution_seconds",
+                    ] {
+                        o.remove(timing);
+                    }
                 }
                 e
             })

@@ -1,4 +1,5 @@
-//! The `cave` binary against a local SSE server, and the human renderer's snapshot.
+//! The `cave` binary against a local SSE server, the human renderer's snapshot, and the
+//! session viewer in a headless browser.
 mod cli;
 mod jupyter;
 mod kernel;
@@ -9,3 +10,4 @@ mod soak;
 #[path = "../../cave-models/tests/support/mod.rs"]
 #[allow(dead_code)]
 mod support;
+mod view;

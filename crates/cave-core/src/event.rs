@@ -333,6 +333,22 @@ pub enum Event {
         /// The answer (all fragments, when it was resumed after a cut).
         content: String,
     },
+    /// A step ended: one model call, and the cell its answer ran, if any. Says what the step
+    /// cost, so that a viewer can show tokens and timings per step. A step whose model call
+    /// failed has none (the run's `Stopped` follows).
+    Step {
+        /// The step's number in the run (from 1).
+        step: u32,
+        /// The tokens of this step's model call (estimated, and marked so, when the provider
+        /// reported none).
+        usage: Usage,
+        /// Seconds the model call took, from the request to the end of the answer.
+        model_seconds: f64,
+        /// Seconds the cell took to run, screens and approval included; absent when the step
+        /// ran none.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        execution_seconds: Option<f64>,
+    },
     /// The run ended; always last.
     Stopped {
         /// The final answer, or the last thing the model said.

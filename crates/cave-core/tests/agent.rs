@@ -131,8 +131,10 @@ async fn a_code_step_then_an_answer() {
             "text",
             "code",
             "execution_result",
+            "step",
             "text",
             "final_response",
+            "step",
             "stopped"
         ]
     );
@@ -671,6 +673,42 @@ async fn how_an_ended_stream_is_judged() {
     assert_eq!(stopped(&ev).0, "I can't help with that.");
 }
 
+/// Each step says what its model call cost and how long its cell ran; the steps' tokens add
+/// up to the run's.
+#[tokio::test]
+async fn each_step_says_its_tokens_and_timings() {
+    let s = Setup::new([
+        Reply::text(block("import time; time.sleep(0.05)")),
+        Reply::text("Done.").usage(Usage::new(150, 5)),
+    ]);
+    let ev = events(&mut s.agent(), "go").await;
+    let steps: Vec<(u32, Usage, f64, Option<f64>)> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Step {
+                step,
+                usage,
+                model_seconds,
+                execution_seconds,
+            } => Some((*step, *usage, *model_seconds, *execution_seconds)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps.len(), 2, "{ev:?}");
+    // The agent stops reading at the closing fence, before the usage: estimated.
+    assert_eq!(steps[0].0, 1);
+    assert!(steps[0].1.estimated && steps[0].1.total_tokens > 0);
+    assert_eq!((steps[1].0, steps[1].1), (2, Usage::new(150, 5)));
+    assert!(steps.iter().all(|s| s.2 >= 0.0));
+    assert!(steps[0].3.is_some(), "the first step ran a cell");
+    assert_eq!(steps[1].3, None, "the answer ran none");
+    let total = stopped(&ev).3;
+    assert_eq!(total, steps[0].1 + steps[1].1);
+    let json = serde_json::to_value(&ev[ev.len() - 2]).unwrap();
+    assert_eq!(json["type"], "step");
+    assert!(json.get("execution_seconds").is_none(), "{json}");
+}
+
 #[tokio::test]
 async fn thinking_streams_then_seals_before_the_answer() {
     let s = Setup::new([Reply::text("Answer.")
@@ -685,6 +723,7 @@ async fn thinking_streams_then_seals_before_the_answer() {
             "thinking",
             "text",
             "final_response",
+            "step",
             "stopped"
         ]
     );
@@ -759,7 +798,14 @@ async fn a_prompt_too_long_is_compacted_and_retried_once() {
     let ev = events(&mut agent, "go").await;
     assert_eq!(
         shape(&ev),
-        ["user_prompt", "status", "text", "final_response", "stopped"]
+        [
+            "user_prompt",
+            "status",
+            "text",
+            "final_response",
+            "step",
+            "stopped"
+        ]
     );
     assert!(matches!(ev[1], Event::Status(Status::Compacting)));
     assert!(matches!(

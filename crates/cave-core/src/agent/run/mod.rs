@@ -240,15 +240,25 @@ impl<'a> Run<'a> {
         self.maybe_compact().await;
         self.steps += 1;
         let mut turn = Turn::new(self.pending_text.clone());
+        let called = Instant::now();
         let streamed = self.stream_with_overflow_retry(&mut turn).await;
-        self.settle_usage(&turn);
+        let usage = self.settle_usage(&turn);
+        let step = StepCost {
+            step: self.steps,
+            usage,
+            model_seconds: called.elapsed().as_secs_f64(),
+        };
         if let Err(error) = streamed {
             self.keep_partial(&turn);
             return Err(Failure::Model(error));
         }
 
         let kept = match turn.outcome(self.recoveries < MAX_OUTPUT_RECOVERIES) {
-            Outcome::Resume { interrupted } => return self.resume(turn, interrupted).await,
+            Outcome::Resume { interrupted } => {
+                self.resume(turn, interrupted).await;
+                self.emit.emit(step.event(None)).await;
+                return Ok(());
+            }
             Outcome::Failed(error) => {
                 self.keep_partial(&turn);
                 self.pending_text.clear();
@@ -270,9 +280,12 @@ impl<'a> Run<'a> {
                     .await;
                 let message = Message::code(text).with_reasoning(thinking);
                 self.agent.history.push(message);
+                let started = Instant::now();
                 let (event, result) = self.execute(&code).await?;
                 self.agent.history.push(result);
                 self.emit.emit(event).await;
+                let ran = started.elapsed().as_secs_f64();
+                self.emit.emit(step.event(Some(ran))).await;
                 Ok(())
             }
             Kept::Answer => {
@@ -285,6 +298,7 @@ impl<'a> Run<'a> {
                         content: self.final_content.clone(),
                     })
                     .await;
+                self.emit.emit(step.event(None)).await;
                 Ok(())
             }
             Kept::Truncated(error) => {
@@ -306,7 +320,7 @@ impl<'a> Run<'a> {
     }
 
     /// Keeps the cut answer and asks the model to go on from where it stopped.
-    async fn resume(&mut self, mut turn: Turn, interrupted: bool) -> Result<(), Failure> {
+    async fn resume(&mut self, mut turn: Turn, interrupted: bool) {
         self.recoveries += 1;
         self.pending_text = turn.full();
         let resume = if interrupted {
@@ -327,7 +341,24 @@ impl<'a> Run<'a> {
                 max_recoveries: MAX_OUTPUT_RECOVERIES,
             }))
             .await;
-        Ok(())
+    }
+}
+
+/// What a step's model call cost, said in its `Step` event once the step ends.
+struct StepCost {
+    step: u32,
+    usage: Usage,
+    model_seconds: f64,
+}
+
+impl StepCost {
+    fn event(&self, execution_seconds: Option<f64>) -> Event {
+        Event::Step {
+            step: self.step,
+            usage: self.usage,
+            model_seconds: self.model_seconds,
+            execution_seconds,
+        }
     }
 }
 

@@ -51,12 +51,13 @@ impl Run<'_> {
     /// Adds the call's usage to the run (estimated, and marked so, when the provider reported
     /// none) and anchors token estimates to the provider's prompt count. A call that failed
     /// before the model produced anything (refused connection, 401, 404) charges nothing.
-    pub(super) fn settle_usage(&mut self, turn: &Turn) {
+    /// Returns what the call was charged.
+    pub(super) fn settle_usage(&mut self, turn: &Turn) -> Usage {
         let produced =
             !turn.received.is_empty() || !turn.thinking.is_empty() || !turn.refusal.is_empty();
         let usage = match turn.reported_usage {
             Some(reported) if reported.total_tokens != 0 => reported,
-            _ if !produced => return,
+            _ if !produced => return Usage::default(),
             _ => {
                 let estimator = self.agent.estimator.as_ref();
                 let completion = estimator.estimate(&turn.received)
@@ -73,5 +74,6 @@ impl Run<'_> {
                 self.agent.estimator.as_ref(),
             ));
         }
+        usage
     }
 }

@@ -1,0 +1,521 @@
+//! `cave view` and `cave run --view`: the page in a real headless Chromium (Debian's, driven
+//! through chromedriver with fantoccini), and the server's refusals over plain HTTP.
+
+use crate::support::{TestServer, answer};
+use fantoccini::{Client, ClientBuilder, Locator};
+use serde_json::json;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::cli::{KEY, block};
+
+/// How long the page may take to show what the tests wait for (a debug build, two cores).
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// `cave` with a clean model environment, pointing at `server` if given.
+fn cave(server: Option<&TestServer>) -> Command {
+    crate::cli::command(server, &[])
+}
+
+fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("cave-view-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a temp dir");
+    dir
+}
+
+/// A running `cave` whose stderr is read line by line; killed when dropped.
+struct Running {
+    child: Child,
+    stderr: BufReader<std::process::ChildStderr>,
+    seen: String,
+}
+
+impl Running {
+    fn start(mut command: Command) -> Self {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("cave starts");
+        let stderr = BufReader::new(child.stderr.take().expect("piped"));
+        Self {
+            child,
+            stderr,
+            seen: String::new(),
+        }
+    }
+
+    /// The page's address, from the line that says where it is.
+    fn url(&mut self) -> String {
+        loop {
+            let mut line = String::new();
+            let read = self.stderr.read_line(&mut line).expect("stderr reads");
+            assert!(read > 0, "cave ended without a viewer: {}", self.seen);
+            self.seen.push_str(&line);
+            if let Some(at) = line.find("http://") {
+                let url = &line[at..];
+                return url.split_whitespace().next().unwrap().to_owned();
+            }
+        }
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Chromium and chromedriver: `CAVE_CHROMIUM` and `CAVE_CHROMEDRIVER`, or Debian's. Without
+/// them the browser tests skip, and say so; in CI (which installs them) they fail.
+fn browser_programs() -> Option<(PathBuf, PathBuf)> {
+    let find = |variable: &str, default: &str| {
+        let path = std::env::var_os(variable).map_or_else(|| PathBuf::from(default), PathBuf::from);
+        path.is_file().then_some(path)
+    };
+    let found = find("CAVE_CHROMIUM", "/usr/bin/chromium")
+        .zip(find("CAVE_CHROMEDRIVER", "/usr/bin/chromedriver"));
+    if found.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI must install chromium and chromium-driver (.ci/run does)"
+        );
+        eprintln!(
+            "skipped: no Chromium with chromedriver (apt-get install chromium chromium-driver, or set CAVE_CHROMIUM and CAVE_CHROMEDRIVER)"
+        );
+    }
+    found
+}
+
+/// A headless Chromium session through a chromedriver of its own.
+struct Browser {
+    client: Option<Client>,
+    driver: Child,
+}
+
+impl Browser {
+    async fn start() -> Option<Self> {
+        let (chromium, chromedriver) = browser_programs()?;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let driver = Command::new(chromedriver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("chromedriver starts");
+        let mut browser = Self {
+            client: None,
+            driver,
+        };
+        let capabilities = json!({
+            "goog:chromeOptions": {
+                "binary": chromium,
+                // As root (CI) Chromium's own sandbox cannot start; the page is ours.
+                "args": ["--headless=new", "--no-sandbox", "--disable-gpu",
+                         "--disable-dev-shm-usage", "--window-size=1200,1600"],
+            }
+        });
+        let serde_json::Value::Object(capabilities) = capabilities else {
+            unreachable!()
+        };
+        let url = format!("http://127.0.0.1:{port}");
+        let mut last = None;
+        for _ in 0..200 {
+            let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            match ClientBuilder::new(connector)
+                .capabilities(capabilities.clone())
+                .connect(&url)
+                .await
+            {
+                Ok(client) => {
+                    browser.client = Some(client);
+                    return Some(browser);
+                }
+                Err(e) => last = Some(e),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("chromedriver did not start a session: {last:?}");
+    }
+
+    fn client(&self) -> &Client {
+        self.client.as_ref().expect("connected")
+    }
+
+    /// Runs `script` in the current frame and returns its value.
+    async fn eval(&self, script: &str) -> serde_json::Value {
+        self.client()
+            .execute(script, Vec::new())
+            .await
+            .unwrap_or_else(|e| panic!("{script}: {e}"))
+    }
+
+    /// Waits until `script` returns true in the page.
+    async fn until(&self, script: &str, what: &str) {
+        let started = std::time::Instant::now();
+        while started.elapsed() < PATIENCE {
+            if self.eval(script).await == json!(true) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let text = self.eval("return document.body.innerText").await;
+        panic!("the page did not show {what} within {PATIENCE:?}; it shows:\n{text}");
+    }
+
+    async fn texts(&self, css: &str) -> Vec<String> {
+        let mut texts = Vec::new();
+        for element in self.client().find_all(Locator::Css(css)).await.unwrap() {
+            texts.push(element.text().await.unwrap());
+        }
+        texts
+    }
+
+    async fn close(mut self) {
+        if let Some(client) = self.client.take() {
+            let _ = client.close().await;
+        }
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+/// HTML a cell shows that tries to run script: in its own frame, on the page's elements, and
+/// through an event handler.
+const HOSTILE_HTML: &str = r#"<p id="hostile">inert</p><script>document.body.setAttribute('data-ran', 'yes'); try { parent.document.body.setAttribute('data-ran', 'yes'); parent.document.title = 'owned'; } catch (e) {}</script><img src="nothing.png" onerror="document.body.setAttribute('data-ran', 'yes')">"#;
+
+/// A recorded session (`cave run --json` into a file) with a table, a chart and hostile HTML:
+/// the page shows the chart decoded, the table's cells, the code highlighted and each step's
+/// cost, and the HTML's script runs nowhere.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recorded_session_shows_its_chart_and_table_and_runs_no_cell_script() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let dir = temp_dir("recorded");
+    let code = format!(
+        "import pandas as pd\nimport matplotlib.pyplot as plt\ndf = pd.DataFrame({{'month': ['May', 'June'], 'sales': [120, 340]}})\ndisplay(df)\nplt.bar(df['month'], df['sales'])\nplt.show()\ndisplay({{'text/html': {HOSTILE_HTML:?}, 'text/plain': 'hostile'}}, raw=True)"
+    );
+    let server = TestServer::start([
+        answer(&block(&code), 8, "stop"),
+        answer("June sold best.", 8, "stop"),
+    ])
+    .await;
+    let events = std::fs::File::create(dir.join("run.jsonl")).unwrap();
+    let out = cave(Some(&server))
+        .args(["run", "--json", "--display-dir"])
+        .arg(dir.join("shown"))
+        .arg("Which month sold best? Show a table and a chart.")
+        .stdout(events)
+        .output()
+        .expect("cave runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let mut view = cave(None);
+    view.arg("view").arg(dir.join("run.jsonl"));
+    let mut viewer = Running::start(view);
+    let url = viewer.url();
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    browser.client().goto(&url).await.unwrap();
+    browser
+        .until(
+            "return document.querySelector('.stopped') !== null",
+            "the end of the run",
+        )
+        .await;
+
+    // The chart: an image the browser decoded.
+    browser
+        .until(
+            "const imgs = [...document.querySelectorAll('figure.display img')]; return imgs.length === 1 && imgs[0].complete && imgs[0].naturalWidth > 100",
+            "the chart, decoded",
+        )
+        .await;
+    // The code, highlighted; the cost of each step.
+    assert!(
+        browser
+            .texts(".hl-keyword")
+            .await
+            .contains(&"import".to_owned()),
+        "highlighted code"
+    );
+    let costs = browser.texts(".cost").await;
+    assert_eq!(costs.len(), 2, "{costs:?}");
+    assert!(
+        costs[0].starts_with("step 1 · ")
+            && costs[0].contains(" tokens (")
+            && costs[0].contains("cell "),
+        "{costs:?}"
+    );
+    assert_eq!(browser.texts(".answer").await, ["June sold best."]);
+    assert!(
+        browser.texts(".stopped").await[0].starts_with("completed after 2 steps"),
+        "{:?}",
+        browser.texts(".stopped").await
+    );
+
+    // The table, in a frame of its own.
+    assert_eq!(
+        browser
+            .eval("return document.querySelectorAll('figure.display iframe[sandbox=\"\"]').length")
+            .await,
+        json!(2)
+    );
+    let client = browser.client();
+    client.enter_frame(Some(0)).await.unwrap();
+    browser
+        .until(
+            "return document.querySelectorAll('td').length >= 4",
+            "the table's cells",
+        )
+        .await;
+    let cells = browser.texts("td").await;
+    assert!(
+        cells.contains(&"340".to_owned()) && cells.contains(&"June".to_owned()),
+        "{cells:?}"
+    );
+    client.enter_parent_frame().await.unwrap();
+
+    // The hostile HTML: shown, and its script ran neither in its frame nor in the page.
+    client.enter_frame(Some(1)).await.unwrap();
+    browser
+        .until(
+            "return document.getElementById('hostile') !== null",
+            "the hostile HTML's text",
+        )
+        .await;
+    // Long enough for an `onerror` to have fired had it been allowed.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        browser
+            .eval("return document.body.getAttribute('data-ran')")
+            .await,
+        json!(null),
+        "a cell's script ran in its frame"
+    );
+    client.enter_parent_frame().await.unwrap();
+    assert_eq!(
+        browser
+            .eval("return document.body.getAttribute('data-ran')")
+            .await,
+        json!(null),
+        "a cell's script reached the page"
+    );
+    assert!(client.title().await.unwrap().starts_with("cave · "));
+    browser.close().await;
+    drop(viewer);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `cave run --view`: the page shows a cell's output while the cell still runs, then the rest
+/// of the session as it happens, then that it ended; `cave` then exits on its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_running_session_updates_its_page_live() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let dir = temp_dir("live");
+    let go_on = dir.join("go-on");
+    let code = format!(
+        "import os, time\nprint('first part', flush=True)\nwhile not os.path.exists({:?}):\n    time.sleep(0.05)\nprint('second part')",
+        go_on.display().to_string()
+    );
+    let server = TestServer::start([
+        answer(&block(&code), 8, "stop"),
+        answer("Finished.", 8, "stop"),
+    ])
+    .await;
+    let mut run = cave(Some(&server));
+    run.args(["run", "--json", "--view", "--display-dir"])
+        .arg(&dir)
+        .arg("Wait for the file.")
+        .stdout(Stdio::piped());
+    let mut running = Running::start(run);
+    let url = running.url();
+    // Stdout (the events) is read as it comes, so that the run never blocks on it.
+    let mut stdout = running.child.stdout.take().unwrap();
+    let events = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stdout.read_to_string(&mut text);
+        text
+    });
+
+    browser.client().goto(&url).await.unwrap();
+    browser
+        .until(
+            "const live = document.querySelector('pre.output.live'); return live !== null && live.textContent.includes('first part')",
+            "the running cell's output",
+        )
+        .await;
+    assert_eq!(
+        browser
+            .eval("return document.querySelector('.stopped') === null && document.getElementById('connection').dataset.state === 'live'")
+            .await,
+        json!(true),
+        "the session is still running"
+    );
+
+    std::fs::write(&go_on, "").unwrap();
+    browser
+        .until(
+            "const s = document.querySelector('.stopped'); return s !== null && s.textContent.startsWith('completed')",
+            "the end of the run",
+        )
+        .await;
+    let outputs = browser.texts("pre.output").await;
+    assert!(
+        outputs.iter().any(|o| o.contains("second part")),
+        "{outputs:?}"
+    );
+    assert_eq!(browser.texts(".answer").await, ["Finished."]);
+    browser
+        .until(
+            "return document.getElementById('connection').dataset.state === 'ended'",
+            "that the session ended",
+        )
+        .await;
+    let status = running.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", running.seen);
+    let events = events.join().unwrap();
+    assert!(events.contains("\"type\":\"stopped\""), "{events}");
+    assert!(!running.seen.contains(KEY));
+    browser.close().await;
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Sends one HTTP/1.1 request; the status line and the whole answer.
+fn get(url: &str, path: &str, host: Option<&str>) -> (String, String) {
+    let authority = url
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&authority).expect("connects");
+    let host = host.unwrap_or(&authority);
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).unwrap();
+    let answer = String::from_utf8_lossy(&bytes).into_owned();
+    let status = answer.lines().next().unwrap_or("").to_owned();
+    (status, answer)
+}
+
+fn recorded_session(dir: &Path) -> PathBuf {
+    let png = dir.join("display-1.png");
+    // A 1×1 PNG.
+    std::fs::write(
+        &png,
+        b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01\0\0\0\x01\x08\x02\0\0\0\x90wS\xde\0\0\0\x0cIDAT\x08\xd7c\xf8\xff\xff?\0\x05\xfe\x02\xfe\xdc\xccY\xe7\0\0\0\0IEND\xaeB`\x82",
+    )
+    .unwrap();
+    let events = [
+        json!({"type": "user_prompt", "content": "go", "format_version": 1}),
+        json!({"type": "display", "mime_types": ["image/png", "text/plain"], "text": "F",
+               "files": {"image/png": "display-1.png"}}),
+    ];
+    let file = dir.join("run.jsonl");
+    let text: String = events.iter().map(|e| format!("{e}\n")).collect();
+    std::fs::write(&file, text).unwrap();
+    file
+}
+
+/// The server answers only to its own name, serves only the files the session names (relative
+/// ones beside the file of events), and the page allows only its own script.
+#[test]
+fn the_viewer_serves_only_this_machine_and_the_sessions_files() {
+    let dir = temp_dir("http");
+    let file = recorded_session(&dir);
+    let mut view = cave(None);
+    // From elsewhere: the relative path is read beside the file of events.
+    view.arg("view")
+        .arg(&file)
+        .current_dir(std::env::temp_dir());
+    let mut viewer = Running::start(view);
+    let url = viewer.url();
+
+    let (status, page) = get(&url, "/", None);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        page.contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{page}"
+    );
+    let (status, _) = get(&url, "/", Some("attacker.example:80"));
+    assert_eq!(status, "HTTP/1.1 403 Forbidden", "DNS rebinding is refused");
+    let (status, image) = get(&url, "/display/1/image/png", None);
+    assert_eq!(status, "HTTP/1.1 200 OK", "{image}");
+    assert!(image.contains("content-type: image/png"), "{image}");
+    assert!(
+        image.contains("content-security-policy: sandbox"),
+        "{image}"
+    );
+    for missing in [
+        "/display/0/image/png",
+        "/display/1/text/html",
+        "/display/1/..%2f..%2fetc/passwd",
+        "/display/99/image/png",
+        "/etc/passwd",
+    ] {
+        let (status, _) = get(&url, missing, None);
+        assert_eq!(status, "HTTP/1.1 404 Not Found", "{missing}");
+    }
+    drop(viewer);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A file that is not there, an address other machines reach: exit 2 with one line that says
+/// what to do.
+#[test]
+fn bad_view_arguments_exit_2() {
+    let out = cave(None)
+        .args(["view", "/nonexistent/run.jsonl"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("cannot read /nonexistent/run.jsonl"),
+        "{stderr}"
+    );
+    let dir = temp_dir("args");
+    let file = recorded_session(&dir);
+    let out = cave(None)
+        .arg("view")
+        .arg(&file)
+        .args(["--addr", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("not a loopback address"), "{stderr}");
+    let out = cave(None)
+        .args(["run", "--view=192.0.2.1:80", "--replay", "x.jsonl", "go"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--view: 192.0.2.1:80 is not a loopback"),
+        "{stderr}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
