@@ -4,16 +4,19 @@
 //! its display directory (`display-1.html`, `display-2.png`) and as items in the response.
 //!
 //! Needs pandas and matplotlib in the runtime's Python (`pip install pandas matplotlib`).
-//! Offline, with the script of what a model answers:
-//! `cargo run -p cave-agent --example sqlite --features testing`. With `LLM_MODEL_ID` set, a
-//! real model does it.
+//! Offline, replaying the model's answers from its cassette (`examples/cassettes/sqlite.jsonl`;
+//! the Python really runs): `cargo run -p cave-agent --example sqlite --features testing`.
+//! With `LLM_MODEL_ID` set, a real model does it. The run's events are written beside the
+//! files, so that `cave view DIR/session.jsonl` shows the session in a browser.
 
 #[path = "common/mod.rs"]
 mod common;
 
 use cave_agent::Agent;
-use cave_agent::testing::Reply;
-use cave_agent::{InProcRuntime, Model, ObjectBinding, Resources, Runtime, Shared, Value};
+use cave_agent::models::ReplayModel;
+use cave_agent::{
+    InProcRuntime, Model, ObjectBinding, OpenAiModel, Resources, Runtime, Shared, Value,
+};
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
@@ -83,24 +86,18 @@ fn database() -> rusqlite::Result<Database> {
     })
 }
 
-fn script() -> Vec<Reply> {
-    vec![
-        common::code(
-            "import pandas as pd\nrows = db.query('SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY total DESC')\ndf = pd.DataFrame(rows)\ndisplay(df)",
-        ),
-        common::code(
-            "import matplotlib.pyplot as plt\nax = df.plot.bar(x='region', y='total', legend=False, color='steelblue')\nax.set_ylabel('sales')\nax.set_title('Sales by region')\nplt.show()",
-        ),
-        Reply::text(
-            "East sold most (225.50), then north (200.50) and south (75.00); the table and the chart are above.",
-        ),
-    ]
-}
+/// The model's answers, recorded from the tests' `script`.
+const CASSETTE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/examples/cassettes/sqlite.jsonl"
+);
 
 /// What the host got: the files in its display directory, and the response's items.
 struct Shown {
     files: Vec<std::path::PathBuf>,
     items: Vec<cave_agent::DisplayItem>,
+    /// The run's events as JSON Lines (what `cave view` reads).
+    session: std::path::PathBuf,
 }
 
 /// Runs the request; returns what the model's code showed.
@@ -136,6 +133,19 @@ async fn run(
         true,
     )
     .await;
+    if let Some(cave_agent::Event::Stopped {
+        stop_reason, error, ..
+    }) = events.last()
+        && *stop_reason != cave_agent::StopReason::Completed
+    {
+        return Err(format!("the run ended {stop_reason:?}: {error:?}").into());
+    }
+    let session = dir.join("session.jsonl");
+    let lines: String = events
+        .iter()
+        .map(|event| serde_json::to_string(event).map(|line| line + "\n"))
+        .collect::<Result<_, _>>()?;
+    std::fs::write(&session, lines)?;
     let items = events
         .into_iter()
         .filter_map(|event| match event {
@@ -144,20 +154,46 @@ async fn run(
         })
         .collect();
     let mut files: Vec<_> = std::fs::read_dir(dir)
-        .map(|entries| entries.flatten().map(|e| e.path()).collect())
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|path| *path != session)
+                .collect()
+        })
         .unwrap_or_default();
     files.sort();
-    Ok(Shown { files, items })
+    Ok(Shown {
+        files,
+        items,
+        session,
+    })
+}
+
+/// A real model when `LLM_MODEL_ID` is set, else the cassette.
+fn model() -> Result<Arc<dyn Model>, Box<dyn std::error::Error>> {
+    if common::live() {
+        return Ok(Arc::new(OpenAiModel::from_env()?));
+    }
+    Ok(Arc::new(ReplayModel::open(CASSETTE)?))
 }
 
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     let dir = std::env::temp_dir().join(format!("cave-analyst-{}", std::process::id()));
-    common::finish(run(common::model(script), &dir).await, |shown| {
+    let result = match model() {
+        Ok(model) => run(model, &dir).await,
+        Err(error) => Err(error),
+    };
+    common::finish(result, |shown| {
         println!("\nThe host has {} items; the files:", shown.items.len());
         for file in &shown.files {
             println!("  {}", file.display());
         }
+        println!(
+            "To see the session in a browser: cave view {}",
+            shown.session.display()
+        );
     })
 }
 
@@ -165,12 +201,30 @@ async fn main() -> std::process::ExitCode {
 mod tests {
     use super::*;
 
+    /// What the cassette was recorded from (`write_cassette` below records it again).
+    fn script() -> Vec<cave_agent::testing::Reply> {
+        vec![
+            common::code(
+                "import pandas as pd\nrows = db.query('SELECT region, SUM(amount) AS total FROM sales GROUP BY region ORDER BY total DESC')\ndf = pd.DataFrame(rows)\ndisplay(df)",
+            ),
+            common::code(
+                "import matplotlib.pyplot as plt\nax = df.plot.bar(x='region', y='total', legend=False, color='steelblue')\nax.set_ylabel('sales')\nax.set_title('Sales by region')\nplt.show()",
+            ),
+            cave_agent::testing::Reply::text(
+                "East sold most (225.50), then north (200.50) and south (75.00); the table and the chart are above.",
+            ),
+        ]
+    }
+
+    /// The example as it runs offline: its cassette replayed, the Python run for real.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_model_tabulates_and_charts_the_hosts_database() {
         let dir = std::env::temp_dir().join(format!("cave-analyst-test-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let model = Arc::new(cave_agent::testing::ScriptedModel::new(script()));
-        let shown = run(model, &dir).await.unwrap();
+        let model = ReplayModel::open(CASSETTE).unwrap();
+        let shown = run(Arc::new(model), &dir).await.unwrap_or_else(|e| {
+            panic!("{e} (if the prompt texts changed, record the cassette again: cargo test -p cave-agent --all-features --example sqlite -- --ignored write_cassette)")
+        });
         assert_eq!(
             shown.files,
             [dir.join("display-1.html"), dir.join("display-2.png")]
@@ -189,6 +243,20 @@ mod tests {
             "{}",
             shown.items[0].text()
         );
+        let session = std::fs::read_to_string(&shown.session).unwrap();
+        assert_eq!(session.matches("\"type\":\"display\"").count(), 2);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Records `examples/cassettes/sqlite.jsonl` again from [`script`] (after a change to the
+    /// prompt texts or the script).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    #[ignore = "writes examples/cassettes/sqlite.jsonl"]
+    async fn write_cassette() {
+        let dir = std::env::temp_dir().join(format!("cave-analyst-rec-{}", std::process::id()));
+        let scripted = cave_agent::testing::ScriptedModel::new(script());
+        let model = cave_agent::models::RecordingModel::create(scripted, CASSETTE).unwrap();
+        run(Arc::new(model), &dir).await.unwrap();
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
