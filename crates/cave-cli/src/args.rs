@@ -120,6 +120,21 @@ impl ApproveWhat {
     }
 }
 
+/// `--images`: how figures are drawn in the terminal.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ImagesChoice {
+    /// The terminal's protocol, when it says it speaks one; none otherwise.
+    Auto,
+    /// kitty's graphics protocol.
+    Kitty,
+    /// iTerm2's inline images.
+    Iterm2,
+    /// DEC sixel.
+    Sixel,
+    /// None: a line per figure with its file.
+    Off,
+}
+
 /// How the kernel runtime's child is isolated.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum SandboxMode {
@@ -356,6 +371,17 @@ pub struct CommonArgs {
     /// directory, made when a cell first shows something; the end of the run names it.
     #[arg(long, value_name = "DIR", help_heading = "Output")]
     pub display_dir: Option<PathBuf>,
+    /// How figures are drawn in the terminal (for people): detected from the terminal
+    /// (`auto`: kitty, iTerm2 or sixel where one is spoken, none otherwise), one of these by
+    /// hand, or `off`.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "PROTOCOL",
+        default_value = "auto",
+        help_heading = "Output"
+    )]
+    pub images: ImagesChoice,
     /// Show the session as a live web page on this machine (the address is printed on
     /// stderr); `--view=ADDR` chooses the loopback address and port. With a terminal on stdin,
     /// the page stays up after the run until Ctrl-C.

@@ -316,9 +316,7 @@ pub fn resolve(
             // On a terminal unless NO_COLOR (or TERM=dumb) says otherwise; anywhere with
             // CLICOLOR_FORCE: anstream's reading of the conventions.
             color: anstream::AutoStream::choice(&std::io::stdout()) != anstream::ColorChoice::Never,
-            images: std::io::IsTerminal::is_terminal(&std::io::stdout())
-                .then(|| crate::images::ImageProtocol::detect(|name| std::env::var(name).ok()))
-                .flatten(),
+            images: images(args.images),
         }
     };
     if let Some(name) = args.retrieve.iter().find(|n| !cave_agent::is_identifier(n)) {
@@ -358,6 +356,22 @@ pub fn resolve(
         },
         api_key,
     })
+}
+
+/// The image protocol `--images` chooses: by hand, or the terminal's (none when stdout is not
+/// a terminal).
+fn images(choice: crate::args::ImagesChoice) -> Option<crate::images::ImageProtocol> {
+    use crate::args::ImagesChoice;
+    use crate::images::ImageProtocol;
+    match choice {
+        ImagesChoice::Auto => std::io::IsTerminal::is_terminal(&std::io::stdout())
+            .then(|| ImageProtocol::detect(|name| std::env::var(name).ok()))
+            .flatten(),
+        ImagesChoice::Kitty => Some(ImageProtocol::Kitty),
+        ImagesChoice::Iterm2 => Some(ImageProtocol::Iterm2),
+        ImagesChoice::Sixel => Some(ImageProtocol::Sixel),
+        ImagesChoice::Off => None,
+    }
 }
 
 /// `cave-display-YYYYMMDD-HHMMSS` in the current directory (UTC), as an absolute path (the

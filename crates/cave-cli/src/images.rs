@@ -1,6 +1,7 @@
 //! Images drawn in the terminal, where it speaks an image protocol: kitty's graphics protocol,
-//! or iTerm2's inline images (which WezTerm and others speak too). Detected from the variables
-//! terminals set; off everywhere else, and inside tmux or screen, which do not pass them on.
+//! iTerm2's inline images (which WezTerm and others speak too), or sixel (foot, mlterm,
+//! contour, Konsole). Detected from the variables terminals set; off everywhere else, and
+//! inside tmux or screen, which do not pass them on. `cave --images` chooses one by hand.
 
 use base64::Engine as _;
 
@@ -11,14 +12,22 @@ pub enum ImageProtocol {
     Kitty,
     /// iTerm2's inline images (`OSC 1337 File=`).
     Iterm2,
+    /// DEC sixel graphics (PNG decoded and drawn with a palette of its colours).
+    Sixel,
 }
+
+/// How many pixels a column is taken to be when a sixel image is sized (terminals' cells are
+/// 7 to 12 pixels wide; sixel has no unit but the pixel).
+const SIXEL_PIXELS_PER_COLUMN: u32 = 10;
 
 /// The widest an image is drawn, in columns.
 pub const IMAGE_COLUMNS: u32 = 60;
 
 impl ImageProtocol {
     /// The protocol of the terminal `var` describes (`TERM`, `TERM_PROGRAM`, `LC_TERMINAL`,
-    /// `KITTY_WINDOW_ID`, `TMUX`, `STY`), if it speaks one.
+    /// `KITTY_WINDOW_ID`, `KONSOLE_VERSION`, `TMUX`, `STY`), if it speaks one. xterm speaks
+    /// sixel only when built and started for it, which its variables do not say: `--images
+    /// sixel` there.
     pub fn detect(var: impl Fn(&str) -> Option<String>) -> Option<Self> {
         let term = var("TERM").unwrap_or_default();
         if var("TMUX").is_some() || var("STY").is_some() || term.starts_with("screen") {
@@ -33,15 +42,29 @@ impl ImageProtocol {
         {
             return Some(ImageProtocol::Iterm2);
         }
+        let sixel_terms = ["foot", "mlterm", "contour"];
+        // Konsole draws sixel from 22.04 (KONSOLE_VERSION 220400).
+        let konsole = var("KONSOLE_VERSION")
+            .and_then(|v| v.trim().parse::<u32>().ok())
+            .is_some_and(|v| v >= 220_400);
+        if sixel_terms.iter().any(|t| term.starts_with(t)) || konsole {
+            return Some(ImageProtocol::Sixel);
+        }
         None
     }
 
     /// The escape sequences that draw `bytes` (of type `mime`) at most `columns` wide, then a
-    /// line break; `None` for an image the protocol does not take (kitty's takes PNG).
+    /// line break; `None` for an image the protocol does not take (kitty's and sixel take
+    /// PNG).
     pub fn encode(self, mime: &str, bytes: &[u8], columns: u32) -> Option<String> {
         // Raster images only (neither protocol draws SVG or HTML).
         if !matches!(mime, "image/png" | "image/jpeg" | "image/gif") {
             return None;
+        }
+        if self == ImageProtocol::Sixel {
+            return (mime == "image/png")
+                .then(|| crate::sixel::encode_png(bytes, columns * SIXEL_PIXELS_PER_COLUMN))
+                .flatten();
         }
         let data = base64::engine::general_purpose::STANDARD.encode(bytes);
         match self {
@@ -67,6 +90,7 @@ impl ImageProtocol {
                 Some(out)
             }
             ImageProtocol::Kitty => None,
+            ImageProtocol::Sixel => None,
             ImageProtocol::Iterm2 => Some(format!(
                 "\x1b]1337;File=inline=1;size={};width={columns};preserveAspectRatio=1:{data}\x07\n",
                 bytes.len()
@@ -102,6 +126,21 @@ mod tests {
             Some(ImageProtocol::Iterm2)
         );
         assert_eq!(detect(&[("TERM", "xterm-256color")]), None);
+        assert_eq!(detect(&[("TERM", "foot")]), Some(ImageProtocol::Sixel));
+        assert_eq!(
+            detect(&[("TERM", "mlterm-256color")]),
+            Some(ImageProtocol::Sixel)
+        );
+        assert_eq!(
+            detect(&[("TERM", "xterm-256color"), ("KONSOLE_VERSION", "230805")]),
+            Some(ImageProtocol::Sixel)
+        );
+        assert_eq!(
+            detect(&[("TERM", "xterm-256color"), ("KONSOLE_VERSION", "211200")]),
+            None,
+            "Konsole before 22.04 draws no sixel"
+        );
+        assert_eq!(detect(&[("TERM", "foot"), ("TMUX", "x")]), None);
         assert_eq!(detect(&[]), None);
         assert_eq!(
             detect(&[("TERM", "xterm-kitty"), ("TMUX", "/tmp/tmux-0/default,1,0")]),

@@ -15,6 +15,7 @@ mod highlight;
 pub mod images;
 mod markdown;
 pub mod output;
+mod sixel;
 pub mod units;
 pub mod view;
 

@@ -1091,3 +1091,69 @@ async fn by_default_shown_files_go_to_a_dated_directory_here() {
     );
     std::fs::remove_dir_all(&cwd).unwrap();
 }
+
+/// `--images sixel`: a figure a cell shows is drawn in the terminal's output as sixel, scaled
+/// to the width images are drawn at; where libsixel's `sixel2png` is installed, it decodes the
+/// drawing back into an image of that size.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_images_sixel_a_figure_is_drawn_as_sixel() {
+    let dir = std::env::temp_dir().join(format!("cave-cli-sixel-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let code = "import matplotlib.pyplot as plt\nplt.figure(figsize=(10, 5))\nplt.plot([1, 3, 2])\nplt.show()";
+    let server = server([
+        answer(&block(code), 8, "stop"),
+        answer("A line.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(
+        Some(&server),
+        &[
+            "run",
+            "--images",
+            "sixel",
+            "--display-dir",
+            dir.to_str().unwrap(),
+            "Plot it.",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let start = stdout.find("\x1bP0;1;0q").expect("a sixel drawing");
+    let end = start + stdout[start..].find("\x1b\\").expect("its end") + 2;
+    let sixel = &stdout[start..end];
+    // A figure about 1000 pixels wide, drawn 60 columns of 10 pixels wide.
+    let size: Vec<u32> = sixel["\x1bP0;1;0q\"1;1;".len()..]
+        .split('#')
+        .next()
+        .unwrap()
+        .split(';')
+        .map(|n| n.parse().unwrap())
+        .collect();
+    assert_eq!(size[0], 600, "{}", &sixel[..40]);
+    assert!((250..350).contains(&size[1]), "{}", &sixel[..40]);
+    let decoder = std::path::Path::new("/usr/bin/sixel2png");
+    if decoder.is_file() {
+        let six = dir.join("figure.six");
+        let png = dir.join("figure.png");
+        std::fs::write(&six, sixel).unwrap();
+        let status = Command::new(decoder)
+            .arg("-i")
+            .arg(&six)
+            .arg("-o")
+            .arg(&png)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let decoded = std::fs::read(&png).unwrap();
+        assert_eq!(
+            cave_agent::image_size("image/png", &decoded),
+            Some((size[0], size[1]))
+        );
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
