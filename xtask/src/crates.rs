@@ -17,6 +17,7 @@ const CRATES: &[&str] = &[
     "cave-models",
     "cave-runtime-inproc",
     "cave-runtime-kernel",
+    "cave-mcp",
     "cave-agent",
 ];
 

@@ -27,7 +27,8 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("test") if args.iter().any(|a| a == "--pythons") => pythons::run(cargo),
         Some("test") if args.iter().any(|a| a == "--crates") => {
-            test_env::prepare(&root).and_then(|env| {
+            test_env::prepare(&root).and_then(|mut env| {
+                env.extend(test_env::mcp(&root));
                 let env: Vec<(&str, &str)> =
                     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 crates::run(&root, cargo, &env)
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Some("test") => test_env::prepare(&root).and_then(|mut env| {
             env.extend(test_env::litellm(&root));
             env.extend(test_env::jupyter(&root));
+            env.extend(test_env::mcp(&root));
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             cargo(&test_command(&args[1..]), &env)

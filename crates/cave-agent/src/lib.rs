@@ -43,6 +43,12 @@ pub use cave_models::{LiteLlmModel, ModelConfig, OpenAiModel};
 #[cfg(feature = "security")]
 pub use cave_security::{PolicyError, SecurityPolicy};
 
+/// MCP servers' tools as host objects (feature `mcp`).
+#[cfg(feature = "mcp")]
+pub mod mcp {
+    pub use cave_mcp::*;
+}
+
 /// Agent Skills: SKILL.md discovery, checks and progressive disclosure (feature `skills`, on
 /// by default).
 #[cfg(feature = "skills")]

@@ -40,6 +40,9 @@ pub fn run(
         Command::Skills(command) => return skills_command(command),
         Command::Doctor => return doctor(),
         Command::View(args) => return rt.block_on(view_command(args)),
+        Command::Mcp(crate::args::McpCommand::List { server }) => {
+            return rt.block_on(mcp_list(server));
+        }
     };
     let redactor = SecretRedactor::for_api_key(key_text.as_deref());
     let session = config::resolve(common, api_key, &secrets)
@@ -60,6 +63,9 @@ pub fn run(
             "cave: what the cells showed is in {}",
             session.display_dir.display()
         );
+    }
+    for tools in std::mem::take(&mut session.mcp) {
+        rt.block_on(tools.server().close(MCP_GRACE));
     }
     if let Some(view) = session.view.take() {
         let keep = matches!(cli.command, Command::Run(_))
@@ -147,6 +153,8 @@ struct Session {
     undo: Vec<(cave_agent::kernel::Checkpoint, usize)>,
     /// `--view`: the page that shows the session as it runs.
     view: Option<LiveView>,
+    /// `--mcp`: the servers, which end with the session.
+    mcp: Vec<Arc<cave_agent::mcp::McpTools>>,
 }
 
 /// The session shown as a web page while it runs (`--view`).
@@ -214,6 +222,8 @@ impl Session {
             approve,
             audit,
             display_dir,
+            mcp,
+            mcp_timeout,
             view,
             api_key: _,
         } = config;
@@ -263,6 +273,17 @@ impl Session {
             .install_with(runtime.runtime(), &mut builder, |batch| batch.map(&guard))
             .await
             .context("--skills")?;
+        let mut servers = Vec::new();
+        for (name, server) in &mcp {
+            let tools = start_mcp(name, server, mcp_timeout).await?;
+            let batch = Resources::new().object(tools.binding()).map(&guard);
+            runtime
+                .runtime()
+                .register(batch)
+                .await
+                .with_context(|| format!("--mcp {name}"))?;
+            servers.push(tools);
+        }
         builder.compactor(compactor);
         // Exact counts for OpenAI models, the script-aware estimate otherwise.
         builder.estimator(cave_agent::compact::estimator_for(&info.id));
@@ -289,6 +310,7 @@ impl Session {
             display_dir,
             undo: Vec::new(),
             view,
+            mcp: servers,
         })
     }
 
@@ -515,6 +537,47 @@ impl Session {
 
 /// `cave skills list|validate PATH`: reads and checks skills, runs nothing.
 /// `network active, filesystem unavailable (why), …`.
+/// How long an MCP server has to end by itself when the session ends, before it is killed.
+const MCP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Starts the MCP server `name` and lists its tools.
+async fn start_mcp(
+    name: &str,
+    server: &cave_agent::mcp::StdioServer,
+    timeout: std::time::Duration,
+) -> anyhow::Result<Arc<cave_agent::mcp::McpTools>> {
+    let server = cave_agent::mcp::McpServer::stdio(name, server).await?;
+    let tools = cave_agent::mcp::McpTools::new(Arc::new(server), timeout).await?;
+    Ok(Arc::new(tools))
+}
+
+/// `cave mcp list NAME=COMMAND`: the object and methods the model would get.
+async fn mcp_list(spec: &str) -> Exit {
+    let listed = async {
+        let (name, server) = config::mcp_server(spec)?;
+        let tools = start_mcp(&name, &server, cave_agent::mcp::DEFAULT_CALL_TIMEOUT).await?;
+        let mut registry = cave_agent::Registry::new();
+        registry.claim(Resources::new().object(tools.binding()))?;
+        let description = registry.describe();
+        let shown = format!(
+            "<variables>\n{}\n</variables>\n\n<types>\n{}\n</types>",
+            description.variables, description.types
+        );
+        tools.server().close(MCP_GRACE).await;
+        anyhow::Ok(shown)
+    };
+    match listed.await {
+        Ok(shown) => {
+            println!("{shown}");
+            Exit::Completed
+        }
+        Err(e) => {
+            eprintln!("cave: {e:#}");
+            Exit::Usage
+        }
+    }
+}
+
 /// `cave view FILE`: serves the session in FILE, following it as it grows, until Ctrl-C.
 async fn view_command(args: &crate::args::ViewArgs) -> Exit {
     let feed = crate::view::Feed::new(crate::view::base_of(&args.file));

@@ -28,9 +28,24 @@ pub enum Command {
     /// Say what this machine supports: the kernel runtime's sandbox layers (with the reason
     /// for each one it lacks) and the Python found.
     Doctor,
+    /// MCP servers: see what the model would get from one.
+    #[command(subcommand)]
+    Mcp(McpCommand),
     /// Show a session as a web page on this machine: FILE is what `cave run --json` printed
     /// (followed as it grows). Ctrl-C stops it.
     View(ViewArgs),
+}
+
+/// `cave mcp`.
+#[derive(Debug, Subcommand)]
+pub enum McpCommand {
+    /// Start the server NAME=COMMAND, print its tools as the model would see them (the
+    /// object NAME and its methods), and stop it.
+    List {
+        /// NAME=COMMAND, as for `cave run --mcp`.
+        #[arg(value_name = "NAME=COMMAND")]
+        server: String,
+    },
 }
 
 /// `cave view`.
@@ -228,6 +243,15 @@ pub struct CommonArgs {
     /// skills (repeatable).
     #[arg(long = "skills", value_name = "PATH", help_heading = "Runtime")]
     pub skills: Vec<PathBuf>,
+    /// An MCP server whose tools the model's code calls as the methods of the object NAME:
+    /// NAME=COMMAND starts COMMAND (split as a shell would; no shell runs) and speaks MCP on
+    /// its stdio; it ends with the session (repeatable).
+    #[arg(long = "mcp", value_name = "NAME=COMMAND", help_heading = "Runtime")]
+    pub mcp: Vec<String>,
+    /// How long an MCP tool call may take (seconds, or 30s, 2m; default 60s): the call is
+    /// cancelled and raises TimeoutError.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Runtime")]
+    pub mcp_timeout: Option<f64>,
     /// The interpreter the kernel runtime starts (default: CAVE_PYTHON, the active
     /// virtualenv, or python3 on PATH).
     #[arg(long, value_name = "PATH", help_heading = "Runtime")]

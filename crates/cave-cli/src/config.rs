@@ -149,6 +149,10 @@ pub struct Config {
     pub audit: Option<std::sync::Arc<cave_agent::AuditLog>>,
     /// `--display-dir`, or the default directory for this session.
     pub display_dir: PathBuf,
+    /// `--mcp`: the MCP servers to start, by the name their object is bound under.
+    pub mcp: Vec<(String, cave_agent::mcp::StdioServer)>,
+    /// `--mcp-timeout`.
+    pub mcp_timeout: std::time::Duration,
     /// `--view`: serve the session as a live page on this address.
     pub view: Option<std::net::SocketAddr>,
     /// The key, for redacting anything printed.
@@ -348,6 +352,15 @@ pub fn resolve(
             None => None,
         },
         display_dir: args.display_dir.clone().unwrap_or_else(default_display_dir),
+        mcp: args
+            .mcp
+            .iter()
+            .map(|spec| mcp_server(spec))
+            .collect::<anyhow::Result<_>>()?,
+        mcp_timeout: match args.mcp_timeout {
+            Some(s) => seconds("--mcp-timeout", s)?,
+            None => cave_agent::mcp::DEFAULT_CALL_TIMEOUT,
+        },
         view: match args.view {
             Some(addr) if !addr.ip().is_loopback() => {
                 bail!("--view: {}", crate::view::ViewError::NotLoopback(addr))
@@ -356,6 +369,24 @@ pub fn resolve(
         },
         api_key,
     })
+}
+
+/// `--mcp NAME=COMMAND`: the name (an identifier, as the object is bound) and the server.
+pub fn mcp_server(spec: &str) -> anyhow::Result<(String, cave_agent::mcp::StdioServer)> {
+    let Some((name, command)) = spec.split_once('=') else {
+        bail!("--mcp takes NAME=COMMAND (e.g. time=\"uvx mcp-server-time\"), not {spec:?}");
+    };
+    let name = cave_agent::validate_name(cave_agent::NameKind::Object, name.trim())
+        .map_err(|e| anyhow::anyhow!("--mcp {spec:?}: {e}"))?;
+    let command = command.trim();
+    if command.starts_with("http://") || command.starts_with("https://") {
+        bail!(
+            "--mcp {name}={command}: servers over streamable HTTP are not supported yet; start the server's stdio form (its command) instead"
+        );
+    }
+    let server = cave_agent::mcp::StdioServer::from_command_line(command)
+        .map_err(|e| anyhow::anyhow!("--mcp {name}: {e}"))?;
+    Ok((name, server))
 }
 
 /// The image protocol `--images` chooses: by hand, or the terminal's (none when stdout is not

@@ -4,6 +4,7 @@ mod cli;
 mod jupyter;
 mod kernel;
 mod litellm;
+mod mcp;
 mod render;
 mod skills;
 mod soak;

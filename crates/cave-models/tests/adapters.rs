@@ -516,6 +516,17 @@ async fn a_recorded_run_replays_to_the_same_events() {
                     content: content.clone(),
                     duration_ms: 0,
                 },
+                Event::Step {
+                    step,
+                    usage,
+                    execution_seconds,
+                    ..
+                } => Event::Step {
+                    step: *step,
+                    usage: *usage,
+                    model_seconds: 0.0,
+                    execution_seconds: execution_seconds.map(|_| 0.0),
+                },
                 other => other.clone(),
             })
             .collect()

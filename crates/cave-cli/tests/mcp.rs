@@ -1,0 +1,196 @@
+//! `cave run --mcp` and `cave mcp list` through the binary, with the MCP test servers.
+
+use crate::cli::{KEY, block, command, with_stdin};
+use crate::support::{TestServer, answer};
+use serde_json::Value as Json;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+#[path = "../../cave-mcp/tests/support/servers.rs"]
+mod servers;
+
+fn edge_spec(venv: &std::path::Path) -> String {
+    let (program, args) = servers::edge_command(venv);
+    format!("edge={program} {}", args.join(" "))
+}
+
+fn json_lines(stdout: &[u8]) -> Vec<Json> {
+    String::from_utf8_lossy(stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+/// `--approve calls` asks before each tool call (answered on stdin), `--audit` records the
+/// calls, and the tools' results reach the cell; on both runtimes.
+#[tokio::test(flavor = "multi_thread")]
+async fn tool_calls_are_approved_audited_and_answered() {
+    let Some(venv) = servers::venv() else { return };
+    for runtime in ["inproc", "kernel"] {
+        let dir =
+            std::env::temp_dir().join(format!("cave-cli-mcp-{runtime}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let audit = dir.join("audit.jsonl");
+        let code = "print(edge.add(2, 3))\ntry:\n    edge.word_stats('one two')\nexcept Exception as e:\n    print(type(e).__name__, e)";
+        let server =
+            TestServer::start([answer(&block(code), 8, "stop"), answer("Five.", 8, "stop")]).await;
+        let spec = edge_spec(&venv);
+        let mut run = command(
+            Some(&server),
+            &[
+                "run",
+                "--json",
+                "--runtime",
+                runtime,
+                "--mcp",
+                &spec,
+                "--approve",
+                "calls",
+                "--audit",
+                audit.to_str().unwrap(),
+                "Add them.",
+            ],
+        );
+        run.current_dir(&dir);
+        let out = with_stdin(
+            run,
+            b"{\"approve\": true}\n{\"approve\": false, \"reason\": \"enough\"}\n",
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
+        let events = json_lines(&out.stdout);
+        let asked: Vec<&Json> = events
+            .iter()
+            .filter(|e| e["type"] == "approval_requested")
+            .collect();
+        assert_eq!(asked.len(), 2, "{runtime}: {events:?}");
+        assert_eq!(asked[0]["request"]["function"], "edge.add");
+        assert_eq!(asked[1]["request"]["function"], "edge.word_stats");
+        let result = events
+            .iter()
+            .find(|e| e["type"] == "execution_result")
+            .unwrap();
+        let output = result["output"].as_str().unwrap();
+        assert!(output.starts_with("{'result': 5}\n"), "{runtime}: {output}");
+        assert!(
+            output.contains("enough"),
+            "{runtime}: the refusal reaches the cell: {output}"
+        );
+        let trail = std::fs::read_to_string(&audit).unwrap();
+        assert!(trail.contains("edge.add"), "{runtime}: {trail}");
+        assert!(!trail.contains(KEY) && !stderr.contains(KEY));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
+
+/// The host killed in the middle of a cell that waits on a tool: the server does not outlive it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_host_leaves_no_server_behind() {
+    let Some(venv) = servers::venv() else { return };
+    let code = "print('server', edge.pid(), flush=True)\nedge.slow(120)";
+    let server = TestServer::start([answer(&block(code), 8, "stop")]).await;
+    let spec = edge_spec(&venv);
+    let mut child = command(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--mcp",
+            &spec,
+            "--mcp-timeout",
+            "5m",
+            "Wait.",
+        ],
+    )
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::null())
+    .spawn()
+    .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // The live output, as it comes (a print may arrive in pieces).
+    let mut output = String::new();
+    let pid: i32 = loop {
+        let line = lines
+            .next()
+            .unwrap_or_else(|| panic!("no pid in the live output: {output:?}"))
+            .unwrap();
+        let event: Json = serde_json::from_str(&line).unwrap();
+        output.push_str(event["chunk"].as_str().unwrap_or(""));
+        if let Some(line) = output.strip_prefix("server ")
+            && let Some((pid, _)) = line.split_once('\n')
+        {
+            break pid.parse().unwrap();
+        }
+    };
+    assert!(servers::alive(pid));
+    // The cell is now inside the slow call.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let mut waited = 0;
+    while servers::alive(pid) && waited < 100 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    assert!(
+        !servers::alive(pid),
+        "the MCP server outlived its killed host"
+    );
+}
+
+/// `cave mcp list`: the object and its methods as the prompt shows them; a server that cannot
+/// start is exit 2 with its stderr.
+#[test]
+fn mcp_list_shows_what_the_model_gets() {
+    let Some(venv) = servers::venv() else { return };
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["mcp", "list", &edge_spec(&venv)])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("  type: EdgeTools\n"), "{stdout}");
+    assert!(
+        stdout.contains("    - add(a: int, b: Optional[int] = None) -> dict\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(MCP tool `word-stats` of the server `edge`.)"),
+        "{stdout}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["mcp", "list", &edge_spec(&venv)])
+        .env("EDGE_FAIL_AT_START", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("the MCP server `edge` did not start"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("missing configuration EDGE_TOKEN"),
+        "{stderr}"
+    );
+    for bad in [
+        "edge",
+        "2x=cmd",
+        "x=https://example.invalid/mcp",
+        "x='unclosed",
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+            .args(["mcp", "list", bad])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+    }
+}

@@ -1,0 +1,162 @@
+//! Real MCP servers (the official Python SDK's, and PyPI's `mcp-server-time`) as host objects,
+//! called from real Python across the kernel runtime's process boundary (the in-process
+//! runtime's turn is in cave-agent's `tests/mcp.rs`, which links libpython).
+
+#[path = "support/scenario.rs"]
+mod scenario;
+#[path = "support/servers.rs"]
+mod servers;
+
+use cave_core::{Resources, Runtime};
+use cave_mcp::{McpError, McpServer, McpTools, StdioServer};
+use scenario::{edge, edge_server, run, tools_as_methods};
+use servers::{alive, venv};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_are_methods_across_the_kernels_process_boundary() {
+    let Some(venv) = venv() else { return };
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    tools_as_methods(&runtime, &venv).await;
+}
+
+/// What the model sees: identifiers for names, signatures from the schemas, the original
+/// name in the docstring.
+#[tokio::test(flavor = "multi_thread")]
+async fn signatures_and_docs_come_from_the_tools() {
+    let Some(venv) = venv() else { return };
+    let tools = edge(&venv, Duration::from_secs(5)).await;
+    let methods = cave_core::HostObject::methods(&*tools);
+    let add = methods.iter().find(|m| m.name == "add").unwrap();
+    let params: Vec<String> = add
+        .signature
+        .params
+        .iter()
+        .map(|p| {
+            format!(
+                "{}: {} {}",
+                p.name,
+                p.annotation.as_deref().unwrap_or("?"),
+                p.default.is_some()
+            )
+        })
+        .collect();
+    assert_eq!(params, ["a: int false", "b: Optional[int] true"]);
+    let stats = methods.iter().find(|m| m.name == "word_stats").unwrap();
+    let doc = stats.doc.as_deref().unwrap();
+    assert!(doc.starts_with("Counts the words of a text"), "{doc}");
+    assert!(
+        doc.ends_with("(MCP tool `word-stats` of the server `edge`.)"),
+        "{doc}"
+    );
+    assert_eq!(cave_core::HostObject::type_name(&*tools), "EdgeTools");
+    assert!(
+        tools
+            .binding()
+            .description
+            .unwrap()
+            .starts_with("the MCP server `edge` (cave-edge"),
+    );
+}
+
+/// PyPI's `mcp-server-time`, as published.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_published_server_answers_from_python() {
+    let Some(venv) = venv() else { return };
+    let command = format!(
+        "{} --local-timezone UTC",
+        venv.join("bin/mcp-server-time").display()
+    );
+    let server = McpServer::stdio("clock", &StdioServer::from_command_line(&command).unwrap())
+        .await
+        .unwrap();
+    let tools = Arc::new(
+        McpTools::new(Arc::new(server), Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    runtime
+        .register(Resources::new().object(tools.binding()))
+        .await
+        .unwrap();
+    let out = run(
+        &runtime,
+        "now = clock.get_current_time('Europe/Paris')\nprint(now['timezone'], type(now['datetime']).__name__)\nprint(clock.convert_time('UTC', '12:00', 'Asia/Tokyo')['target']['datetime'][11:16])",
+    )
+    .await;
+    assert_eq!(out, "Europe/Paris str\n21:00\n");
+}
+
+/// A server that fails to start names itself and says what it wrote; a program that is not
+/// there says so; a bad command line is refused before anything runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_that_cannot_start_says_why() {
+    let Some(venv) = venv() else { return };
+    let mut failing = edge_server(&venv);
+    failing.env.push(("EDGE_FAIL_AT_START".into(), "1".into()));
+    let error = McpServer::stdio("edge", &failing).await.unwrap_err();
+    assert!(matches!(error, McpError::Start { .. }), "{error:?}");
+    let message = error.to_string();
+    assert!(
+        message.starts_with("the MCP server `edge` did not start:"),
+        "{message}"
+    );
+    assert!(
+        message.contains("missing configuration EDGE_TOKEN"),
+        "{message}"
+    );
+
+    let missing = McpServer::stdio(
+        "nope",
+        &StdioServer::new("/nonexistent/mcp-server", Vec::<String>::new()),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        missing
+            .to_string()
+            .contains("cannot run /nonexistent/mcp-server"),
+        "{missing}"
+    );
+
+    let quoted = StdioServer::from_command_line("uvx 'mcp-server-time").unwrap_err();
+    assert!(
+        quoted.to_string().contains("a quote is not closed"),
+        "{quoted}"
+    );
+    let parsed = StdioServer::from_command_line("npx -y \"@scope/server x\" --flag=a\\ b").unwrap();
+    assert_eq!(parsed.program, "npx");
+    assert_eq!(parsed.args, ["-y", "@scope/server x", "--flag=a b"]);
+}
+
+/// Closing (or dropping) a server ends its process.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_closed_or_dropped_server_leaves_no_process() {
+    let Some(venv) = venv() else { return };
+    for close in [true, false] {
+        let server = Arc::new(McpServer::stdio("edge", &edge_server(&venv)).await.unwrap());
+        let reply = server
+            .call("pid", serde_json::Map::new(), Duration::from_secs(10))
+            .await
+            .unwrap();
+        let pid: i32 = reply["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(alive(pid));
+        if close {
+            server.close(Duration::from_secs(2)).await;
+        } else {
+            drop(server);
+        }
+        let mut waited = 0;
+        while alive(pid) && waited < 50 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            waited += 1;
+        }
+        assert!(!alive(pid), "closed: {close}");
+    }
+}

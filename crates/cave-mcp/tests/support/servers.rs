@@ -1,0 +1,56 @@
+//! The MCP test servers, for every crate's MCP tests: where they are installed, the edge-case
+//! server's command, and whether a server's process is still there.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// The virtualenv with `mcp` and `mcp-server-time`, from `CAVE_MCP_TIME` (its
+/// `mcp-server-time`, which `cargo xtask test` sets) or `target/mcp-venv`. Without it the
+/// tests skip and say so; under `CI` they fail.
+pub fn venv() -> Option<PathBuf> {
+    let venv = match std::env::var_os("CAVE_MCP_TIME") {
+        Some(program) => PathBuf::from(program)
+            .parent()
+            .and_then(|bin| bin.parent())
+            .map(PathBuf::from)
+            .unwrap_or_default(),
+        None => PathBuf::from(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../target/mcp-venv"
+        )),
+    };
+    if venv.join("bin/mcp-server-time").is_file() {
+        return Some(venv);
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must provide the MCP test servers (cargo xtask test installs them)"
+    );
+    eprintln!("skipped: no MCP test servers (run `cargo xtask test`, or set CAVE_MCP_TIME)");
+    None
+}
+
+/// The edge-case server's command: the SDK's Python and the script.
+pub fn edge_command(venv: &Path) -> (String, Vec<String>) {
+    (
+        venv.join("bin/python").display().to_string(),
+        vec![
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../cave-mcp/tests/support/edge_server.py"
+            )
+            .to_owned(),
+        ],
+    )
+}
+
+/// The process exists and is not a zombie waiting to be reaped.
+pub fn alive(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => !stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z')),
+        Err(_) => false,
+    }
+}
