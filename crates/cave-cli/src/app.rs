@@ -40,8 +40,8 @@ pub fn run(
         Command::Skills(command) => return skills_command(command),
         Command::Doctor => return doctor(),
         Command::View(args) => return rt.block_on(view_command(args)),
-        Command::Mcp(crate::args::McpCommand::List { server }) => {
-            return rt.block_on(mcp_list(server));
+        Command::Mcp(crate::args::McpCommand::List { server, headers }) => {
+            return rt.block_on(mcp_list(server, headers));
         }
     };
     let redactor = SecretRedactor::for_api_key(key_text.as_deref());
@@ -540,21 +540,27 @@ impl Session {
 /// How long an MCP server has to end by itself when the session ends, before it is killed.
 const MCP_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// Starts the MCP server `name` and lists its tools.
+/// Starts (or reaches) the MCP server `name` and lists its tools.
 async fn start_mcp(
     name: &str,
-    server: &cave_agent::mcp::StdioServer,
+    server: &config::McpSource,
     timeout: std::time::Duration,
 ) -> anyhow::Result<Arc<cave_agent::mcp::McpTools>> {
-    let server = cave_agent::mcp::McpServer::stdio(name, server).await?;
+    let server = match server {
+        config::McpSource::Stdio(server) => cave_agent::mcp::McpServer::stdio(name, server).await?,
+        config::McpSource::Http(server) => cave_agent::mcp::McpServer::http(name, server).await?,
+    };
     let tools = cave_agent::mcp::McpTools::new(Arc::new(server), timeout).await?;
     Ok(Arc::new(tools))
 }
 
-/// `cave mcp list NAME=COMMAND`: the object and methods the model would get.
-async fn mcp_list(spec: &str) -> Exit {
+/// `cave mcp list NAME=COMMAND|URL`: the object and methods the model would get.
+async fn mcp_list(spec: &str, headers: &[String]) -> Exit {
     let listed = async {
-        let (name, server) = config::mcp_server(spec)?;
+        let (name, mut server) = config::mcp_server(spec)?;
+        for header in headers {
+            config::mcp_header(&mut server, header, config::environment_value)?;
+        }
         let tools = start_mcp(&name, &server, cave_agent::mcp::DEFAULT_CALL_TIMEOUT).await?;
         let mut registry = cave_agent::Registry::new();
         registry.claim(Resources::new().object(tools.binding()))?;

@@ -42,9 +42,13 @@ pub enum McpCommand {
     /// Start the server NAME=COMMAND, print its tools as the model would see them (the
     /// object NAME and its methods), and stop it.
     List {
-        /// NAME=COMMAND, as for `cave run --mcp`.
-        #[arg(value_name = "NAME=COMMAND")]
+        /// NAME=COMMAND or NAME=URL, as for `cave run --mcp`.
+        #[arg(value_name = "NAME=COMMAND|URL")]
         server: String,
+        /// A header for a server over HTTP, its value from the environment variable ENVVAR
+        /// (repeatable).
+        #[arg(long = "header", value_name = "KEY=ENVVAR")]
+        headers: Vec<String>,
     },
 }
 
@@ -245,9 +249,23 @@ pub struct CommonArgs {
     pub skills: Vec<PathBuf>,
     /// An MCP server whose tools the model's code calls as the methods of the object NAME:
     /// NAME=COMMAND starts COMMAND (split as a shell would; no shell runs) and speaks MCP on
-    /// its stdio; it ends with the session (repeatable).
-    #[arg(long = "mcp", value_name = "NAME=COMMAND", help_heading = "Runtime")]
+    /// its stdio, ending it with the session; NAME=URL (http:// or https://) reaches a server
+    /// over streamable HTTP (repeatable).
+    #[arg(
+        long = "mcp",
+        value_name = "NAME=COMMAND|URL",
+        help_heading = "Runtime"
+    )]
     pub mcp: Vec<String>,
+    /// A header for the HTTP MCP server NAME, its value read from the environment variable
+    /// ENVVAR (taken out of the environment, never printed): NAME:Authorization=GITHUB_AUTH
+    /// (repeatable).
+    #[arg(
+        long = "mcp-header",
+        value_name = "NAME:KEY=ENVVAR",
+        help_heading = "Runtime"
+    )]
+    pub mcp_headers: Vec<String>,
     /// How long an MCP tool call may take (seconds, or 30s, 2m; default 60s): the call is
     /// cancelled and raises TimeoutError.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Runtime")]

@@ -149,8 +149,8 @@ pub struct Config {
     pub audit: Option<std::sync::Arc<cave_agent::AuditLog>>,
     /// `--display-dir`, or the default directory for this session.
     pub display_dir: PathBuf,
-    /// `--mcp`: the MCP servers to start, by the name their object is bound under.
-    pub mcp: Vec<(String, cave_agent::mcp::StdioServer)>,
+    /// `--mcp` (with `--mcp-header`): the MCP servers, by the name their object is bound under.
+    pub mcp: Vec<(String, McpSource)>,
     /// `--mcp-timeout`.
     pub mcp_timeout: std::time::Duration,
     /// `--view`: serve the session as a live page on this address.
@@ -191,7 +191,12 @@ pub fn take_secrets(cli: &crate::args::Cli) -> TakenSecrets {
         _ => return TakenSecrets::default(),
     };
     let mut taken = Vec::new();
-    for arg in &common.secrets {
+    // The MCP servers' header values are secrets too: out of reach of the model's code.
+    let header_vars = common
+        .mcp_headers
+        .iter()
+        .filter_map(|arg| arg.split_once(':').map(|(_, header)| header));
+    for arg in common.secrets.iter().map(String::as_str).chain(header_vars) {
         let Some((_, env)) = arg.split_once('=') else {
             continue;
         };
@@ -352,11 +357,7 @@ pub fn resolve(
             None => None,
         },
         display_dir: args.display_dir.clone().unwrap_or_else(default_display_dir),
-        mcp: args
-            .mcp
-            .iter()
-            .map(|spec| mcp_server(spec))
-            .collect::<anyhow::Result<_>>()?,
+        mcp: mcp_servers(args, secrets)?,
         mcp_timeout: match args.mcp_timeout {
             Some(s) => seconds("--mcp-timeout", s)?,
             None => cave_agent::mcp::DEFAULT_CALL_TIMEOUT,
@@ -371,22 +372,92 @@ pub fn resolve(
     })
 }
 
-/// `--mcp NAME=COMMAND`: the name (an identifier, as the object is bound) and the server.
-pub fn mcp_server(spec: &str) -> anyhow::Result<(String, cave_agent::mcp::StdioServer)> {
-    let Some((name, command)) = spec.split_once('=') else {
-        bail!("--mcp takes NAME=COMMAND (e.g. time=\"uvx mcp-server-time\"), not {spec:?}");
+/// Where an MCP server is.
+#[derive(Debug)]
+pub enum McpSource {
+    /// A command started with the session.
+    Stdio(cave_agent::mcp::StdioServer),
+    /// A server over streamable HTTP.
+    Http(cave_agent::mcp::HttpServer),
+}
+
+/// `--mcp NAME=COMMAND|URL`: the name (an identifier, as the object is bound) and the server.
+pub fn mcp_server(spec: &str) -> anyhow::Result<(String, McpSource)> {
+    let Some((name, target)) = spec.split_once('=') else {
+        bail!(
+            "--mcp takes NAME=COMMAND or NAME=URL (e.g. time=\"uvx mcp-server-time\"), not {spec:?}"
+        );
     };
     let name = cave_agent::validate_name(cave_agent::NameKind::Object, name.trim())
         .map_err(|e| anyhow::anyhow!("--mcp {spec:?}: {e}"))?;
-    let command = command.trim();
-    if command.starts_with("http://") || command.starts_with("https://") {
-        bail!(
-            "--mcp {name}={command}: servers over streamable HTTP are not supported yet; start the server's stdio form (its command) instead"
-        );
+    let target = target.trim();
+    if target.starts_with("http://") || target.starts_with("https://") {
+        return Ok((
+            name,
+            McpSource::Http(cave_agent::mcp::HttpServer::new(target)),
+        ));
     }
-    let server = cave_agent::mcp::StdioServer::from_command_line(command)
+    let server = cave_agent::mcp::StdioServer::from_command_line(target)
         .map_err(|e| anyhow::anyhow!("--mcp {name}: {e}"))?;
-    Ok((name, server))
+    Ok((name, McpSource::Stdio(server)))
+}
+
+/// The value of the environment variable `name`, when it is set and not empty (`cave mcp
+/// list --header`, which runs no model code, reads it in place).
+pub fn environment_value(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.is_empty())
+}
+
+/// A header for an HTTP server: `KEY=ENVVAR` read from `value_of(ENVVAR)`.
+pub fn mcp_header(
+    server: &mut McpSource,
+    header: &str,
+    value_of: impl Fn(&str) -> Option<String>,
+) -> anyhow::Result<()> {
+    let Some((key, env)) = header
+        .split_once('=')
+        .filter(|(k, e)| !k.is_empty() && !e.is_empty())
+    else {
+        bail!("an MCP header is KEY=ENVVAR (its value is read from ENVVAR), not {header:?}");
+    };
+    let McpSource::Http(http) = server else {
+        bail!("the header {key} is for a server over HTTP; this one is a command");
+    };
+    let value = value_of(env).with_context(|| {
+        format!("the header {key}: the environment variable {env} is not set (or is empty)")
+    })?;
+    http.headers.push((key.to_owned(), value));
+    Ok(())
+}
+
+/// `--mcp` and `--mcp-header NAME:KEY=ENVVAR` (the values taken from the environment at
+/// start-up).
+fn mcp_servers(
+    args: &CommonArgs,
+    taken: &TakenSecrets,
+) -> anyhow::Result<Vec<(String, McpSource)>> {
+    let mut servers = args
+        .mcp
+        .iter()
+        .map(|spec| mcp_server(spec))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for arg in &args.mcp_headers {
+        let Some((name, header)) = arg.split_once(':') else {
+            bail!("--mcp-header takes NAME:KEY=ENVVAR, not {arg:?}");
+        };
+        let Some((_, server)) = servers.iter_mut().find(|(n, _)| n == name) else {
+            bail!("--mcp-header {arg}: no --mcp server is called {name:?}");
+        };
+        mcp_header(server, header, |env| {
+            taken
+                .0
+                .iter()
+                .find(|(e, _)| e == env)
+                .and_then(|(_, v)| v.clone())
+        })
+        .with_context(|| format!("--mcp-header {name}"))?;
+    }
+    Ok(servers)
 }
 
 /// The image protocol `--images` chooses: by hand, or the terminal's (none when stdout is not

@@ -194,3 +194,79 @@ fn mcp_list_shows_what_the_model_gets() {
         assert_eq!(out.status.code(), Some(2), "{bad}");
     }
 }
+
+/// `--mcp NAME=URL` with `--mcp-header NAME:KEY=ENVVAR`: the server is reached with the header,
+/// whose variable the model's code cannot read; without it, or with an unset variable, exit 2.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_over_http_gets_its_header_from_the_environment() {
+    let Some(venv) = servers::venv() else { return };
+    let edge = servers::HttpEdge::start(&venv, "tok-314159");
+    let code = "import os\nprint(edge.add(20, 22))\nprint(os.environ.get('EDGE_AUTH'))";
+    let server =
+        TestServer::start([answer(&block(code), 8, "stop"), answer("42.", 8, "stop")]).await;
+    let spec = format!("edge={}", edge.url);
+    let out = command(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--mcp",
+            &spec,
+            "--mcp-header",
+            "edge:Authorization=EDGE_AUTH",
+            "Add.",
+        ],
+    )
+    .env("EDGE_AUTH", "Bearer tok-314159")
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let events = json_lines(&out.stdout);
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert_eq!(result["output"], "{'result': 42}\nNone\n");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("tok-314159"));
+
+    let listed = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["mcp", "list", &spec])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&listed.stderr);
+    assert_eq!(listed.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("401"), "{stderr}");
+    let listed = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["mcp", "list", &spec, "--header", "Authorization=EDGE_AUTH"])
+        .env("EDGE_AUTH", "Bearer tok-314159")
+        .output()
+        .unwrap();
+    assert_eq!(
+        listed.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    assert!(String::from_utf8_lossy(&listed.stdout).contains("word_stats(text: str)"));
+    let unset = command(
+        Some(&server),
+        &[
+            "run",
+            "--mcp",
+            &spec,
+            "--mcp-header",
+            "edge:Authorization=CAVE_TEST_UNSET_VAR",
+            "x",
+        ],
+    )
+    .env_remove("CAVE_TEST_UNSET_VAR")
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&unset.stderr);
+    assert_eq!(unset.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("CAVE_TEST_UNSET_VAR is not set"),
+        "{stderr}"
+    );
+}

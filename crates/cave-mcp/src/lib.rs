@@ -18,7 +18,7 @@ mod schema;
 mod server;
 mod tools;
 
-pub use server::{McpServer, StdioServer};
+pub use server::{HttpServer, McpServer, StdioServer};
 
 /// The README's example, compiled as a doctest.
 #[cfg(doctest)]

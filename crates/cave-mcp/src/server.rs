@@ -1,10 +1,12 @@
 //! A running MCP server and the session with it: started as a child process speaking MCP on
-//! its stdio, its tools listed, its calls made, and stopped with everything it started.
+//! its stdio (or reached over streamable HTTP), its tools listed, its calls made, and stopped
+//! with everything it started.
 
 use crate::McpError;
 use rmcp::model::{CallToolRequestParams, Tool};
 use rmcp::service::{NotificationContext, RunningService};
-use rmcp::transport::TokioChildProcess;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientHandler, RoleClient, ServiceExt};
 use std::collections::VecDeque;
 use std::process::Stdio;
@@ -58,6 +60,45 @@ impl StdioServer {
             problem: "it names no program".to_owned(),
         })?;
         Ok(Self::new(program, words))
+    }
+}
+
+/// How a server over streamable HTTP is reached.
+#[derive(Clone)]
+pub struct HttpServer {
+    /// Its MCP endpoint (`https://host/mcp`).
+    pub url: String,
+    /// Headers sent with every request (authorization): never shown in errors or `Debug`.
+    pub headers: Vec<(String, String)>,
+    /// How long the MCP handshake may take.
+    pub start_timeout: Duration,
+}
+
+impl HttpServer {
+    /// The server at `url`, without headers; 30 seconds to answer the handshake.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            url: url.into(),
+            headers: Vec::new(),
+            start_timeout: Duration::from_secs(30),
+        }
+    }
+
+    /// Adds a header sent with every request.
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+impl std::fmt::Debug for HttpServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.headers.iter().map(|(k, _)| k.as_str()).collect();
+        f.debug_struct("HttpServer")
+            .field("url", &self.url)
+            .field("headers", &names)
+            .field("start_timeout", &self.start_timeout)
+            .finish()
     }
 }
 
@@ -163,9 +204,54 @@ impl McpServer {
                 ));
             }
         };
+        Self::open(name, transport, server.start_timeout, stderr, Some(process)).await
+    }
+
+    /// Opens an MCP session with the server `name` at a URL (streamable HTTP), with its
+    /// headers on every request.
+    pub async fn http(name: &str, server: &HttpServer) -> Result<Self, McpError> {
+        let mut headers = std::collections::HashMap::new();
+        for (key, value) in &server.headers {
+            let bad = |what: &str| McpError::Command {
+                command: server.url.clone(),
+                problem: format!("the header {key:?} has {what}"),
+            };
+            let key = http::HeaderName::from_bytes(key.trim().as_bytes())
+                .map_err(|_| bad("a name HTTP does not allow"))?;
+            let mut value = http::HeaderValue::from_str(value)
+                .map_err(|_| bad("a value HTTP does not allow"))?;
+            // Kept out of any debug output of the request.
+            value.set_sensitive(true);
+            headers.insert(key, value);
+        }
+        let config = StreamableHttpClientTransportConfig::with_uri(server.url.clone())
+            .custom_headers(headers);
+        let transport = StreamableHttpClientTransport::from_config(config);
+        Self::open(
+            name,
+            transport,
+            server.start_timeout,
+            StderrTail::default(),
+            None,
+        )
+        .await
+    }
+
+    /// The MCP handshake over `transport`, within `timeout`.
+    async fn open<T, E, A>(
+        name: &str,
+        transport: T,
+        timeout: Duration,
+        stderr: StderrTail,
+        process: Option<ServerProcess>,
+    ) -> Result<Self, McpError>
+    where
+        T: rmcp::transport::IntoTransport<RoleClient, E, A>,
+        E: std::error::Error + Send + Sync + 'static,
+    {
         let notices = Notices::default();
         let handshake = notices.clone().serve(transport);
-        let service = match tokio::time::timeout(server.start_timeout, handshake).await {
+        let service = match tokio::time::timeout(timeout, handshake).await {
             Ok(Ok(service)) => service,
             Ok(Err(e)) => {
                 // What it wrote before it failed is in its stderr: give it a moment to arrive.
@@ -179,10 +265,7 @@ impl McpServer {
             Err(_) => {
                 return Err(McpError::start(
                     name,
-                    &format!(
-                        "it did not answer the MCP handshake within {:?}",
-                        server.start_timeout
-                    ),
+                    &format!("it did not answer the MCP handshake within {timeout:?}"),
                     &stderr,
                 ));
             }
@@ -194,7 +277,7 @@ impl McpServer {
             peer,
             notices,
             stderr,
-            process: Mutex::new(Some(process)),
+            process: Mutex::new(process),
         })
     }
 

@@ -160,3 +160,47 @@ async fn a_closed_or_dropped_server_leaves_no_process() {
         assert!(!alive(pid), "closed: {close}");
     }
 }
+
+/// A server over streamable HTTP: its tools as methods with the token sent; a wrong token is
+/// a start error that says what the server answered, and never shows the token.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_server_over_http_with_a_token() {
+    let Some(venv) = venv() else { return };
+    let edge = servers::HttpEdge::start(&venv, "s3cret-token-77");
+    let wrong =
+        cave_mcp::HttpServer::new(&edge.url).header("Authorization", "Bearer nope-token-11");
+    let error = McpServer::http("edge", &wrong).await.unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.starts_with("the MCP server `edge` did not start:"),
+        "{message}"
+    );
+    assert!(message.contains("401"), "{message}");
+    assert!(!message.contains("nope-token-11") && !format!("{wrong:?}").contains("nope-token-11"));
+
+    let right =
+        cave_mcp::HttpServer::new(&edge.url).header("Authorization", "Bearer s3cret-token-77");
+    let server = McpServer::http("edge", &right).await.unwrap();
+    let tools = Arc::new(
+        McpTools::new(Arc::new(server), Duration::from_secs(2))
+            .await
+            .unwrap(),
+    );
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    runtime
+        .register(Resources::new().object(tools.binding()))
+        .await
+        .unwrap();
+    let out = run(
+        &runtime,
+        "print(edge.add(4, 5))\nprint(edge.word_stats('a b'))\ntry:\n    edge.slow(10)\nexcept TimeoutError:\n    print('timed out')\ntry:\n    edge.fail('x')\nexcept RuntimeError as e:\n    print('failed:', e)",
+    )
+    .await;
+    assert!(
+        out.starts_with(
+            "{'result': 9}\n2 words\ntimed out\nfailed: the MCP tool \"fail\" of `edge` failed: "
+        ),
+        "{out}"
+    );
+    tools.server().close(Duration::from_secs(2)).await;
+}

@@ -76,8 +76,30 @@ async def grow(ctx: Context) -> str:
     return "grown"
 
 
+def serve_http(port: int, token: str | None) -> None:
+    """Streamable HTTP on 127.0.0.1, refusing requests without `Authorization: Bearer TOKEN`."""
+    import uvicorn
+
+    app = server.streamable_http_app()
+
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and token is not None:
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if given != f"Bearer {token}".encode():
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"text/plain")]})
+                await send({"type": "http.response.body", "body": b"wrong or missing token"})
+                return
+        await app(scope, receive, send)
+
+    uvicorn.run(guarded, host="127.0.0.1", port=port, log_level="warning")
+
+
 if __name__ == "__main__":
     if os.environ.get("EDGE_FAIL_AT_START"):
         print("edge server: missing configuration EDGE_TOKEN", file=sys.stderr, flush=True)
         sys.exit(2)
-    server.run()
+    if os.environ.get("EDGE_HTTP_PORT"):
+        serve_http(int(os.environ["EDGE_HTTP_PORT"]), os.environ.get("EDGE_TOKEN"))
+    else:
+        server.run()

@@ -54,3 +54,45 @@ pub fn alive(pid: i32) -> bool {
         Err(_) => false,
     }
 }
+
+/// The edge server over streamable HTTP on 127.0.0.1, with a token; killed when dropped.
+pub struct HttpEdge {
+    child: std::process::Child,
+    /// Its MCP endpoint.
+    pub url: String,
+}
+
+impl HttpEdge {
+    /// Starts it on a free port, and waits until it listens.
+    pub fn start(venv: &Path, token: &str) -> Self {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let (program, args) = edge_command(venv);
+        let child = std::process::Command::new(program)
+            .args(args)
+            .env("EDGE_HTTP_PORT", port.to_string())
+            .env("EDGE_TOKEN", token)
+            .stdin(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Self {
+            child,
+            url: format!("http://127.0.0.1:{port}/mcp"),
+        }
+    }
+}
+
+impl Drop for HttpEdge {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
