@@ -78,10 +78,14 @@ pub(crate) fn litellm(root: &Path) -> Vec<(String, String)> {
     )
 }
 
-/// The MCP servers the MCP tests start: PyPI's `mcp-server-time`, and the official Python SDK
-/// (`mcp`) that the tests' own edge-case server is written with. `CAVE_MCP_TIME` names the
-/// first; the SDK's Python is beside it.
-const MCP: &[&str] = &["mcp==2.3.0", "mcp-server-time==2026.10.19"];
+/// The MCP servers the MCP tests start: PyPI's `mcp-server-time` and `mcp-server-git`, and the
+/// official Python SDK (`mcp`) that the tests' own edge-case server is written with.
+/// `CAVE_MCP_TIME` names the first; the others are beside it.
+const MCP: &[&str] = &[
+    "mcp==2.3.0",
+    "mcp-server-time==2026.10.19",
+    "mcp-server-git==2026.10.19",
+];
 
 /// `CAVE_MCP_TIME` for the MCP tests, installed in `target/mcp-venv` if missing.
 pub(crate) fn mcp(root: &Path) -> Vec<(String, String)> {

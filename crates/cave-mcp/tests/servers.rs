@@ -204,3 +204,85 @@ async fn a_server_over_http_with_a_token() {
     );
     tools.server().close(Duration::from_secs(2)).await;
 }
+
+/// PyPI's `mcp-server-git` on a real repository: tools that change it and read it, called from
+/// one cell.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_published_git_server_commits_and_logs() {
+    let Some(venv) = venv() else { return };
+    let program = venv.join("bin/mcp-server-git");
+    if !program.is_file() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs mcp-server-git"
+        );
+        eprintln!(
+            "skipped: no mcp-server-git in {} (cargo xtask test installs it)",
+            venv.display()
+        );
+        return;
+    }
+    let repo = std::env::temp_dir().join(format!("cave-mcp-git-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&repo);
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args([
+                "-c",
+                "user.email=test@example.invalid",
+                "-c",
+                "user.name=Test",
+            ])
+            .args(args)
+            .current_dir(&repo)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    git(&["commit", "-q", "--allow-empty", "-m", "first commit"]);
+    std::fs::write(repo.join("a.txt"), "a\n").unwrap();
+    std::fs::write(repo.join("b.txt"), "b\n").unwrap();
+
+    let mut command = StdioServer::new(
+        program.display().to_string(),
+        ["--repository".to_owned(), repo.display().to_string()],
+    );
+    // The server commits as this author.
+    for (key, value) in [
+        ("GIT_AUTHOR_NAME", "Test"),
+        ("GIT_AUTHOR_EMAIL", "test@example.invalid"),
+        ("GIT_COMMITTER_NAME", "Test"),
+        ("GIT_COMMITTER_EMAIL", "test@example.invalid"),
+    ] {
+        command.env.push((key.to_owned(), value.to_owned()));
+    }
+    let server = McpServer::stdio("git", &command).await.unwrap();
+    let tools = Arc::new(
+        McpTools::new(Arc::new(server), Duration::from_secs(30))
+            .await
+            .unwrap(),
+    );
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    runtime
+        .register(Resources::new().object(tools.binding()))
+        .await
+        .unwrap();
+    let code = format!(
+        "repo = {:?}\nprint('a.txt' in git.git_status(repo_path=repo))\ngit.git_add(repo_path=repo, files=['a.txt', 'b.txt'])\ngit.git_commit(repo_path=repo, message='two files')\nlog = git.git_log(repo_path=repo, max_count=5)\nprint('two files' in str(log), 'first commit' in str(log))",
+        repo.display().to_string()
+    );
+    let out = run(&runtime, &code).await;
+    assert_eq!(out, "True\nTrue True\n");
+    let log = std::process::Command::new("git")
+        .args(["log", "--format=%s"])
+        .current_dir(&repo)
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout),
+        "two files\nfirst commit\n"
+    );
+    tools.server().close(Duration::from_secs(2)).await;
+    std::fs::remove_dir_all(&repo).unwrap();
+}
