@@ -29,6 +29,7 @@ fn main() -> ExitCode {
         Some("test") if args.iter().any(|a| a == "--crates") => {
             test_env::prepare(&root).and_then(|mut env| {
                 env.extend(test_env::mcp(&root));
+                env.extend(test_env::mcp_npm(&root));
                 let env: Vec<(&str, &str)> =
                     env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
                 crates::run(&root, cargo, &env)
@@ -38,6 +39,7 @@ fn main() -> ExitCode {
             env.extend(test_env::litellm(&root));
             env.extend(test_env::jupyter(&root));
             env.extend(test_env::mcp(&root));
+            env.extend(test_env::mcp_npm(&root));
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
             cargo(&test_command(&args[1..]), &env)

@@ -99,6 +99,36 @@ pub(crate) fn mcp(root: &Path) -> Vec<(String, String)> {
     )
 }
 
+/// The npm MCP server the MCP tests start (the reference servers' "everything" server: text,
+/// structured content, images, resource links, a long-running tool).
+const MCP_NPM: &str = "@modelcontextprotocol/server-everything@2026.8.31";
+
+/// `CAVE_MCP_EVERYTHING` for the MCP tests: the server's script, installed with npm in
+/// `target/npm-mcp` if missing. Without npm (or the registry), its test skips, and says so.
+pub(crate) fn mcp_npm(root: &Path) -> Vec<(String, String)> {
+    let prefix = root.join("target/npm-mcp");
+    let script = prefix.join("node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    if !script.is_file() {
+        println!("xtask: installing {MCP_NPM} in {}", prefix.display());
+        let installed = std::fs::create_dir_all(&prefix)
+            .map_err(|e| format!("cannot create {}: {e}", prefix.display()))
+            .and_then(|()| {
+                run(Command::new("npm")
+                    .args(["install", "--silent", "--no-audit", "--no-fund", "--prefix"])
+                    .arg(&prefix)
+                    .arg(MCP_NPM))
+            });
+        if let Err(e) = installed {
+            println!("xtask: could not install it ({e}); its test will skip");
+            return Vec::new();
+        }
+    }
+    vec![(
+        "CAVE_MCP_EVERYTHING".to_owned(),
+        script.display().to_string(),
+    )]
+}
+
 /// The Jupyter Kernel Gateway (with ipykernel for its kernels) the Jupyter transport's tests
 /// start on 127.0.0.1.
 pub(crate) fn jupyter(root: &Path) -> Vec<(String, String)> {

@@ -286,3 +286,49 @@ async fn a_published_git_server_commits_and_logs() {
     tools.server().close(Duration::from_secs(2)).await;
     std::fs::remove_dir_all(&repo).unwrap();
 }
+
+/// The reference servers' "everything" server (npm): text, structured content, an image among
+/// text pieces, resource links, and a long-running tool past the limit.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_published_node_server_answers_with_text_structures_and_images() {
+    let Some(script) = std::env::var_os("CAVE_MCP_EVERYTHING") else {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs server-everything (cargo xtask test)"
+        );
+        eprintln!(
+            "skipped: no server-everything (CAVE_MCP_EVERYTHING; cargo xtask test installs it)"
+        );
+        return;
+    };
+    let command = StdioServer::new(
+        "node",
+        [
+            std::path::PathBuf::from(script).display().to_string(),
+            "stdio".to_owned(),
+        ],
+    );
+    let server = McpServer::stdio("every", &command).await.unwrap();
+    let tools = Arc::new(
+        McpTools::new(Arc::new(server), Duration::from_secs(2))
+            .await
+            .unwrap(),
+    );
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    runtime
+        .register(Resources::new().object(tools.binding()))
+        .await
+        .unwrap();
+    let code = "print(every.echo('hi'))\nprint(every.get_sum(2, 3))\nweather = every.get_structured_content('New York')\nprint(sorted(weather))\npieces = every.get_tiny_image()\nimage = [p for p in pieces if isinstance(p, dict)][0]\nprint(image['mime_type'], image['data'][:4])\ntry:\n    every.trigger_long_running_operation(duration=30, steps=3)\nexcept TimeoutError:\n    print('timed out')\nprint(every.echo('still here'))";
+    let out = run(&runtime, code).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "Echo: hi", "{out}");
+    assert!(lines[1].contains('5'), "{out}");
+    assert!(
+        lines[2].starts_with('[') && lines[2].contains("'temperature'"),
+        "{out}"
+    );
+    assert_eq!(lines[3], "image/png b'\\x89PNG'", "{out}");
+    assert_eq!(lines[4..], ["timed out", "Echo: still here"], "{out}");
+    tools.server().close(Duration::from_secs(2)).await;
+}
