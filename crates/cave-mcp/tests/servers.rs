@@ -76,11 +76,7 @@ async fn a_published_server_answers_from_python() {
             .await
             .unwrap(),
     );
-    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
-    runtime
-        .register(Resources::new().object(tools.binding()))
-        .await
-        .unwrap();
+    let runtime = kernel_with(&tools).await;
     let out = run(
         &runtime,
         "now = clock.get_current_time('Europe/Paris')\nprint(now['timezone'], type(now['datetime']).__name__)\nprint(clock.convert_time('UTC', '12:00', 'Asia/Tokyo')['target']['datetime'][11:16])",
@@ -186,11 +182,7 @@ async fn a_server_over_http_with_a_token() {
             .await
             .unwrap(),
     );
-    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
-    runtime
-        .register(Resources::new().object(tools.binding()))
-        .await
-        .unwrap();
+    let runtime = kernel_with(&tools).await;
     let out = run(
         &runtime,
         "print(edge.add(4, 5))\nprint(edge.word_stats('a b'))\ntry:\n    edge.slow(10)\nexcept TimeoutError:\n    print('timed out')\ntry:\n    edge.fail('x')\nexcept RuntimeError as e:\n    print('failed:', e)",
@@ -263,11 +255,7 @@ async fn a_published_git_server_commits_and_logs() {
             .await
             .unwrap(),
     );
-    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
-    runtime
-        .register(Resources::new().object(tools.binding()))
-        .await
-        .unwrap();
+    let runtime = kernel_with(&tools).await;
     let code = format!(
         "repo = {:?}\nprint('a.txt' in git.git_status(repo_path=repo))\ngit.git_add(repo_path=repo, files=['a.txt', 'b.txt'])\ngit.git_commit(repo_path=repo, message='two files')\nlog = git.git_log(repo_path=repo, max_count=5)\nprint('two files' in str(log), 'first commit' in str(log))",
         repo.display().to_string()
@@ -314,11 +302,7 @@ async fn a_published_node_server_answers_with_text_structures_and_images() {
             .await
             .unwrap(),
     );
-    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
-    runtime
-        .register(Resources::new().object(tools.binding()))
-        .await
-        .unwrap();
+    let runtime = kernel_with(&tools).await;
     let code = "print(every.echo('hi'))\nprint(every.get_sum(2, 3))\nweather = every.get_structured_content('New York')\nprint(sorted(weather))\npieces = every.get_tiny_image()\nimage = [p for p in pieces if isinstance(p, dict)][0]\nprint(image['mime_type'], image['data'][:4])\ntry:\n    every.trigger_long_running_operation(duration=30, steps=3)\nexcept TimeoutError:\n    print('timed out')\nprint(every.echo('still here'))";
     let out = run(&runtime, code).await;
     let lines: Vec<&str> = out.lines().collect();
@@ -331,4 +315,14 @@ async fn a_published_node_server_answers_with_text_structures_and_images() {
     assert_eq!(lines[3], "image/png b'\\x89PNG'", "{out}");
     assert_eq!(lines[4..], ["timed out", "Echo: still here"], "{out}");
     tools.server().close(Duration::from_secs(2)).await;
+}
+
+/// A kernel runtime with `tools` bound under its server's name.
+async fn kernel_with(tools: &Arc<McpTools>) -> cave_runtime_kernel::KernelRuntime {
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    runtime
+        .register(Resources::new().object(tools.binding()))
+        .await
+        .unwrap();
+    runtime
 }
