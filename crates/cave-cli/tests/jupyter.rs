@@ -5,7 +5,7 @@ use serde_json::Value as Json;
 use std::process::Command;
 
 #[path = "../../cave-runtime-kernel/tests/support/gateway.rs"]
-mod gateway;
+pub(crate) mod gateway;
 
 /// A run whose code calls into the host (a skill's function) from a cell in a kernel behind
 /// the gateway, with a variable in and out; a wrong token is a usage-time error.

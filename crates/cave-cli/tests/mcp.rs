@@ -270,3 +270,47 @@ async fn a_server_over_http_gets_its_header_from_the_environment() {
         "{stderr}"
     );
 }
+
+/// An MCP tool called from a cell in a kernel behind a Jupyter Kernel Gateway: the host call
+/// crosses the Jupyter transport like any other.
+#[tokio::test(flavor = "multi_thread")]
+async fn tools_are_called_from_a_jupyter_kernel() {
+    let Some(venv) = servers::venv() else { return };
+    let Some(gateway) = crate::jupyter::gateway::gateway() else {
+        return;
+    };
+    let server = TestServer::start([
+        answer(
+            &block("print(edge.add(40, 2))\nprint(edge.word_stats('a b c d'))"),
+            8,
+            "stop",
+        ),
+        answer("Done.", 8, "stop"),
+    ])
+    .await;
+    let out = command(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--runtime",
+            "jupyter",
+            "--jupyter-url",
+            &gateway.url,
+            "--mcp",
+            &edge_spec(&venv),
+            "Add.",
+        ],
+    )
+    .env("JUPYTER_TOKEN", &gateway.token)
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let events = json_lines(&out.stdout);
+    let result = events
+        .iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert_eq!(result["output"], "{'result': 42}\n4 words\n");
+}
