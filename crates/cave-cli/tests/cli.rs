@@ -32,7 +32,7 @@ fn cave(server: Option<&TestServer>, args: &[&str]) -> Output {
     command(server, args).output().expect("the binary runs")
 }
 
-fn events(output: &Output) -> Vec<Json> {
+pub(crate) fn events(output: &Output) -> Vec<Json> {
     String::from_utf8(output.stdout.clone())
         .unwrap()
         .lines()

@@ -1,7 +1,8 @@
 //! `cave run --mcp` and `cave mcp list` through the binary, with the MCP test servers.
 
-use crate::cli::{KEY, block, command, with_stdin};
+use crate::cli::{KEY, block, command, events, with_stdin};
 use crate::support::{TestServer, answer};
+use cave_agent::testing::process::{alive, ends};
 use serde_json::Value as Json;
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -15,11 +16,13 @@ fn edge_spec(venv: &std::path::Path) -> String {
     format!("edge={program} {}", args.join(" "))
 }
 
-fn json_lines(stdout: &[u8]) -> Vec<Json> {
-    String::from_utf8_lossy(stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect()
+/// The output of the first cell in a run's events.
+fn cell_output(events: &[Json]) -> &str {
+    events
+        .iter()
+        .find(|e| e["type"] == "execution_result")
+        .and_then(|e| e["output"].as_str())
+        .unwrap_or_else(|| panic!("no cell ran: {events:?}"))
 }
 
 /// `--approve calls` asks before each tool call (answered on stdin), `--audit` records the
@@ -60,7 +63,7 @@ async fn tool_calls_are_approved_audited_and_answered() {
         );
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
-        let events = json_lines(&out.stdout);
+        let events = events(&out);
         let asked: Vec<&Json> = events
             .iter()
             .filter(|e| e["type"] == "approval_requested")
@@ -68,11 +71,7 @@ async fn tool_calls_are_approved_audited_and_answered() {
         assert_eq!(asked.len(), 2, "{runtime}: {events:?}");
         assert_eq!(asked[0]["request"]["function"], "edge.add");
         assert_eq!(asked[1]["request"]["function"], "edge.word_stats");
-        let result = events
-            .iter()
-            .find(|e| e["type"] == "execution_result")
-            .unwrap();
-        let output = result["output"].as_str().unwrap();
+        let output = cell_output(&events);
         assert!(output.starts_with("{'result': 5}\n"), "{runtime}: {output}");
         assert!(
             output.contains("enough"),
@@ -112,7 +111,7 @@ async fn a_killed_host_leaves_no_server_behind() {
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     // The live output, as it comes (a print may arrive in pieces).
     let mut output = String::new();
-    let pid: i32 = loop {
+    let pid: u32 = loop {
         let line = lines
             .next()
             .unwrap_or_else(|| panic!("no pid in the live output: {output:?}"))
@@ -125,20 +124,12 @@ async fn a_killed_host_leaves_no_server_behind() {
             break pid.parse().unwrap();
         }
     };
-    assert!(servers::alive(pid));
+    assert!(alive(pid));
     // The cell is now inside the slow call.
     tokio::time::sleep(Duration::from_millis(300)).await;
     child.kill().unwrap();
     child.wait().unwrap();
-    let mut waited = 0;
-    while servers::alive(pid) && waited < 100 {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += 1;
-    }
-    assert!(
-        !servers::alive(pid),
-        "the MCP server outlived its killed host"
-    );
+    assert!(ends(pid), "the MCP server outlived its killed host");
 }
 
 /// `cave mcp list`: the object and its methods as the prompt shows them; a server that cannot
@@ -222,12 +213,8 @@ async fn a_server_over_http_gets_its_header_from_the_environment() {
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let events = json_lines(&out.stdout);
-    let result = events
-        .iter()
-        .find(|e| e["type"] == "execution_result")
-        .unwrap();
-    assert_eq!(result["output"], "{'result': 42}\nNone\n");
+    let events = events(&out);
+    assert_eq!(cell_output(&events), "{'result': 42}\nNone\n");
     assert!(!String::from_utf8_lossy(&out.stdout).contains("tok-314159"));
 
     let listed = Command::new(env!("CARGO_BIN_EXE_cave"))
@@ -307,10 +294,6 @@ async fn tools_are_called_from_a_jupyter_kernel() {
     .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
-    let events = json_lines(&out.stdout);
-    let result = events
-        .iter()
-        .find(|e| e["type"] == "execution_result")
-        .unwrap();
-    assert_eq!(result["output"], "{'result': 42}\n4 words\n");
+    let events = events(&out);
+    assert_eq!(cell_output(&events), "{'result': 42}\n4 words\n");
 }

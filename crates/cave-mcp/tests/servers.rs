@@ -9,8 +9,9 @@ mod servers;
 
 use cave_core::{Resources, Runtime};
 use cave_mcp::{McpError, McpServer, McpTools, StdioServer};
-use scenario::{edge, edge_server, run, tools_as_methods};
-use servers::{alive, venv};
+use cave_testing::process::{alive, ends};
+use scenario::{edge, edge_server, run, stdio_tools, tools_as_methods};
+use servers::venv;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -68,14 +69,8 @@ async fn a_published_server_answers_from_python() {
         "{} --local-timezone UTC",
         venv.join("bin/mcp-server-time").display()
     );
-    let server = McpServer::stdio("clock", &StdioServer::from_command_line(&command).unwrap())
-        .await
-        .unwrap();
-    let tools = Arc::new(
-        McpTools::new(Arc::new(server), Duration::from_secs(30))
-            .await
-            .unwrap(),
-    );
+    let command = StdioServer::from_command_line(&command).unwrap();
+    let tools = stdio_tools("clock", &command, Duration::from_secs(30)).await;
     let runtime = kernel_with(&tools).await;
     let out = run(
         &runtime,
@@ -137,7 +132,7 @@ async fn a_closed_or_dropped_server_leaves_no_process() {
             .call("pid", serde_json::Map::new(), Duration::from_secs(10))
             .await
             .unwrap();
-        let pid: i32 = reply["content"][0]["text"]
+        let pid: u32 = reply["content"][0]["text"]
             .as_str()
             .unwrap()
             .parse()
@@ -148,12 +143,7 @@ async fn a_closed_or_dropped_server_leaves_no_process() {
         } else {
             drop(server);
         }
-        let mut waited = 0;
-        while alive(pid) && waited < 50 {
-            tokio::time::sleep(Duration::from_millis(100)).await;
-            waited += 1;
-        }
-        assert!(!alive(pid), "closed: {close}");
+        assert!(ends(pid), "closed: {close}");
     }
 }
 
@@ -249,12 +239,7 @@ async fn a_published_git_server_commits_and_logs() {
     ] {
         command.env.push((key.to_owned(), value.to_owned()));
     }
-    let server = McpServer::stdio("git", &command).await.unwrap();
-    let tools = Arc::new(
-        McpTools::new(Arc::new(server), Duration::from_secs(30))
-            .await
-            .unwrap(),
-    );
+    let tools = stdio_tools("git", &command, Duration::from_secs(30)).await;
     let runtime = kernel_with(&tools).await;
     let code = format!(
         "repo = {:?}\nprint('a.txt' in git.git_status(repo_path=repo))\ngit.git_add(repo_path=repo, files=['a.txt', 'b.txt'])\ngit.git_commit(repo_path=repo, message='two files')\nlog = git.git_log(repo_path=repo, max_count=5)\nprint('two files' in str(log), 'first commit' in str(log))",
@@ -296,12 +281,7 @@ async fn a_published_node_server_answers_with_text_structures_and_images() {
             "stdio".to_owned(),
         ],
     );
-    let server = McpServer::stdio("every", &command).await.unwrap();
-    let tools = Arc::new(
-        McpTools::new(Arc::new(server), Duration::from_secs(2))
-            .await
-            .unwrap(),
-    );
+    let tools = stdio_tools("every", &command, Duration::from_secs(2)).await;
     let runtime = kernel_with(&tools).await;
     let code = "print(every.echo('hi'))\nprint(every.get_sum(2, 3))\nweather = every.get_structured_content('New York')\nprint(sorted(weather))\npieces = every.get_tiny_image()\nimage = [p for p in pieces if isinstance(p, dict)][0]\nprint(image['mime_type'], image['data'][:4])\ntry:\n    every.trigger_long_running_operation(duration=30, steps=3)\nexcept TimeoutError:\n    print('timed out')\nprint(every.echo('still here'))";
     let out = run(&runtime, code).await;

@@ -3,30 +3,9 @@
 use cave_core::RuntimeExt;
 use cave_core::{DiscardOutput, Resources, Runtime, Value, Variable};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime};
+use cave_testing::process::{alive, ends};
 use std::io::{BufRead, BufReader};
 use std::time::{Duration, Instant};
-
-/// Returns true if and only if `pid` is a live process (a zombie is not).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat
-            .rsplit_once(')')
-            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
-        Err(_) => false,
-    }
-}
-
-/// Waits (generously) for `pid` to end.
-fn ends(pid: u32) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Instant::now() < deadline {
-        if !alive(pid) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    false
-}
 
 async fn spare_of(rt: &KernelRuntime) -> u32 {
     let deadline = Instant::now() + Duration::from_secs(20);

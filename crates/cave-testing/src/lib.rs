@@ -1,6 +1,6 @@
 //! The test kit of cave-agent: a scripted [`Model`] and a Python-free [`Runtime`] for testing
-//! agents offline, the runtime contract every runtime passes ([`contract`]), and seeded
-//! mutations for decoders ([`fuzz`]).
+//! agents offline, the runtime contract every runtime passes ([`contract`]), seeded
+//! mutations for decoders ([`fuzz`]), and whether a process is still there ([`process`]).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -24,6 +24,7 @@
 
 pub mod contract;
 pub mod fuzz;
+pub mod process;
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

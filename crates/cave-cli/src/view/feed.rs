@@ -89,43 +89,39 @@ impl Feed {
 
     /// Adds one event (the core's serde form).
     pub fn push(&self, mut event: Json) {
+        // Highlighting is done before the log is locked: pages read it meanwhile.
+        let inner = innermost(&mut event);
+        if inner.get("type").and_then(Json::as_str) == Some("code") {
+            let code = inner.get("code").and_then(Json::as_str).unwrap_or("");
+            if let Some(spans) = crate::highlight::python_spans(code) {
+                let spans: Vec<Json> = spans
+                    .into_iter()
+                    .map(|(name, text)| json!([name, text]))
+                    .collect();
+                inner["spans"] = Json::Array(spans);
+            }
+        }
         let mut log = self.lock();
         let index = log.entries.len();
         let inner = innermost(&mut event);
-        match inner.get("type").and_then(Json::as_str) {
-            Some("code") => {
-                let code = inner.get("code").and_then(Json::as_str).unwrap_or("");
-                if let Some(spans) = crate::highlight::python_spans(code) {
-                    let spans: Vec<Json> = spans
-                        .into_iter()
-                        .map(|(name, text)| json!([name, text]))
-                        .collect();
-                    inner["spans"] = Json::Array(spans);
-                }
+        if inner.get("type").and_then(Json::as_str) == Some("display") {
+            let files: Vec<(String, String)> = inner
+                .get("files")
+                .and_then(Json::as_object)
+                .map(|files| {
+                    files
+                        .iter()
+                        .filter_map(|(mime, path)| Some((mime.clone(), path.as_str()?.into())))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut urls = serde_json::Map::new();
+            // Only a well-formed type gets an address: it is part of the path.
+            for (mime, path) in files.into_iter().filter(|(mime, _)| valid_mime(mime)) {
+                urls.insert(mime.clone(), json!(format!("display/{index}/{mime}")));
+                log.files.insert((index, mime), PathBuf::from(path));
             }
-            Some("display") => {
-                let files: Vec<(String, String)> = inner
-                    .get("files")
-                    .and_then(Json::as_object)
-                    .map(|files| {
-                        files
-                            .iter()
-                            .filter_map(|(mime, path)| Some((mime.clone(), path.as_str()?.into())))
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                let mut urls = serde_json::Map::new();
-                for (mime, path) in files {
-                    // Only a well-formed type gets an address: it is part of the path.
-                    if !valid_mime(&mime) {
-                        continue;
-                    }
-                    urls.insert(mime.clone(), json!(format!("display/{index}/{mime}")));
-                    log.files.insert((index, mime), PathBuf::from(path));
-                }
-                inner["urls"] = Json::Object(urls);
-            }
-            _ => {}
+            inner["urls"] = Json::Object(urls);
         }
         if let Json::Object(fields) = &mut event {
             fields.insert("n".into(), json!(index));

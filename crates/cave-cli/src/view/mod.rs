@@ -145,30 +145,18 @@ pub fn follow(path: &Path, feed: Feed) -> Result<(), ViewError> {
     }
     let shown = path.display().to_string();
     let mut lines = LineSplitter::default();
-    let mut buffer = vec![0; 64 * 1024];
     // What is there now is in the feed before this returns: a page opened at once shows it.
-    loop {
-        match file.read(&mut buffer) {
-            Ok(0) => break,
-            Ok(n) => lines.feed(&buffer[..n], &feed),
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(source) => return Err(read_error(source)),
-        }
-    }
+    lines.read_available(&mut file, &feed).map_err(read_error)?;
     std::thread::Builder::new()
         .name("cave-view-follow".into())
         .spawn(move || {
             loop {
-                match file.read(&mut buffer) {
-                    Ok(0) => std::thread::sleep(POLL),
-                    Ok(n) => lines.feed(&buffer[..n], &feed),
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => {
-                        let line = lines.number + 1;
-                        feed.push_note(line, &format!("{shown} could not be read further: {e}"));
-                        return;
-                    }
+                if let Err(e) = lines.read_available(&mut file, &feed) {
+                    let line = lines.number + 1;
+                    feed.push_note(line, &format!("{shown} could not be read further: {e}"));
+                    return;
                 }
+                std::thread::sleep(POLL);
             }
         })
         .map_err(read_error)?;
@@ -186,6 +174,19 @@ struct LineSplitter {
 }
 
 impl LineSplitter {
+    /// Reads `file` to its current end into `feed`.
+    fn read_available(&mut self, file: &mut impl Read, feed: &Feed) -> io::Result<()> {
+        let mut buffer = [0u8; 16 * 1024];
+        loop {
+            match file.read(&mut buffer) {
+                Ok(0) => return Ok(()),
+                Ok(n) => self.feed(&buffer[..n], feed),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     fn feed(&mut self, mut bytes: &[u8], feed: &Feed) {
         while let Some(end) = bytes.iter().position(|b| *b == b'\n') {
             self.number += 1;

@@ -3,9 +3,9 @@
 //! `servers`.
 #![allow(dead_code)]
 
-use super::servers::alive;
 use cave_core::{DiscardOutput, Resources, Runtime};
 use cave_mcp::{McpServer, McpTools, StdioServer};
+use cave_testing::process::ends;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,11 +14,16 @@ pub fn edge_server(venv: &std::path::Path) -> StdioServer {
     StdioServer::new(program, args)
 }
 
-pub async fn edge(venv: &std::path::Path, timeout: Duration) -> Arc<McpTools> {
-    let server = McpServer::stdio("edge", &edge_server(venv))
+/// The tools of the server `name` started with `command`, each call limited to `timeout`.
+pub async fn stdio_tools(name: &str, command: &StdioServer, timeout: Duration) -> Arc<McpTools> {
+    let server = McpServer::stdio(name, command)
         .await
-        .expect("the edge server starts");
+        .unwrap_or_else(|e| panic!("the server {name} starts: {e}"));
     Arc::new(McpTools::new(Arc::new(server), timeout).await.unwrap())
+}
+
+pub async fn edge(venv: &std::path::Path, timeout: Duration) -> Arc<McpTools> {
+    stdio_tools("edge", &edge_server(venv), timeout).await
 }
 
 pub async fn run(runtime: &dyn Runtime, code: &str) -> String {
@@ -26,8 +31,8 @@ pub async fn run(runtime: &dyn Runtime, code: &str) -> String {
     execution.output
 }
 
-/// Every case against one runtime (also run in process by cave-agent's `tests/mcp.rs`): results, errors, the time limit, a changing tool list, a
-/// server that dies mid-call.
+/// Every case against one runtime (also run in process by cave-agent's `tests/mcp.rs`):
+/// results, errors, the time limit, a changing tool list, a server that dies mid-call.
 pub async fn tools_as_methods(runtime: &dyn Runtime, venv: &std::path::Path) {
     let tools = edge(venv, Duration::from_secs(2)).await;
     runtime
@@ -84,7 +89,7 @@ pub async fn tools_as_methods(runtime: &dyn Runtime, venv: &std::path::Path) {
         .unwrap();
     assert_eq!(extra, cave_core::Value::Str("extra here".into()));
 
-    let pid: i32 = run(runtime, "print(edge.pid())")
+    let pid: u32 = run(runtime, "print(edge.pid())")
         .await
         .trim()
         .parse()
@@ -103,11 +108,5 @@ pub async fn tools_as_methods(runtime: &dyn Runtime, venv: &std::path::Path) {
         "its stderr is in the error: {out}"
     );
     assert_eq!(out.matches("gone:").count(), 2, "{out}");
-    for _ in 0..50 {
-        if !alive(pid) {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(!alive(pid), "the dead server was reaped");
+    assert!(ends(pid), "the dead server was reaped");
 }

@@ -1,5 +1,5 @@
-//! The MCP test servers, for every crate's MCP tests: where they are installed, the edge-case
-//! server's command, and whether a server's process is still there.
+//! The MCP test servers, for every crate's MCP tests: where they are installed, and the
+//! edge-case server's command (over stdio, or over HTTP).
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
@@ -42,17 +42,6 @@ pub fn edge_command(venv: &Path) -> (String, Vec<String>) {
             .to_owned(),
         ],
     )
-}
-
-/// The process exists and is not a zombie waiting to be reaped.
-pub fn alive(pid: i32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        // The state follows the command name in parentheses.
-        Ok(stat) => !stat
-            .rsplit_once(") ")
-            .is_some_and(|(_, rest)| rest.starts_with('Z')),
-        Err(_) => false,
-    }
 }
 
 /// The edge server over streamable HTTP on 127.0.0.1, with a token; killed when dropped.
