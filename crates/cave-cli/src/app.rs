@@ -43,6 +43,17 @@ pub fn run(
         Command::Mcp(crate::args::McpCommand::List { server, headers }) => {
             return rt.block_on(mcp_list(server, headers));
         }
+        Command::Mcp(crate::args::McpCommand::Serve(args)) => {
+            let served = config::resolve_serve(args, &secrets)
+                .and_then(|config| rt.block_on(mcp_serve(config)));
+            return match served {
+                Ok(()) => Exit::Completed,
+                Err(e) => {
+                    eprintln!("cave: {e:#}");
+                    Exit::Usage
+                }
+            };
+        }
     };
     let redactor = SecretRedactor::for_api_key(key_text.as_deref());
     let session = config::resolve(common, api_key, &secrets)
@@ -130,6 +141,14 @@ impl Backend {
         }
     }
 
+    /// The same runtime, shared.
+    fn shared(&self) -> Arc<dyn Runtime> {
+        match self {
+            Backend::InProc(rt) => Arc::new(rt.clone()),
+            Backend::Kernel(rt) => Arc::new(rt.clone()),
+        }
+    }
+
     /// Makes the in-process runtime's cells own the captured descriptors (the kernel's
     /// children have descriptors of their own).
     fn attach_stdio(&self, capture: &StdioCapture) {
@@ -209,21 +228,19 @@ impl Session {
         let Config {
             model,
             record,
-            variables,
-            python_files,
-            runtime,
-            skills,
-            policy,
+            runtime: provisions,
+            guards:
+                config::GuardsConfig {
+                    policy,
+                    approve,
+                    audit,
+                },
             context_window,
             compact_model,
             agent: settings,
             output,
             retrieve,
-            approve,
-            audit,
             display_dir,
-            mcp,
-            mcp_timeout,
             view,
             api_key: _,
         } = config;
@@ -238,18 +255,7 @@ impl Session {
             None => model.clone(),
         };
         let compactor = compactor(&model, summarizer, context_window);
-        let runtime = open_runtime(runtime, audit.as_deref()).await?;
-        let resources = variables
-            .into_iter()
-            .fold(Resources::new(), Resources::variable);
-        runtime.runtime().register(resources).await?;
-        for path in &python_files {
-            runtime
-                .runtime()
-                .register_python_file(path, false)
-                .await
-                .with_context(|| format!("--py {}", path.display()))?;
-        }
+        let (runtime, provisions) = open_runtime(provisions, audit.as_deref()).await?;
 
         let info = model.info();
         let mut builder = match &runtime {
@@ -269,20 +275,9 @@ impl Session {
             .call_approver()
             .filter(|_| approve.is_some_and(|a| a.calls()));
         let guard = call_guard(call_approver, audit.clone());
-        skills
-            .install_with(runtime.runtime(), &mut builder, |batch| batch.map(&guard))
-            .await
-            .context("--skills")?;
-        let mut servers = Vec::new();
-        for (name, server) in &mcp {
-            let tools = start_mcp(name, server, mcp_timeout).await?;
-            let batch = Resources::new().object(tools.binding()).map(&guard);
-            runtime
-                .runtime()
-                .register(batch)
-                .await
-                .with_context(|| format!("--mcp {name}"))?;
-            servers.push(tools);
+        let (servers, skills) = provide(&runtime, provisions, guard).await?;
+        if let Some(listing) = skills {
+            builder.skills(listing);
         }
         builder.compactor(compactor);
         // Exact counts for OpenAI models, the script-aware estimate otherwise.
@@ -476,16 +471,14 @@ impl Session {
             Err(RuntimeError::UnknownVariable { available, .. }) => available,
             _ => Vec::new(),
         };
-        let listing = "print('\\n'.join(sorted(k for k, v in globals().items() if not k.startswith('_') and not callable(v) and type(v).__name__ != 'module')), end='')";
-        let others: Vec<String> = match runtime.execute(listing, &DiscardOutput).await {
-            Ok(run) if run.success() => run
-                .output
-                .lines()
-                .filter(|n| !registered.iter().any(|r| r == n))
-                .map(str::to_owned)
-                .collect(),
-            _ => Vec::new(),
-        };
+        let others: Vec<String> = runtime
+            .namespace()
+            .await
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|bound| !bound.callable && !registered.contains(&bound.name))
+            .map(|bound| bound.name)
+            .collect();
         let list = |names: &[String]| {
             let shown: Vec<&str> = names.iter().take(20).map(String::as_str).collect();
             let more = names.len().saturating_sub(shown.len());
@@ -582,6 +575,144 @@ async fn mcp_list(spec: &str, headers: &[String]) -> Exit {
             Exit::Usage
         }
     }
+}
+
+/// `cave mcp serve`: one session, served until the client closes stdin (or, over HTTP, until
+/// Ctrl-C).
+async fn mcp_serve(config: config::ServeConfig) -> anyhow::Result<()> {
+    use cave_agent::mcp::serve::{ClientApprovals, SessionServer};
+    let config::ServeConfig {
+        runtime: provisions,
+        guards:
+            config::GuardsConfig {
+                policy,
+                approve,
+                audit,
+            },
+        cell_timeout,
+        max_output,
+        http,
+    } = config;
+    // Over stdio, descriptors 0 and 1 carry MCP: the server keeps duplicates, and cells get
+    // /dev/null to read and, in this process, a capture to write to.
+    let stdio = match http {
+        None => Some(McpStdio::take()?),
+        Some(_) => None,
+    };
+    let (backend, provisions) = open_runtime(provisions, audit.as_deref()).await?;
+    let _capture = match (&stdio, &backend) {
+        (Some(_), Backend::InProc(rt)) => {
+            cave_agent::inproc::send_stray_output_to_stderr()?;
+            let capture = StdioCapture::start(CapturedStreams::Stdout)
+                .context("could not capture descriptor 1")?;
+            rt.attach_stdio(&capture);
+            Some(capture)
+        }
+        _ => None,
+    };
+    let approvals = ClientApprovals::new();
+    let call_approver = approve
+        .filter(|a| a.calls())
+        .map(|_| approvals.clone() as Arc<dyn cave_agent::Approver>);
+    let guard = call_guard(call_approver, audit.clone());
+    let (servers, skills) = provide(&backend, provisions, guard).await?;
+    let mut server = SessionServer::new(backend.shared());
+    if let Some(policy) = policy {
+        server = server.with_policy(Arc::new(policy));
+    }
+    if let Some(approve) = approve {
+        server = server.with_approvals(approvals, approve.cells());
+    }
+    if let Some(audit) = audit {
+        server = server.with_observer(audit);
+    }
+    if let Some(limit) = cell_timeout {
+        server = server.with_cell_timeout(limit);
+    }
+    if let Some(chars) = max_output {
+        server = server.with_max_output(chars);
+    }
+    if let Some(listing) = skills {
+        server = server.with_notes(format!(
+            "<skills>\n{listing}\n</skills>{}",
+            cave_agent::prompt::SKILLS_INSTRUCTION
+        ));
+    }
+    let served = match (stdio, http) {
+        (Some(stdio), _) => {
+            eprintln!("cave: serving the session over MCP on stdio");
+            server
+                .serve_stdio(stdio.input, stdio.output)
+                .await
+                .map_err(anyhow::Error::from)
+        }
+        (None, Some((addr, token, generated))) => serve_http(server, addr, &token, generated).await,
+        (None, None) => Ok(()),
+    };
+    for tools in servers {
+        tools.server().close(MCP_GRACE).await;
+    }
+    served
+}
+
+/// Descriptors 0 and 1 as the MCP transport: duplicates for the server, `/dev/null` left at 0.
+struct McpStdio {
+    input: tokio::fs::File,
+    output: tokio::fs::File,
+}
+
+impl McpStdio {
+    fn take() -> anyhow::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let input = io::stdin()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("could not duplicate stdin")?;
+        let output = io::stdout()
+            .as_fd()
+            .try_clone_to_owned()
+            .context("could not duplicate stdout")?;
+        let null = std::fs::File::open("/dev/null").context("could not open /dev/null")?;
+        // SAFETY: both descriptors are open; 0 is replaced in one call.
+        if unsafe { libc::dup2(null.as_raw_fd(), 0) } < 0 {
+            return Err(io::Error::last_os_error()).context("could not give cells /dev/null");
+        }
+        Ok(Self {
+            input: tokio::fs::File::from_std(input.into()),
+            output: tokio::fs::File::from_std(output.into()),
+        })
+    }
+}
+
+/// `--http`: serves until Ctrl-C.
+async fn serve_http(
+    server: cave_agent::mcp::serve::SessionServer,
+    addr: std::net::SocketAddr,
+    token: &str,
+    generated: bool,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("--http {addr}: cannot listen there"))?;
+    let serving = server.serve_http(listener, token)?;
+    eprintln!(
+        "cave: serving the session over MCP at {} (Ctrl-C stops)",
+        serving.url()
+    );
+    if generated {
+        // Made up for this session, and shown once: to the user who started it.
+        eprintln!("cave: clients send the header: Authorization: Bearer {token}");
+    } else {
+        eprintln!(
+            "cave: clients send the header: Authorization: Bearer ${}",
+            config::SERVE_TOKEN_VARIABLE
+        );
+    }
+    tokio::signal::ctrl_c()
+        .await
+        .context("cannot wait for Ctrl-C")?;
+    serving.stop().await;
+    Ok(())
 }
 
 /// `cave view FILE`: serves the session in FILE, following it as it grows, until Ctrl-C.
@@ -758,10 +889,25 @@ fn compactor(
 /// before the model is asked (a Jupyter server's URL or token, the sandbox's layers, which
 /// are then reported, and recorded in the audit log).
 async fn open_runtime(
-    runtime: RuntimeChoice,
+    config: config::RuntimeConfig,
     audit: Option<&cave_agent::AuditLog>,
-) -> anyhow::Result<Backend> {
-    Ok(match runtime {
+) -> anyhow::Result<(Backend, Provisions)> {
+    let config::RuntimeConfig {
+        variables,
+        python_files,
+        choice,
+        skills,
+        mcp,
+        mcp_timeout,
+    } = config;
+    let provisions = Provisions {
+        variables,
+        python_files,
+        skills,
+        mcp,
+        mcp_timeout,
+    };
+    let backend = match choice {
         RuntimeChoice::InProc => Backend::InProc(
             InProcRuntime::new().context("the in-process Python runtime could not start")?,
         ),
@@ -795,7 +941,93 @@ async fn open_runtime(
             }
             Backend::Kernel(rt)
         }
-    })
+    };
+    Ok((backend, provisions))
+}
+
+/// What the options give a runtime once it runs.
+struct Provisions {
+    variables: Vec<cave_agent::Variable>,
+    python_files: Vec<std::path::PathBuf>,
+    skills: cave_agent::SkillSet,
+    mcp: Vec<(String, config::McpSource)>,
+    mcp_timeout: std::time::Duration,
+}
+
+/// Gives the runtime the variables, Python files, skills and MCP servers, each host call
+/// through `guard`; the servers' objects follow their tool lists. Returns the servers (to close
+/// when the session ends) and the skills' listing.
+async fn provide(
+    backend: &Backend,
+    provisions: Provisions,
+    guard: impl Fn(Resource) -> Resource + Send + Sync + 'static,
+) -> anyhow::Result<(Vec<Arc<cave_agent::mcp::McpTools>>, Option<String>)> {
+    let runtime = backend.runtime();
+    let guard = Arc::new(guard);
+    let resources = provisions
+        .variables
+        .into_iter()
+        .fold(Resources::new(), Resources::variable);
+    runtime.register(resources).await?;
+    for path in &provisions.python_files {
+        runtime
+            .register_python_file(path, false)
+            .await
+            .with_context(|| format!("--py {}", path.display()))?;
+    }
+    let listing = provisions
+        .skills
+        .install_into(runtime, |batch| batch.map(&*guard))
+        .await
+        .context("--skills")?;
+    // A header's value (a token) is redacted from everything the model reads and every event,
+    // should a server echo it; so is its credential without the scheme (`Bearer …`).
+    for (name, server) in &provisions.mcp {
+        let config::McpSource::Http(http) = server else {
+            continue;
+        };
+        let mut registry = cave_agent::lock(runtime.registry());
+        for (key, value) in &http.headers {
+            registry.redact(format!("{name} {key}"), value.clone());
+            if let Some((_, credential)) = value.split_once(' ')
+                && credential.trim().len() >= 8
+            {
+                registry.redact(format!("{name} {key}"), credential.trim().to_owned());
+            }
+        }
+    }
+    // Started together: slow servers do not add up. On an error the servers started are
+    // dropped, which ends them.
+    let timeout = provisions.mcp_timeout;
+    let started = futures_util::future::join_all(
+        provisions
+            .mcp
+            .iter()
+            .map(|(name, server)| start_mcp(name, server, timeout)),
+    )
+    .await;
+    let mut servers = Vec::new();
+    let mut failure = None;
+    for started in started {
+        match started {
+            Ok(tools) => servers.push(tools),
+            Err(e) => failure = failure.or(Some(e)),
+        }
+    }
+    if let Some(e) = failure {
+        return Err(e);
+    }
+    for tools in &servers {
+        let name = tools.server().name();
+        let batch = Resources::new().object(tools.binding()).map(&*guard);
+        runtime
+            .register(batch)
+            .await
+            .with_context(|| format!("--mcp {name}"))?;
+        let guard = guard.clone();
+        tools.follow_changes(backend.shared(), move |batch| batch.map(&*guard));
+    }
+    Ok((servers, listing))
 }
 
 /// What every host call is wrapped in: asked about first when `approver` is set, recorded
@@ -803,7 +1035,7 @@ async fn open_runtime(
 fn call_guard(
     approver: Option<Arc<dyn cave_agent::Approver>>,
     audit: Option<Arc<cave_agent::AuditLog>>,
-) -> impl Fn(Resource) -> Resource {
+) -> impl Fn(Resource) -> Resource + Send + Sync + 'static {
     move |resource: Resource| match resource {
         Resource::Function(mut function) => {
             if let Some(approver) = &approver {

@@ -28,7 +28,8 @@ pub enum Command {
     /// Say what this machine supports: the kernel runtime's sandbox layers (with the reason
     /// for each one it lacks) and the Python found.
     Doctor,
-    /// MCP servers: see what the model would get from one.
+    /// MCP: see what the model would get from a server, or serve a Python session to MCP
+    /// clients.
     #[command(subcommand)]
     Mcp(McpCommand),
     /// Show a session as a web page on this machine: FILE is what `cave run --json` printed
@@ -50,6 +51,37 @@ pub enum McpCommand {
         #[arg(long = "header", value_name = "KEY=ENVVAR")]
         headers: Vec<String>,
     },
+    /// Serve one persistent Python session to an MCP client (a coding agent, a desktop
+    /// assistant): tools to run a cell, read a variable as JSON and list what is bound. Over
+    /// stdio unless --http; the runtime, code policy, approvals (asked of the client) and
+    /// audit are those of `cave run`.
+    Serve(Box<ServeArgs>),
+}
+
+/// `cave mcp serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Where the code runs, and what it is given.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// What code may do, and who is asked.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// Each cell's time and inline output.
+    #[command(flatten)]
+    pub cells: CellLimitArgs,
+    /// Serve streamable HTTP at http://ADDR/mcp instead of stdio (a loopback address; port 0:
+    /// any free one). Clients send `Authorization: Bearer TOKEN`, the token taken from
+    /// CAVE_MCP_TOKEN or, unset, made up and printed on stderr.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "127.0.0.1:0",
+        help_heading = "Serving"
+    )]
+    pub http: Option<std::net::SocketAddr>,
 }
 
 /// `cave view`.
@@ -225,9 +257,85 @@ pub struct CommonArgs {
     #[arg(long, value_name = "ID", help_heading = "Model")]
     pub compact_model: Option<String>,
 
+    /// Where the code runs, and what it is given.
+    #[command(flatten)]
+    pub runtime: RuntimeArgs,
+    /// What code may do, and who is asked.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+
+    /// Model calls per run.
+    #[arg(long, help_heading = "Limits")]
+    pub max_steps: Option<u32>,
+    /// Time per run, checked between steps (seconds, or with a unit: 30s, 2m).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
+    pub max_run_time: Option<f64>,
+    /// Tokens per run.
+    #[arg(long, help_heading = "Limits")]
+    pub max_total_tokens: Option<u64>,
+    /// Prompt tokens per run.
+    #[arg(long, help_heading = "Limits")]
+    pub max_input_tokens: Option<u64>,
+    /// Completion tokens per run.
+    #[arg(long, help_heading = "Limits")]
+    pub max_output_tokens: Option<u64>,
+    /// Each cell's time and inline output.
+    #[command(flatten)]
+    pub cells: CellLimitArgs,
+    /// Time without data from the model before it counts as stalled (0 disables).
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
+    pub stream_idle_timeout: Option<f64>,
+    /// Who the agent is (replaces the default first paragraph of the system prompt).
+    #[arg(long, help_heading = "Limits")]
+    pub instructions: Option<String>,
+
+    /// Print events as JSON Lines on stdout (nothing else goes to stdout).
+    #[arg(long, help_heading = "Output")]
+    pub json: bool,
+    /// After the run, print this variable's value (repeatable).
+    #[arg(long = "retrieve", value_name = "NAME", help_heading = "Output")]
+    pub retrieve: Vec<String>,
+    /// Where the figures, tables and other rich forms cells show are written
+    /// (display-N.png, display-N.html, ...). Default: cave-display-DATE-TIME in the current
+    /// directory, made when a cell first shows something; the end of the run names it.
+    #[arg(long, value_name = "DIR", help_heading = "Output")]
+    pub display_dir: Option<PathBuf>,
+    /// How figures are drawn in the terminal (for people): detected from the terminal
+    /// (`auto`: kitty, iTerm2 or sixel where one is spoken, none otherwise), one of these by
+    /// hand, or `off`.
+    #[arg(
+        long,
+        value_enum,
+        value_name = "PROTOCOL",
+        default_value = "auto",
+        help_heading = "Output"
+    )]
+    pub images: ImagesChoice,
+    /// Show the session as a live web page on this machine (the address is printed on
+    /// stderr); `--view=ADDR` chooses the loopback address and port. With a terminal on stdin,
+    /// the page stays up after the run until Ctrl-C.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "127.0.0.1:0",
+        help_heading = "Output"
+    )]
+    pub view: Option<std::net::SocketAddr>,
+}
+
+/// The runtime and what it is given: options of `run`, `chat` and `mcp serve`.
+#[derive(Debug, Args)]
+pub struct RuntimeArgs {
     /// The runtime.
-    #[arg(long, value_enum, default_value = "inproc", help_heading = "Runtime")]
-    pub runtime: RuntimeKind,
+    #[arg(
+        long = "runtime",
+        value_enum,
+        default_value = "inproc",
+        help_heading = "Runtime"
+    )]
+    pub kind: RuntimeKind,
     /// A variable: NAME=JSON, or NAME=@FILE.json (repeatable).
     #[arg(long = "var", value_name = "NAME=JSON", help_heading = "Runtime")]
     pub vars: Vec<String>,
@@ -331,7 +439,11 @@ pub struct CommonArgs {
     /// whose certificate an internal CA signed.
     #[arg(long, value_name = "FILE", help_heading = "Runtime")]
     pub jupyter_ca: Option<std::path::PathBuf>,
+}
 
+/// The code policy, approvals and audit: options of `run`, `chat` and `mcp serve`.
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
     /// Refuse code importing these modules and their submodules (comma-separated, repeatable).
     #[arg(
         long,
@@ -361,79 +473,29 @@ pub struct CommonArgs {
     pub deny_regex: Vec<String>,
     /// Start from a preset policy (`strict`: no system modules, no dynamic code, no
     /// interpreter internals).
-    #[arg(long, value_enum, help_heading = "Code policy")]
-    pub policy: Option<PolicyPreset>,
+    #[arg(long = "policy", value_enum, help_heading = "Code policy")]
+    pub preset: Option<PolicyPreset>,
     /// Ask before running each cell (`cells`), calling into the host (`calls`), or both
     /// (`all`): on the terminal (y, n, or a for always), or with --json as a JSON line on
     /// stdin answering each `approval_requested` event (`{"approve": true}`; see
-    /// docs/FORMATS.md). No answer refuses.
+    /// docs/FORMATS.md); `cave mcp serve` asks its client (MCP elicitation). No answer
+    /// refuses.
     #[arg(long, value_enum, value_name = "WHAT", help_heading = "Code policy")]
     pub approve: Option<ApproveWhat>,
     /// Append an audit trail to FILE (JSON Lines, timestamped): prompts, cells and their
     /// outcomes, policy refusals, approvals, sandbox layers, stop reasons.
     #[arg(long, value_name = "FILE", help_heading = "Code policy")]
     pub audit: Option<PathBuf>,
+}
 
-    /// Model calls per run.
-    #[arg(long, help_heading = "Limits")]
-    pub max_steps: Option<u32>,
-    /// Time per run, checked between steps (seconds, or with a unit: 30s, 2m).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
-    pub max_run_time: Option<f64>,
-    /// Tokens per run.
-    #[arg(long, help_heading = "Limits")]
-    pub max_total_tokens: Option<u64>,
-    /// Prompt tokens per run.
-    #[arg(long, help_heading = "Limits")]
-    pub max_input_tokens: Option<u64>,
-    /// Completion tokens per run.
-    #[arg(long, help_heading = "Limits")]
-    pub max_output_tokens: Option<u64>,
-    /// Time per execution; the running code is interrupted (seconds, or 30s, 2m).
+/// Each cell's time and inline output: options of `run`, `chat` and `mcp serve`.
+#[derive(Debug, Args)]
+pub struct CellLimitArgs {
+    /// Time per cell; the running code is interrupted (seconds, or 30s, 2m).
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
     pub max_exec_timeout: Option<f64>,
-    /// Characters of output shown to the model inline.
+    /// Characters of a cell's output shown inline (to the model, or the MCP client); longer
+    /// output is stored in the runtime as `_output_N` and its beginning shown [default: 5000].
     #[arg(long, value_name = "CHARS", help_heading = "Limits")]
     pub max_exec_output: Option<usize>,
-    /// Time without data from the model before it counts as stalled (0 disables).
-    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
-    pub stream_idle_timeout: Option<f64>,
-    /// Who the agent is (replaces the default first paragraph of the system prompt).
-    #[arg(long, help_heading = "Limits")]
-    pub instructions: Option<String>,
-
-    /// Print events as JSON Lines on stdout (nothing else goes to stdout).
-    #[arg(long, help_heading = "Output")]
-    pub json: bool,
-    /// After the run, print this variable's value (repeatable).
-    #[arg(long = "retrieve", value_name = "NAME", help_heading = "Output")]
-    pub retrieve: Vec<String>,
-    /// Where the figures, tables and other rich forms cells show are written
-    /// (display-N.png, display-N.html, ...). Default: cave-display-DATE-TIME in the current
-    /// directory, made when a cell first shows something; the end of the run names it.
-    #[arg(long, value_name = "DIR", help_heading = "Output")]
-    pub display_dir: Option<PathBuf>,
-    /// How figures are drawn in the terminal (for people): detected from the terminal
-    /// (`auto`: kitty, iTerm2 or sixel where one is spoken, none otherwise), one of these by
-    /// hand, or `off`.
-    #[arg(
-        long,
-        value_enum,
-        value_name = "PROTOCOL",
-        default_value = "auto",
-        help_heading = "Output"
-    )]
-    pub images: ImagesChoice,
-    /// Show the session as a live web page on this machine (the address is printed on
-    /// stderr); `--view=ADDR` chooses the loopback address and port. With a terminal on stdin,
-    /// the page stays up after the run until Ctrl-C.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        num_args = 0..=1,
-        require_equals = true,
-        default_missing_value = "127.0.0.1:0",
-        help_heading = "Output"
-    )]
-    pub view: Option<std::net::SocketAddr>,
 }

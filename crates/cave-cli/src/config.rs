@@ -1,7 +1,9 @@
 //! Arguments and environment, resolved into a clap-free configuration. The only place that
 //! reads environment variables and input files.
 
-use crate::args::{CommonArgs, PolicyPreset, Provider, RuntimeKind, SandboxMode};
+use crate::args::{
+    CommonArgs, PolicyArgs, PolicyPreset, Provider, RuntimeArgs, RuntimeKind, SandboxMode,
+};
 use anyhow::{Context, bail};
 use cave_agent::SecurityPolicy;
 use cave_agent::kernel::{JupyterConfig, KernelConfig, Sandbox};
@@ -123,40 +125,70 @@ pub struct Config {
     pub model: ModelSource,
     /// `--record`.
     pub record: Option<PathBuf>,
-    /// `--var` (with `--var-desc`).
-    pub variables: Vec<Variable>,
-    /// `--py`.
-    pub python_files: Vec<PathBuf>,
-    /// `--runtime` and the kernel's settings.
-    pub runtime: RuntimeChoice,
-    /// `--skills`, read and checked.
-    pub skills: cave_agent::SkillSet,
+    /// The runtime and what it is given.
+    pub runtime: RuntimeConfig,
     /// `--context-window`.
     pub context_window: u64,
     /// `--compact-model`, as a second model source on the same server.
     pub compact_model: Option<ModelSource>,
-    /// `--policy` and the `--deny-*` rules, if any.
-    pub policy: Option<SecurityPolicy>,
+    /// The code policy, approvals and audit.
+    pub guards: GuardsConfig,
     /// Limits and texts.
     pub agent: AgentSettings,
     /// How events are printed.
     pub output: OutputMode,
     /// `--retrieve`.
     pub retrieve: Vec<String>,
-    /// `--approve`: what is asked about.
-    pub approve: Option<crate::args::ApproveWhat>,
-    /// `--audit FILE`, opened.
-    pub audit: Option<std::sync::Arc<cave_agent::AuditLog>>,
     /// `--display-dir`, or the default directory for this session.
     pub display_dir: PathBuf,
-    /// `--mcp` (with `--mcp-header`): the MCP servers, by the name their object is bound under.
-    pub mcp: Vec<(String, McpSource)>,
-    /// `--mcp-timeout`.
-    pub mcp_timeout: std::time::Duration,
     /// `--view`: serve the session as a live page on this address.
     pub view: Option<std::net::SocketAddr>,
     /// The key, for redacting anything printed.
     pub api_key: Option<ApiKey>,
+}
+
+/// Where the code runs and what it is given (`run`, `chat`, `mcp serve`).
+#[derive(Debug)]
+pub struct RuntimeConfig {
+    /// `--var` (with `--var-desc`) and `--secret`.
+    pub variables: Vec<Variable>,
+    /// `--py`.
+    pub python_files: Vec<PathBuf>,
+    /// `--runtime` and the kernel's settings.
+    pub choice: RuntimeChoice,
+    /// `--skills`, read and checked.
+    pub skills: cave_agent::SkillSet,
+    /// `--mcp` (with `--mcp-header`): the MCP servers, by the name their object is bound under.
+    pub mcp: Vec<(String, McpSource)>,
+    /// `--mcp-timeout`.
+    pub mcp_timeout: std::time::Duration,
+}
+
+/// What code may do, who is asked, and what is recorded (`run`, `chat`, `mcp serve`).
+#[derive(Debug)]
+pub struct GuardsConfig {
+    /// `--policy` and the `--deny-*` rules, if any.
+    pub policy: Option<SecurityPolicy>,
+    /// `--approve`: what is asked about.
+    pub approve: Option<crate::args::ApproveWhat>,
+    /// `--audit FILE`, opened.
+    pub audit: Option<std::sync::Arc<cave_agent::AuditLog>>,
+}
+
+/// `cave mcp serve`'s settings.
+#[derive(Debug)]
+pub struct ServeConfig {
+    /// The runtime and what it is given.
+    pub runtime: RuntimeConfig,
+    /// The code policy, approvals and audit.
+    pub guards: GuardsConfig,
+    /// `--max-exec-timeout`.
+    pub cell_timeout: Option<Duration>,
+    /// `--max-exec-output`.
+    pub max_output: Option<usize>,
+    /// `--http`: the address, the token clients must send, and whether it was made up (not
+    /// given in the environment).
+    pub http: Option<(std::net::SocketAddr, String, bool)>,
 }
 
 /// Reads `LLM_API_KEY` and removes it from the process environment, so that no runtime (and
@@ -185,18 +217,36 @@ impl std::fmt::Debug for TakenSecrets {
 /// Reads and removes the variables `--secret` names. Call it in `main` right after parsing,
 /// while the process has a single thread.
 pub fn take_secrets(cli: &crate::args::Cli) -> TakenSecrets {
-    let common = match &cli.command {
-        crate::args::Command::Run(args) => &args.common,
-        crate::args::Command::Chat(args) => &args.common,
+    use crate::args::{Command, McpCommand};
+    let mut taken = Vec::new();
+    let runtime = match &cli.command {
+        Command::Run(args) => &args.common.runtime,
+        Command::Chat(args) => &args.common.runtime,
+        Command::Mcp(McpCommand::Serve(args)) => {
+            if args.http.is_some() {
+                // The HTTP token: out of reach of the cells, like the secrets.
+                let value = std::env::var(SERVE_TOKEN_VARIABLE)
+                    .ok()
+                    .filter(|v| !v.is_empty());
+                // SAFETY: called from `main` before any thread starts.
+                unsafe { std::env::remove_var(SERVE_TOKEN_VARIABLE) };
+                taken.push((SERVE_TOKEN_VARIABLE.to_owned(), value));
+            }
+            &args.runtime
+        }
         _ => return TakenSecrets::default(),
     };
-    let mut taken = Vec::new();
     // The MCP servers' header values are secrets too: out of reach of the model's code.
-    let header_vars = common
+    let header_vars = runtime
         .mcp_headers
         .iter()
         .filter_map(|arg| arg.split_once(':').map(|(_, header)| header));
-    for arg in common.secrets.iter().map(String::as_str).chain(header_vars) {
+    for arg in runtime
+        .secrets
+        .iter()
+        .map(String::as_str)
+        .chain(header_vars)
+    {
         let Some((_, env)) = arg.split_once('=') else {
             continue;
         };
@@ -208,8 +258,11 @@ pub fn take_secrets(cli: &crate::args::Cli) -> TakenSecrets {
     TakenSecrets(taken)
 }
 
+/// The variable `cave mcp serve --http` reads its token from.
+pub const SERVE_TOKEN_VARIABLE: &str = "CAVE_MCP_TOKEN";
+
 /// `--secret NAME=ENVVAR` as secret variables.
-fn secret_variables(args: &CommonArgs, taken: &TakenSecrets) -> anyhow::Result<Vec<Variable>> {
+fn secret_variables(args: &RuntimeArgs, taken: &TakenSecrets) -> anyhow::Result<Vec<Variable>> {
     args.secrets
         .iter()
         .map(|arg| {
@@ -277,26 +330,6 @@ pub fn resolve(
             args.context_window
         );
     }
-    let mut variables = args
-        .vars
-        .iter()
-        .map(|v| parse_var(v))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    for desc in &args.var_descs {
-        let (name, text) = desc
-            .split_once('=')
-            .with_context(|| format!("--var-desc expects NAME=TEXT, got {desc:?}"))?;
-        let variable = variables
-            .iter_mut()
-            .find(|v| v.name == name)
-            .with_context(|| format!("--var-desc names {name:?}, which no --var defines"))?;
-        variable.description = Some(text.to_owned());
-    }
-    variables.extend(secret_variables(args, secrets)?);
-    let seconds = |flag: &str, s: f64| -> anyhow::Result<Duration> {
-        Duration::try_from_secs_f64(s)
-            .map_err(|_| anyhow::anyhow!("{flag} must be a number of seconds ≥ 0, not {s}"))
-    };
     let agent = AgentSettings {
         max_steps: args.max_steps,
         max_run_time: args
@@ -307,10 +340,11 @@ pub fn resolve(
         max_input_tokens: args.max_input_tokens,
         max_output_tokens: args.max_output_tokens,
         max_exec_timeout: args
+            .cells
             .max_exec_timeout
             .map(|s| seconds("--max-exec-timeout", s))
             .transpose()?,
-        max_exec_output: args.max_exec_output,
+        max_exec_output: args.cells.max_exec_output,
         stream_idle_timeout: args
             .stream_idle_timeout
             .map(|s| seconds("--stream-idle-timeout", s).map(|d| (!d.is_zero()).then_some(d)))
@@ -338,16 +372,68 @@ pub fn resolve(
     Ok(Config {
         model,
         record: args.record.clone(),
-        variables,
-        python_files: args.py.clone(),
-        runtime: runtime(args)?,
-        skills: skills(&args.skills)?,
-        policy: policy(args)?,
+        runtime: resolve_runtime(&args.runtime, secrets)?,
+        guards: resolve_guards(&args.policy)?,
         context_window: args.context_window,
         compact_model,
         agent,
         output,
         retrieve: args.retrieve.clone(),
+        display_dir: args.display_dir.clone().unwrap_or_else(default_display_dir),
+        view: match args.view {
+            Some(addr) if !addr.ip().is_loopback() => {
+                bail!("--view: {}", crate::view::ViewError::NotLoopback(addr))
+            }
+            view => view,
+        },
+        api_key,
+    })
+}
+
+/// A number of seconds given for `flag`, as a duration.
+fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
+    Duration::try_from_secs_f64(s)
+        .map_err(|_| anyhow::anyhow!("{flag} must be a number of seconds ≥ 0, not {s}"))
+}
+
+/// The runtime options.
+pub fn resolve_runtime(
+    args: &RuntimeArgs,
+    secrets: &TakenSecrets,
+) -> anyhow::Result<RuntimeConfig> {
+    let mut variables = args
+        .vars
+        .iter()
+        .map(|v| parse_var(v))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    for desc in &args.var_descs {
+        let (name, text) = desc
+            .split_once('=')
+            .with_context(|| format!("--var-desc expects NAME=TEXT, got {desc:?}"))?;
+        let variable = variables
+            .iter_mut()
+            .find(|v| v.name == name)
+            .with_context(|| format!("--var-desc names {name:?}, which no --var defines"))?;
+        variable.description = Some(text.to_owned());
+    }
+    variables.extend(secret_variables(args, secrets)?);
+    Ok(RuntimeConfig {
+        variables,
+        python_files: args.py.clone(),
+        choice: runtime(args)?,
+        skills: skills(&args.skills)?,
+        mcp: mcp_servers(args, secrets)?,
+        mcp_timeout: match args.mcp_timeout {
+            Some(s) => seconds("--mcp-timeout", s)?,
+            None => cave_agent::mcp::DEFAULT_CALL_TIMEOUT,
+        },
+    })
+}
+
+/// The code policy, approval and audit options.
+pub fn resolve_guards(args: &PolicyArgs) -> anyhow::Result<GuardsConfig> {
+    Ok(GuardsConfig {
+        policy: policy(args)?,
         approve: args.approve,
         audit: match &args.audit {
             Some(path) => Some(
@@ -356,19 +442,44 @@ pub fn resolve(
             ),
             None => None,
         },
-        display_dir: args.display_dir.clone().unwrap_or_else(default_display_dir),
-        mcp: mcp_servers(args, secrets)?,
-        mcp_timeout: match args.mcp_timeout {
-            Some(s) => seconds("--mcp-timeout", s)?,
-            None => cave_agent::mcp::DEFAULT_CALL_TIMEOUT,
-        },
-        view: match args.view {
-            Some(addr) if !addr.ip().is_loopback() => {
-                bail!("--view: {}", crate::view::ViewError::NotLoopback(addr))
+    })
+}
+
+/// `cave mcp serve`'s options. The HTTP token was taken from the environment at start-up.
+pub fn resolve_serve(
+    args: &crate::args::ServeArgs,
+    secrets: &TakenSecrets,
+) -> anyhow::Result<ServeConfig> {
+    let http = match args.http {
+        Some(addr) if !addr.ip().is_loopback() => bail!(
+            "--http {addr}: the session is served on this machine only (a loopback address: 127.0.0.1 or ::1)"
+        ),
+        Some(addr) => {
+            let given = secrets
+                .0
+                .iter()
+                .find(|(name, _)| name == SERVE_TOKEN_VARIABLE)
+                .and_then(|(_, value)| value.clone());
+            match given {
+                Some(token) if token.len() < 16 => bail!(
+                    "{SERVE_TOKEN_VARIABLE} is too short: a token of 16 characters or more (or unset it, and one is made up)"
+                ),
+                Some(token) => Some((addr, token, false)),
+                None => Some((addr, cave_agent::mcp::serve::generate_token(), true)),
             }
-            view => view,
-        },
-        api_key,
+        }
+        None => None,
+    };
+    Ok(ServeConfig {
+        runtime: resolve_runtime(&args.runtime, secrets)?,
+        guards: resolve_guards(&args.policy)?,
+        cell_timeout: args
+            .cells
+            .max_exec_timeout
+            .map(|s| seconds("--max-exec-timeout", s))
+            .transpose()?,
+        max_output: args.cells.max_exec_output,
+        http,
     })
 }
 
@@ -433,7 +544,7 @@ pub fn mcp_header(
 /// `--mcp` and `--mcp-header NAME:KEY=ENVVAR` (the values taken from the environment at
 /// start-up).
 fn mcp_servers(
-    args: &CommonArgs,
+    args: &RuntimeArgs,
     taken: &TakenSecrets,
 ) -> anyhow::Result<Vec<(String, McpSource)>> {
     let mut servers = args
@@ -495,7 +606,7 @@ fn default_display_dir() -> PathBuf {
 
 /// `--runtime` and the options of the kernel runtime (refused with the in-process one, where
 /// they would silently do nothing).
-fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
+fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
     let kernel_only = [
         ("--python", args.python.is_some()),
         ("--memory-limit", args.memory_limit.is_some()),
@@ -514,12 +625,12 @@ fn runtime(args: &CommonArgs) -> anyhow::Result<RuntimeChoice> {
         ("--jupyter-env", !args.jupyter_env.is_empty()),
         ("--jupyter-ca", args.jupyter_ca.is_some()),
     ];
-    if args.runtime != RuntimeKind::Jupyter
+    if args.kind != RuntimeKind::Jupyter
         && let Some((flag, _)) = jupyter_only.iter().find(|(_, given)| *given)
     {
         bail!("{flag} applies to the Jupyter runtime: add --runtime jupyter");
     }
-    match args.runtime {
+    match args.kind {
         RuntimeKind::Jupyter => {
             // The server decides the interpreter, limits and isolation of its kernels.
             if let Some((flag, _)) = kernel_only
@@ -661,8 +772,8 @@ fn parse_var(spec: &str) -> anyhow::Result<Variable> {
 }
 
 /// The code policy the flags describe, if any.
-fn policy(args: &CommonArgs) -> anyhow::Result<Option<SecurityPolicy>> {
-    let mut policy = match args.policy {
+fn policy(args: &PolicyArgs) -> anyhow::Result<Option<SecurityPolicy>> {
+    let mut policy = match args.preset {
         Some(PolicyPreset::Strict) => SecurityPolicy::strict(),
         None => SecurityPolicy::new(),
     };

@@ -8,8 +8,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-#[path = "../../cave-mcp/tests/support/servers.rs"]
-mod servers;
+use crate::mcp_servers as servers;
 
 fn edge_spec(venv: &std::path::Path) -> String {
     let (program, args) = servers::edge_command(venv);
@@ -192,7 +191,8 @@ fn mcp_list_shows_what_the_model_gets() {
 async fn a_server_over_http_gets_its_header_from_the_environment() {
     let Some(venv) = servers::venv() else { return };
     let edge = servers::HttpEdge::start(&venv, "tok-314159");
-    let code = "import os\nprint(edge.add(20, 22))\nprint(os.environ.get('EDGE_AUTH'))";
+    // The last call gets the server to echo its own token: redacted like a secret.
+    let code = "import os\nprint(edge.add(20, 22))\nprint(os.environ.get('EDGE_AUTH'))\ntry:\n    edge.fail('echo tok-314159')\nexcept RuntimeError as e:\n    print(e)";
     let server =
         TestServer::start([answer(&block(code), 8, "stop"), answer("42.", 8, "stop")]).await;
     let spec = format!("edge={}", edge.url);
@@ -214,8 +214,13 @@ async fn a_server_over_http_gets_its_header_from_the_environment() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let events = events(&out);
-    assert_eq!(cell_output(&events), "{'result': 42}\nNone\n");
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("tok-314159"));
+    assert_eq!(
+        cell_output(&events),
+        "{'result': 42}\nNone\nthe MCP tool \"fail\" of `edge` failed: Error executing tool fail: refused: echo [redacted: edge Authorization]\n"
+    );
+    let printed = String::from_utf8_lossy(&out.stdout);
+    // Only in the code the model wrote, never in what came back.
+    assert_eq!(printed.matches("tok-314159").count(), 1, "{printed}");
 
     let listed = Command::new(env!("CARGO_BIN_EXE_cave"))
         .args(["mcp", "list", &spec])
@@ -296,4 +301,43 @@ async fn tools_are_called_from_a_jupyter_kernel() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let events = events(&out);
     assert_eq!(cell_output(&events), "{'result': 42}\n4 words\n");
+}
+
+/// A tool that adds a tool (and says so with `notifications/tools/list_changed`): the next
+/// cell calls the new one, on both runtimes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_tool_list_is_taken_before_the_next_cell() {
+    let Some(venv) = servers::venv() else { return };
+    for runtime in ["inproc", "kernel"] {
+        let server = TestServer::start([
+            answer(&block("print(edge.grow())"), 8, "stop"),
+            answer(&block("print(edge.extra())"), 8, "stop"),
+            answer("Done.", 8, "stop"),
+        ])
+        .await;
+        let spec = edge_spec(&venv);
+        let out = command(
+            Some(&server),
+            &[
+                "run",
+                "--json",
+                "--runtime",
+                runtime,
+                "--mcp",
+                &spec,
+                "Grow.",
+            ],
+        )
+        .output()
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
+        let events = events(&out);
+        let outputs: Vec<&str> = events
+            .iter()
+            .filter(|e| e["type"] == "execution_result")
+            .map(|e| e["output"].as_str().unwrap_or_default())
+            .collect();
+        assert_eq!(outputs, ["grown\n", "extra here\n"], "{runtime}");
+    }
 }

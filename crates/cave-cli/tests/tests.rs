@@ -5,6 +5,10 @@ mod jupyter;
 mod kernel;
 mod litellm;
 mod mcp;
+mod mcp_serve;
+/// The MCP test servers (installed by `cargo xtask test`).
+#[path = "../../cave-mcp/tests/support/servers.rs"]
+mod mcp_servers;
 mod render;
 mod skills;
 mod soak;

@@ -10,6 +10,27 @@ pub const MAX_DISPLAY_ITEMS: usize = 256;
 /// left out and named in [`DisplayItem::omitted`].
 pub const DEFAULT_MAX_DISPLAY: usize = 16 << 20;
 
+tokio::task_local! {
+    /// Where an item a host call shows goes: the running cell's output.
+    static HOST_DISPLAY: std::sync::Arc<dyn Fn(DisplayItem) + Send + Sync>;
+}
+
+/// Shows `item` among the running cell's output, from inside a host function the cell called
+/// (an MCP tool's image, say). Returns false outside a cell's host call, where nothing can
+/// show it (the caller then says it in words).
+pub fn show_from_host(item: DisplayItem) -> bool {
+    HOST_DISPLAY.try_with(move |show| show(item)).is_ok()
+}
+
+/// Runs a host call's future so that [`show_from_host`] reaches `show`: what a runtime does
+/// around each host call a cell makes, `show` handing items to that cell's output.
+pub async fn with_host_display<F: std::future::Future>(
+    show: std::sync::Arc<dyn Fn(DisplayItem) + Send + Sync>,
+    call: F,
+) -> F::Output {
+    HOST_DISPLAY.scope(show, call).await
+}
+
 /// One form of a display item: text (HTML, Markdown, SVG, JSON, LaTeX, plain text) or bytes
 /// (PNG, JPEG and other images).
 #[derive(Clone, PartialEq, Eq)]

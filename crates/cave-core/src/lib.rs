@@ -61,7 +61,8 @@ mod usage;
 mod value;
 
 pub use agent::{
-    Agent, AgentBuilder, AgentResponse, BuildError, DEFAULT_IMAGE_TOKENS, EventStream,
+    Agent, AgentBuilder, AgentResponse, BuildError, DEFAULT_IMAGE_TOKENS, DEFAULT_MAX_EXEC_OUTPUT,
+    DEFAULT_PERSISTED_PREFIX, DEFAULT_PREVIEW_CHARS, EventStream, INTERRUPT_GRACE,
     MAX_OUTPUT_RECOVERIES, RunHandle, SubAgent,
 };
 pub use approval::{Approval, ApprovalRequest, Approver};
@@ -73,6 +74,7 @@ pub use compact::{
 };
 pub use display::{
     DEFAULT_MAX_DISPLAY, DisplayData, DisplayItem, MAX_DISPLAY_ITEMS, file_extension, image_size,
+    show_from_host, with_host_display,
 };
 pub use error::{RuntimeError, error_chain};
 pub use event::{
@@ -89,7 +91,7 @@ pub use output::{
     CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, LiveOutput, STRAY_OUTPUT_CAP, StrayOutput,
 };
 pub use parser::{FenceParser, Parsed};
-pub use policy::{CodePolicy, Violation, ViolationKind};
+pub use policy::{CodePolicy, Violation, ViolationKind, refusal_message};
 pub use prompt::format_size;
 pub use redact::{MIN_SECRET_CHARS, SecretRedactor, StreamRedaction};
 pub use registry::{Description, Entry, Registry, unique_prefix};
@@ -100,8 +102,8 @@ pub use resource::{
     is_identifier, normalize_name, validate_name,
 };
 pub use runtime::{
-    DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, Layer, LayerState,
-    OutputSink, Runtime, RuntimeExt, downcast_object,
+    BoundName, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, Layer,
+    LayerState, OutputSink, Runtime, RuntimeExt, downcast_object,
 };
 pub use shape::{highest_persisted_index, persisted_marker, preview, strip_persisted_preview};
 pub use sync::lock;

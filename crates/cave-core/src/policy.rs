@@ -14,6 +14,20 @@ pub trait CodePolicy: Send + Sync {
     fn check(&self, code: &str) -> Vec<Violation>;
 }
 
+/// What a refused cell's author is told: how many violations, then one line each.
+pub fn refusal_message(violations: &[Violation]) -> String {
+    let mut message = format!(
+        "Code execution blocked: {} violation{} found:",
+        violations.len(),
+        if violations.len() == 1 { "" } else { "s" }
+    );
+    for v in violations {
+        message.push_str("\n  - ");
+        message.push_str(&v.message);
+    }
+    message
+}
+
 /// One reason a cell may not run (in events as `{"message", "kind", "rule"?, "line"?}`).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[non_exhaustive]

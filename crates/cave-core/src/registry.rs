@@ -55,6 +55,8 @@ pub struct Entry {
 pub struct Registry {
     entries: Vec<Entry>,
     reserved: BTreeSet<String>,
+    /// Values redacted like secret variables' without being bound (`(label, value)`).
+    redacted: Vec<(String, String)>,
 }
 
 impl Registry {
@@ -139,13 +141,28 @@ impl Registry {
         });
     }
 
+    /// The entry registered under `name` (normalized), if any.
+    pub fn entry(&self, name: &str) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.name == name)
+    }
+
     /// Forgets a registered name (e.g. a resource the backend could not create).
     pub fn remove(&mut self, name: &str) -> Option<Entry> {
         let at = self.entries.iter().position(|e| e.name == name)?;
         Some(self.entries.remove(at))
     }
 
-    /// The `(name, value)` of every secret variable, for redaction.
+    /// Puts back entries [`remove`](Self::remove) took out (a replacement that failed).
+    pub fn reinstate(&mut self, entries: Vec<Entry>) {
+        for entry in entries {
+            if !self.entries.iter().any(|e| e.name == entry.name) {
+                self.entries.push(entry);
+            }
+        }
+    }
+
+    /// The `(name, value)` of every secret variable, and every value added with
+    /// [`redact`](Self::redact), for redaction.
     pub fn secrets(&self) -> Vec<(String, String)> {
         self.entries
             .iter()
@@ -156,7 +173,18 @@ impl Registry {
                 },
                 _ => None,
             })
+            .chain(self.redacted.iter().cloned())
             .collect()
+    }
+
+    /// Redacts `value` wherever secrets are (shown as `[redacted: LABEL]`) without binding it:
+    /// a credential the host uses on the model's behalf (an MCP server's token) that a tool
+    /// could echo back.
+    pub fn redact(&mut self, label: impl Into<String>, value: impl Into<String>) {
+        let value = value.into();
+        if !self.redacted.iter().any(|(_, v)| *v == value) {
+            self.redacted.push((label.into(), value));
+        }
     }
 
     /// Every entry, in registration order.

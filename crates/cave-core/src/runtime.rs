@@ -1,7 +1,8 @@
 //! The `Runtime` seam: a persistent Python namespace the model's code runs in.
 
 use crate::{
-    Description, HostObject, Registry, Resources, RuntimeError, Value, from_value, lock, to_value,
+    Description, HostObject, Registry, Resource, Resources, RuntimeError, Value, from_value, lock,
+    to_value,
 };
 use async_trait::async_trait;
 use serde::{Serialize, de::DeserializeOwned};
@@ -195,9 +196,83 @@ pub trait RuntimeExt: Runtime {
         }
         downcast_object::<T>(name, object)
     }
+
+    /// Registers `batch` in place of the registered functions and objects of the same names
+    /// (an object whose methods changed, say), binding each anew; a name not registered yet is
+    /// simply registered. All or nothing: on an error the old entries stay registered, and
+    /// bound as they were. A variable or type cannot be replaced this way.
+    async fn replace(&self, batch: Resources) -> Result<(), RuntimeError> {
+        let names: Vec<String> = batch
+            .items()
+            .iter()
+            .map(|resource| crate::normalize_name(resource.name()))
+            .collect();
+        let removed = {
+            let mut registry = lock(self.registry());
+            let replaceable = |entry: &crate::Entry| {
+                matches!(entry.resource, Resource::Function(_) | Resource::Object(_))
+            };
+            if let Some(entry) = names
+                .iter()
+                .filter_map(|name| registry.entry(name))
+                .find(|entry| !replaceable(entry))
+            {
+                return Err(RuntimeError::InvalidResource {
+                    name: entry.name.clone(),
+                    problem: "only functions and objects can be replaced".to_owned(),
+                });
+            }
+            names
+                .iter()
+                .filter_map(|name| registry.remove(name))
+                .collect::<Vec<_>>()
+        };
+        let registered = self.register(batch).await;
+        if registered.is_err() {
+            lock(self.registry()).reinstate(removed);
+        }
+        registered
+    }
+
+    /// The public names bound in the namespace now (modules left out), sorted: what the
+    /// host registered and what cells bound alike. Runs a cell of the host's own.
+    async fn namespace(&self) -> Result<Vec<BoundName>, RuntimeError> {
+        const LISTING: &str = "print('\\n'.join(f'{k}\\t{type(v).__name__}\\t{int(callable(v))}' for k, v in sorted(globals().items()) if not k.startswith('_') and type(v).__name__ != 'module'), end='')";
+        let run = self.execute(LISTING, &DiscardOutput).await?;
+        if !run.success() {
+            return Err(RuntimeError::Backend {
+                operation: "namespace",
+                message: run.output,
+            });
+        }
+        Ok(run
+            .output
+            .lines()
+            .filter_map(|line| {
+                let mut fields = line.split('\t');
+                Some(BoundName {
+                    name: fields.next()?.to_owned(),
+                    python_type: fields.next()?.to_owned(),
+                    callable: fields.next()? == "1",
+                })
+            })
+            .collect())
+    }
 }
 
 impl<R: Runtime + ?Sized> RuntimeExt for R {}
+
+/// A name bound in a runtime's namespace ([`RuntimeExt::namespace`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct BoundName {
+    /// The name.
+    pub name: String,
+    /// Its value's type name (`int`, `DataFrame`).
+    pub python_type: String,
+    /// Its value can be called (a function, a class).
+    pub callable: bool,
+}
 
 /// One isolation layer of a runtime and how it stands (`network: active (user and network
 /// namespaces)`).

@@ -6,8 +6,9 @@
 //! model's code then calls the tools as it calls any host object's methods (in a loop, on
 //! results of other calls, within one cell), on every runtime, with the host's guards around
 //! them (approvals, audit). Names become identifiers, signatures come from each tool's
-//! `inputSchema`, a structured result comes back as a value, text as `str`, an error result
-//! raises `RuntimeError`, a call past its time limit `TimeoutError`, a server that stopped
+//! `inputSchema`, a structured result comes back as a value, text as `str` (images are shown
+//! among the cell's output too), an error result raises
+//! `RuntimeError`, a call past its time limit `TimeoutError`, a server that stopped
 //! `ConnectionError`.
 //!
 //! See the README for an example.
@@ -15,6 +16,8 @@
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 mod schema;
+#[cfg(feature = "serve")]
+pub mod serve;
 mod server;
 mod tools;
 
@@ -73,6 +76,12 @@ pub enum McpError {
         /// The limit.
         timeout: Duration,
     },
+    /// A session could not be served (`serve`).
+    #[error("the session cannot be served over MCP: {message}")]
+    Serve {
+        /// Why.
+        message: String,
+    },
     /// The server answered something the protocol does not allow, or refused the request.
     #[error("the MCP server `{server}`: {message}")]
     Protocol {
@@ -105,7 +114,9 @@ impl McpError {
         let python_type = match self {
             McpError::Timeout { .. } => "TimeoutError",
             McpError::Stopped { .. } | McpError::Start { .. } => "ConnectionError",
-            McpError::Command { .. } | McpError::Protocol { .. } => "RuntimeError",
+            McpError::Command { .. } | McpError::Protocol { .. } | McpError::Serve { .. } => {
+                "RuntimeError"
+            }
         };
         cave_core::HostError::new(python_type, self.to_string())
     }

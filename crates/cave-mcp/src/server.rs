@@ -106,6 +106,8 @@ impl std::fmt::Debug for HttpServer {
 #[derive(Clone, Debug, Default)]
 struct Notices {
     tools_changed: Arc<AtomicBool>,
+    /// Wakes whoever follows the changes (a permit is kept when nobody waits yet).
+    changes: Arc<tokio::sync::Notify>,
 }
 
 impl ClientHandler for Notices {
@@ -114,6 +116,7 @@ impl ClientHandler for Notices {
         _context: NotificationContext<RoleClient>,
     ) -> impl Future<Output = ()> + Send + '_ {
         self.tools_changed.store(true, Ordering::SeqCst);
+        self.changes.notify_one();
         std::future::ready(())
     }
 }
@@ -155,6 +158,8 @@ pub struct McpServer {
     notices: Notices,
     stderr: StderrTail,
     process: Mutex<Option<ServerProcess>>,
+    /// Cancelled when the session ends (`close`, or drop).
+    ended: cave_core::CancellationToken,
 }
 
 /// The server's process: its group, and the thread it was started from (which it dies with,
@@ -176,6 +181,12 @@ impl Drop for ServerProcess {
             }
         }
         self.stop.take();
+    }
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        self.ended.cancel();
     }
 }
 
@@ -278,6 +289,7 @@ impl McpServer {
             notices,
             stderr,
             process: Mutex::new(process),
+            ended: cave_core::CancellationToken::new(),
         })
     }
 
@@ -309,6 +321,20 @@ impl McpServer {
     /// listed.
     pub fn tools_changed(&self) -> bool {
         self.notices.tools_changed.load(Ordering::SeqCst)
+    }
+
+    /// Waits until the server says its tools changed (at once if it said so since the last
+    /// wait); `false` when the session ended instead.
+    pub async fn tools_change(&self) -> bool {
+        tokio::select! {
+            () = self.notices.changes.notified() => true,
+            () = self.ended.cancelled() => false,
+        }
+    }
+
+    /// Wakes what waits in [`tools_change`](Self::tools_change).
+    pub(crate) fn wake_followers(&self) {
+        self.notices.changes.notify_one();
     }
 
     /// Calls `tool` with `arguments`, waiting at most `timeout` (the request is cancelled
@@ -357,6 +383,7 @@ impl McpServer {
     /// Ends the session: the server is asked to stop (its stdin closes), then its process
     /// group is killed after at most `grace`. Calls after it fail as calls to a stopped server.
     pub async fn close(&self, grace: Duration) {
+        self.ended.cancel();
         let service = self
             .service
             .lock()

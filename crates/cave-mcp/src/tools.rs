@@ -3,7 +3,9 @@
 use crate::schema::{ToolMethod, tool_method};
 use crate::{McpError, McpServer};
 use async_trait::async_trait;
-use cave_core::{Args, HostError, HostObject, Method, ObjectBinding, Value};
+use cave_core::{
+    Args, HostError, HostObject, Method, ObjectBinding, Resources, Runtime, RuntimeExt, Value,
+};
 use serde_json::Value as Json;
 use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock};
@@ -88,6 +90,43 @@ impl McpTools {
         }
     }
 
+    /// Keeps `runtime`'s binding of this object current: each time the server says its tools
+    /// changed, they are listed again and, when the methods differ, the object is bound anew
+    /// (its resources passed through `wrap`, the host's guards), so that the next cell can
+    /// call the new tools and the next run's prompt describes them. Ends with the server's
+    /// session.
+    pub fn follow_changes(
+        self: &Arc<Self>,
+        runtime: Arc<dyn Runtime>,
+        wrap: impl Fn(Resources) -> Resources + Send + Sync + 'static,
+    ) -> tokio::task::JoinHandle<()> {
+        let server = self.server.clone();
+        // Weak: following must not keep the object (or the session) alive.
+        let tools = Arc::downgrade(self);
+        // The methods as the runtime has them bound.
+        let mut bound = self.methods();
+        tokio::spawn(async move {
+            while server.tools_change().await {
+                let Some(tools) = tools.upgrade() else { return };
+                if let Err(e) = tools.reload_if_changed().await {
+                    tracing::warn!(server = server.name(), error = %e, "the changed tools could not be listed");
+                    continue;
+                }
+                let methods = tools.methods();
+                if methods == bound {
+                    continue;
+                }
+                let batch = wrap(Resources::new().object(tools.binding()));
+                match runtime.replace(batch).await {
+                    Ok(()) => bound = methods,
+                    Err(e) => {
+                        tracing::warn!(server = server.name(), error = %e, "the changed tools could not be bound");
+                    }
+                }
+            }
+        })
+    }
+
     /// This object bound under the server's name, described as what it is.
     pub fn binding(self: &Arc<Self>) -> ObjectBinding {
         let what = match self.server.info() {
@@ -159,7 +198,18 @@ impl HostObject for McpTools {
             .call(&tool.tool, arguments, self.timeout)
             .await
             .map_err(|e| e.host_error())?;
-        tool_result(&result, self.server.name(), &tool.tool)
+        // A tool that changed the tool list said so before it answered: the new list is
+        // taken now, and the object bound anew (by `follow_changes`) before this cell ends,
+        // so that the next cell has it.
+        if self.server.tools_changed() && self.reload().await.is_ok() {
+            self.server.wake_followers();
+        }
+        let value = tool_result(&result, self.server.name(), &tool.tool)?;
+        // Images are shown among the cell's output as well (the value keeps their bytes).
+        for item in image_items(&result, &tool.tool) {
+            cave_core::show_from_host(item);
+        }
+        Ok(value)
     }
 }
 
@@ -204,6 +254,32 @@ pub(crate) fn tool_result(result: &Json, server: &str, tool: &str) -> Result<Val
         .map(|piece| piece_value(piece))
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Value::List(items))
+}
+
+/// The images among a result's pieces, as display items.
+fn image_items(result: &Json, tool: &str) -> Vec<cave_core::DisplayItem> {
+    use base64::Engine as _;
+    use cave_core::{DisplayData, DisplayItem};
+    let pieces = result.get("content").and_then(Json::as_array);
+    pieces
+        .into_iter()
+        .flatten()
+        .filter(|piece| piece.get("type").and_then(Json::as_str) == Some("image"))
+        .filter_map(|piece| {
+            let mime = piece.get("mimeType").and_then(Json::as_str)?;
+            let data = piece.get("data").and_then(Json::as_str)?;
+            let data = base64::engine::general_purpose::STANDARD
+                .decode(data)
+                .ok()?;
+            Some(DisplayItem::new([
+                (mime.to_owned(), DisplayData::Bytes(data)),
+                (
+                    "text/plain".to_owned(),
+                    DisplayData::Text(format!("<image from the MCP tool {tool:?}>")),
+                ),
+            ]))
+        })
+        .collect()
 }
 
 /// One piece of content: text as `str`; an image, audio or embedded file as a dict with its

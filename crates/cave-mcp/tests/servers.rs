@@ -284,7 +284,14 @@ async fn a_published_node_server_answers_with_text_structures_and_images() {
     let tools = stdio_tools("every", &command, Duration::from_secs(2)).await;
     let runtime = kernel_with(&tools).await;
     let code = "print(every.echo('hi'))\nprint(every.get_sum(2, 3))\nweather = every.get_structured_content('New York')\nprint(sorted(weather))\npieces = every.get_tiny_image()\nimage = [p for p in pieces if isinstance(p, dict)][0]\nprint(image['mime_type'], image['data'][:4])\ntry:\n    every.trigger_long_running_operation(duration=30, steps=3)\nexcept TimeoutError:\n    print('timed out')\nprint(every.echo('still here'))";
-    let out = run(&runtime, code).await;
+    let (execution, shown) = cave_testing::contract::run_shown(&runtime, code).await;
+    let out = execution.output;
+    // The image is also shown among the cell's output.
+    let items = shown.items();
+    assert_eq!(items.len(), 1, "{items:?}");
+    let png = items[0].get("image/png").expect("a PNG form");
+    assert!(png.as_bytes().starts_with(b"\x89PNG"), "{png:?}");
+    assert!(items[0].text().starts_with("<image from the MCP tool"));
     let lines: Vec<&str> = out.lines().collect();
     assert_eq!(lines[0], "Echo: hi", "{out}");
     assert!(lines[1].contains('5'), "{out}");

@@ -60,6 +60,9 @@ struct Inner {
     own_runtime: Mutex<Option<tokio::runtime::Runtime>>,
 }
 
+/// What a host call shows goes through this (into the running cell's output).
+type HostDisplay = Arc<dyn Fn(DisplayItem) + Send + Sync>;
+
 /// A Python callable the executor calls back (`write`, `show`).
 type Callback = Py<PyAny>;
 
@@ -882,6 +885,7 @@ impl Inner {
             FunctionBody::Host(host) => {
                 let host = host.clone();
                 let handle = self.handle.clone();
+                let shown = self.host_display();
                 let call = PyCFunction::new_closure(
                     py,
                     None,
@@ -890,7 +894,7 @@ impl Inner {
                         let py = args.py();
                         let bound = args.get_item(0)?;
                         let host = host.clone();
-                        host_call(py, &handle, &bound, move |args| async move {
+                        host_call(py, &handle, &shown, &bound, move |args| async move {
                             host.call(args).await
                         })
                     },
@@ -910,9 +914,21 @@ impl Inner {
         }
     }
 
+    /// Where items a host call shows go: the running cell's output (see
+    /// [`cave_core::show_from_host`]).
+    fn host_display(&self) -> HostDisplay {
+        let output = Arc::downgrade(&self.output);
+        Arc::new(move |item| {
+            if let Some(output) = output.upgrade() {
+                lock(&output).display(item);
+            }
+        })
+    }
+
     fn object_proxy<'py>(&self, py: Python<'py>, o: &ObjectBinding) -> PyResult<Bound<'py, PyAny>> {
         let object = o.object.clone();
         let handle = self.handle.clone();
+        let shown = self.host_display();
         let call = PyCFunction::new_closure(
             py,
             None,
@@ -922,7 +938,7 @@ impl Inner {
                 let method: String = args.get_item(0)?.extract()?;
                 let bound = args.get_item(1)?;
                 let object = object.clone();
-                host_call(py, &handle, &bound, move |args| async move {
+                host_call(py, &handle, &shown, &bound, move |args| async move {
                     object.call(&method, args).await
                 })
             },
@@ -1033,6 +1049,7 @@ fn type_object<'py>(py: Python<'py>, t: &TypeSchema) -> PyResult<Bound<'py, PyAn
 fn host_call<'py, F, Fut>(
     py: Python<'py>,
     handle: &Handle,
+    shown: &HostDisplay,
     bound: &Bound<'py, PyAny>,
     call: F,
 ) -> PyResult<Py<PyAny>>
@@ -1053,7 +1070,8 @@ where
         values.push((name, value));
     }
     let args = Args::new(values);
-    let result = py.detach(|| handle.block_on(call(args)));
+    let result =
+        py.detach(|| handle.block_on(cave_core::with_host_display(shown.clone(), call(args))));
     match result {
         Ok(value) => Ok(to_py(py, &value)?.unbind()),
         Err(HostError {

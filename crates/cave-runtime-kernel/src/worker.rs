@@ -806,6 +806,7 @@ impl Served {
         let outgoing = self.outgoing.clone();
         let max_frame = self.max_frame;
         let unsupported = message.unsupported;
+        let shown = host_display(&self.shared);
         tokio::spawn(async move {
             let result = match unsupported {
                 Some(what) => Err(HostError::new(
@@ -814,13 +815,38 @@ impl Served {
                         "an argument holds a {what}, which cannot be passed to a host function"
                     ),
                 )),
-                None => host_call(callable, method, args).await,
+                None => {
+                    cave_core::with_host_display(shown, host_call(callable, method, args)).await
+                }
             };
             if let Ok(frame) = returned(id, result, max_frame) {
                 let _ = outgoing.send(frame);
             }
         });
     }
+}
+
+/// Where items a host call shows go (see [`cave_core::show_from_host`]): the execution that
+/// began last among those waiting (the innermost, when a host function runs a cell of its
+/// own), else the next one's output, as text.
+fn host_display(shared: &Arc<Shared>) -> Arc<dyn Fn(DisplayItem) + Send + Sync> {
+    let shared = Arc::downgrade(shared);
+    Arc::new(move |item| {
+        let Some(shared) = shared.upgrade() else {
+            return;
+        };
+        let newest = lock(&shared.pending)
+            .iter()
+            .filter_map(|(id, pending)| match pending {
+                Pending::Execution { output, .. } => Some((*id, output.clone())),
+                Pending::Reply(_) => None,
+            })
+            .max_by_key(|(id, _)| *id);
+        match newest {
+            Some((_, output)) => lock(&output).display(item),
+            None => shared.stray.push(&format!("{}\n", item.text())),
+        }
+    })
 }
 
 /// The `return` frame of host call `id`.

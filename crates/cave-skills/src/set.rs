@@ -239,8 +239,22 @@ impl SkillSet {
         builder: &mut AgentBuilder,
         wrap: impl Fn(Resources) -> Resources,
     ) -> Result<(), RuntimeError> {
+        if let Some(listing) = self.install_into(runtime, wrap).await? {
+            builder.skills(listing);
+        }
+        Ok(())
+    }
+
+    /// What [`install_with`](Self::install_with) does to the runtime, for a host without an
+    /// agent (a session served over MCP): returns the listing to show whoever writes the
+    /// code, or `None` when there are no skills (and nothing was registered).
+    pub async fn install_into(
+        &self,
+        runtime: &dyn Runtime,
+        wrap: impl Fn(Resources) -> Resources,
+    ) -> Result<Option<String>, RuntimeError> {
         if self.is_empty() {
-            return Ok(());
+            return Ok(None);
         }
         let mut set = self.clone();
         for skill in &self.skills {
@@ -265,8 +279,7 @@ impl SkillSet {
             }
         }
         runtime.register(wrap(set.resources())).await?;
-        builder.skills(set.listing());
-        Ok(())
+        Ok(Some(set.listing()))
     }
 
     /// `activate_skill` and `read_skill_file`, as host functions for the runtime.

@@ -31,6 +31,19 @@ pub const MAX_OUTPUT_RECOVERIES: u32 = 3;
 /// 1024 × 768 figures at high detail).
 pub const DEFAULT_IMAGE_TOKENS: u64 = 6_000;
 
+/// The characters of a cell's output shown inline; past them the output is stored in the
+/// runtime and a marker with a preview is shown instead.
+pub const DEFAULT_MAX_EXEC_OUTPUT: usize = 5000;
+
+/// The characters of a stored output's preview in its marker.
+pub const DEFAULT_PREVIEW_CHARS: usize = 2000;
+
+/// How long an interrupted execution gets to unwind before the host stops waiting for it.
+pub const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
+
+/// The prefix of the variables stored outputs are bound to (`_output_1`, …).
+pub const DEFAULT_PERSISTED_PREFIX: &str = "_output";
+
 /// An LLM operating a live Python runtime.
 ///
 /// Build one with [`Agent::builder`]. [`stream`](Agent::stream) runs a prompt and yields
@@ -253,9 +266,9 @@ impl AgentBuilder {
             max_input_tokens: None,
             max_output_tokens: None,
             max_exec_timeout: None,
-            max_exec_output: 5000,
-            exec_output_preview_chars: 2000,
-            persisted_output_prefix: "_output".to_owned(),
+            max_exec_output: DEFAULT_MAX_EXEC_OUTPUT,
+            exec_output_preview_chars: DEFAULT_PREVIEW_CHARS,
+            persisted_output_prefix: DEFAULT_PERSISTED_PREFIX.to_owned(),
             stream_idle_timeout: Some(Duration::from_secs(120)),
             instructions: prompt::DEFAULT_INSTRUCTIONS.to_owned(),
             system_instructions: prompt::DEFAULT_SYSTEM_INSTRUCTIONS.to_owned(),

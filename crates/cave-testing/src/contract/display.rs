@@ -1,7 +1,10 @@
 //! The display protocol: `display(obj)`, objects' `_repr_*_` forms, a rich last value,
 //! matplotlib figures, and the bound on a form's size.
 
-use cave_core::{DisplayData, DisplayItem, Execution, OutputSink, Runtime};
+use cave_core::{
+    Args, DisplayData, DisplayItem, Execution, Function, OutputSink, Resources, Runtime, Signature,
+    Value, show_from_host,
+};
 use std::sync::Mutex;
 
 /// Collects a cell's text and items, in order.
@@ -232,4 +235,42 @@ pub async fn matplotlib_figures_are_shown(rt: &dyn Runtime) {
     // Closed once shown: the next cell shows nothing.
     let (_, shown) = run_shown(rt, "1").await;
     assert!(shown.items().is_empty());
+}
+
+/// An item a host function shows (`show_from_host`: an MCP tool's image) reaches the cell that
+/// called it, as the cell's own items do; outside a cell's call nothing takes it.
+pub async fn a_host_function_can_show_an_item(rt: &dyn Runtime) {
+    let chart = Function::host(
+        "chart",
+        Signature::default().returns("str"),
+        |_args: Args| async move {
+            let item = DisplayItem::new([
+                (
+                    "image/png".to_owned(),
+                    DisplayData::Bytes(b"\x89PNG\r\n\x1a\n".to_vec()),
+                ),
+                ("text/plain".to_owned(), DisplayData::Text("<chart>".into())),
+            ]);
+            let shown = if show_from_host(item) {
+                "shown"
+            } else {
+                "not shown"
+            };
+            Ok(Value::Str(shown.into()))
+        },
+    );
+    rt.register(Resources::new().function(chart))
+        .await
+        .expect("registers");
+    let (out, shown) = run_shown(rt, "print(chart())\ndisplay('own')").await;
+    assert_eq!(out.output, "shown\n'own'\n", "{out:?}");
+    let items = shown.items();
+    assert_eq!(items.len(), 2, "{items:?}");
+    assert_eq!(items[0].text(), "<chart>");
+    assert!(matches!(
+        items[0].get("image/png"),
+        Some(DisplayData::Bytes(_))
+    ));
+    assert_eq!(items[1].text(), "'own'");
+    assert!(!show_from_host(DisplayItem::new([])));
 }

@@ -7,9 +7,9 @@
 mod display;
 
 pub use display::{
-    Piece, Shown, a_form_over_the_display_limit_is_left_out, a_rich_last_value_is_shown_as_an_item,
-    display_sends_every_rich_form, matplotlib_figures_are_shown, mime_bundles_are_taken_as_given,
-    run_shown,
+    Piece, Shown, a_form_over_the_display_limit_is_left_out, a_host_function_can_show_an_item,
+    a_rich_last_value_is_shown_as_an_item, display_sends_every_rich_form,
+    matplotlib_figures_are_shown, mime_bundles_are_taken_as_given, run_shown,
 };
 
 use cave_core::{
@@ -50,6 +50,7 @@ macro_rules! runtime_contract_tests {
             python_source_functions_are_bound_as_written,
             generated_types_reach_host_functions_as_structs,
             host_objects_keep_their_state_in_the_host,
+            a_replaced_object_has_its_new_methods,
             reset_restores_what_was_registered,
             bind_unique_hands_out_distinct_names,
             deeply_nested_values_are_refused_both_ways,
@@ -57,6 +58,7 @@ macro_rules! runtime_contract_tests {
             a_rich_last_value_is_shown_as_an_item,
             mime_bundles_are_taken_as_given,
             a_form_over_the_display_limit_is_left_out,
+            a_host_function_can_show_an_item,
             matplotlib_figures_are_shown
         );
     };
@@ -976,6 +978,71 @@ pub async fn host_objects_keep_their_state_in_the_host(rt: &dyn Runtime) {
     assert!(d.types.contains("Light:\n  doc: A smart light.\n  methods:\n    - dim(level: int = 10) -> int\n        Set the brightness.\n    - level() -> int"), "{}", d.types);
     rt.reset().await.expect("resets");
     assert_eq!(run(rt, "light.level()").await.output, "40\n");
+}
+
+/// A host object whose methods grow (an MCP server whose tools changed): `a` at first, then
+/// `b` too.
+#[derive(Debug, Default)]
+struct Growing {
+    grown: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl HostObject for Growing {
+    fn type_name(&self) -> &str {
+        "Growing"
+    }
+    fn methods(&self) -> Vec<Method> {
+        let mut methods = vec![Method::new("a", Signature::default().returns("str"))];
+        if self.grown.load(std::sync::atomic::Ordering::SeqCst) {
+            methods.push(Method::new("b", Signature::default().returns("str")));
+        }
+        methods
+    }
+    async fn call(&self, method: &str, _args: Args) -> Result<Value, HostError> {
+        Ok(Value::Str(method.to_owned()))
+    }
+}
+
+/// `replace` binds an object anew with the methods it has now, keeps the cells' own names,
+/// survives `reset`, and refuses to replace a variable.
+pub async fn a_replaced_object_has_its_new_methods(rt: &dyn Runtime) {
+    let growing = Arc::new(Growing::default());
+    let binding = || Resources::new().object(ObjectBinding::new("tools", growing.clone()));
+    rt.register(binding()).await.expect("registers");
+    rt.register(Resources::new().variable(Variable::new("limit", Value::Int(3))))
+        .await
+        .expect("registers");
+    assert_eq!(
+        run(
+            rt,
+            "mine = 1
+tools.a()"
+        )
+        .await
+        .output,
+        "'a'\n"
+    );
+    assert!(run(rt, "tools.b()").await.output.contains("AttributeError"));
+    growing
+        .grown
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    rt.replace(binding()).await.expect("replaces");
+    assert_eq!(
+        run(rt, "tools.a(), tools.b(), mine").await.output,
+        "('a', 'b', 1)\n"
+    );
+    assert!(rt.describe().types.contains("b() -> str"));
+    let refused = rt
+        .replace(Resources::new().variable(Variable::new("limit", Value::Int(4))))
+        .await;
+    assert!(
+        matches!(refused, Err(RuntimeError::InvalidResource { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(run(rt, "limit").await.output, "3\n");
+    rt.reset().await.expect("resets");
+    assert_eq!(run(rt, "tools.b()").await.output, "'b'\n");
 }
 
 /// `reset` clears the model's names and restores registered resources with their latest

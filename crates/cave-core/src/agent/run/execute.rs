@@ -73,15 +73,7 @@ impl Run<'_> {
         if violations.is_empty() {
             return None;
         }
-        let mut message = format!(
-            "Code execution blocked: {} violation{} found:",
-            violations.len(),
-            if violations.len() == 1 { "" } else { "s" }
-        );
-        for v in &violations {
-            message.push_str("\n  - ");
-            message.push_str(&v.message);
-        }
+        let message = crate::policy::refusal_message(&violations);
         let result = prompt::security_error(&message);
         Some((
             Event::SecurityError {

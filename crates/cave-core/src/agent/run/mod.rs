@@ -10,7 +10,7 @@ mod usage;
 use turn::{Kept, Outcome, Turn};
 
 use super::emit::Emitter;
-use super::{Agent, MAX_OUTPUT_RECOVERIES};
+use super::{Agent, INTERRUPT_GRACE, MAX_OUTPUT_RECOVERIES};
 use crate::parser::is_py_whitespace;
 use crate::prompt;
 use crate::shape::persisted_marker;
@@ -24,9 +24,6 @@ use std::panic::AssertUnwindSafe;
 use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-
-/// How long an interrupted execution gets to unwind before the agent stops waiting for it.
-const INTERRUPT_GRACE: Duration = Duration::from_secs(2);
 
 /// Why a run ends early.
 enum Failure {

@@ -1,0 +1,105 @@
+//! `SessionServer` as a library user serves it: a kernel runtime (real Python in a child
+//! process) reached by rmcp's own client over an in-memory pipe.
+
+use cave_core::{CodePolicy, Violation};
+use cave_mcp::serve::{ClientApprovals, SessionServer};
+use rmcp::ServiceExt;
+use rmcp::model::CallToolRequestParams;
+use serde_json::{Value as Json, json};
+use std::sync::Arc;
+
+/// Refuses any cell that mentions `forbidden`.
+struct NoForbidden;
+
+impl CodePolicy for NoForbidden {
+    fn check(&self, code: &str) -> Vec<Violation> {
+        if code.contains("forbidden") {
+            vec![Violation::new("the word 'forbidden' at line 1")]
+        } else {
+            Vec::new()
+        }
+    }
+}
+
+/// Serves `server` on one end of a pipe; a client (which declares no elicitation) on the other.
+async fn connect(server: SessionServer) -> rmcp::service::RunningService<rmcp::RoleClient, ()> {
+    let (client_end, server_end) = tokio::io::duplex(1 << 16);
+    let (read, write) = tokio::io::split(server_end);
+    tokio::spawn(server.serve_stdio(read, write));
+    ().serve(tokio::io::split(client_end)).await.unwrap()
+}
+
+async fn call(
+    client: &rmcp::service::RunningService<rmcp::RoleClient, ()>,
+    tool: &'static str,
+    arguments: Json,
+) -> (bool, String, Option<Json>) {
+    let Json::Object(arguments) = arguments else {
+        panic!("arguments are an object")
+    };
+    let result = client
+        .call_tool(CallToolRequestParams::new(tool).with_arguments(arguments))
+        .await
+        .unwrap();
+    let text = result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n");
+    (
+        result.is_error == Some(true),
+        text,
+        result.structured_content,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cells_keep_state_and_the_policy_refuses() {
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    let server = SessionServer::new(Arc::new(runtime)).with_policy(Arc::new(NoForbidden));
+    let client = connect(server).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(names, ["get_variable", "list_bound", "run_cell"]);
+    assert_eq!(
+        call(&client, "run_cell", json!({"code": "n = 20\nn + 22"})).await,
+        (false, "42\n".to_owned(), None)
+    );
+    let (error, text, _) = call(&client, "run_cell", json!({"code": "forbidden = n"})).await;
+    assert!(error);
+    assert!(
+        text.starts_with("Code execution blocked: 1 violation found"),
+        "{text}"
+    );
+    let (error, text, _) = call(&client, "run_cell", json!({"code": "1 / 0"})).await;
+    assert!(error);
+    assert!(text.contains("ZeroDivisionError"), "{text}");
+    let (_, _, structured) = call(&client, "get_variable", json!({"name": "n"})).await;
+    assert_eq!(structured, Some(json!({"name": "n", "value": 20})));
+    // A call without its argument is the client's mistake, said as such.
+    let Json::Object(empty) = json!({}) else {
+        unreachable!()
+    };
+    let refused = client
+        .call_tool(CallToolRequestParams::new("run_cell").with_arguments(empty))
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    client.cancel().await.unwrap();
+}
+
+/// A client that declared no elicitation cannot be asked: what needs approval is refused, and
+/// says why.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_that_cannot_be_asked_is_refused() {
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    let server = SessionServer::new(Arc::new(runtime)).with_approvals(ClientApprovals::new(), true);
+    let client = connect(server).await;
+    let (error, text, _) = call(&client, "run_cell", json!({"code": "x = 1"})).await;
+    assert!(error);
+    assert!(text.contains("declared no elicitation"), "{text}");
+    let (_, listed, _) = call(&client, "list_bound", json!({})).await;
+    assert!(!listed.contains("  x ("), "the refused cell ran: {listed}");
+    client.cancel().await.unwrap();
+}
