@@ -1,4 +1,4 @@
-//! Benchmarks of the kernel runtime: cold start, the round trip of a cell, a host call from
+//! Benchmarks of the kernel runtime: cold start, a start from a pool, the round trip of a cell, a host call from
 //! Python, a million ints in and out (start included), recovery after a crash, and a
 //! checkpoint with a rollback to it.
 //!
@@ -44,6 +44,43 @@ fn cold_start(c: &mut Criterion) {
                 assert_eq!(out.output, "1\n");
                 runtime.stop().await;
             })
+        })
+    });
+    group.finish();
+}
+
+/// A session's start from a filled pool: the worker handed over and the first result, with
+/// the strict sandbox (the pool refills between samples, outside the timing).
+fn pool_start(c: &mut Criterion) {
+    use cave_runtime_kernel::{KernelPool, PoolConfig};
+    let rt = bench::tokio(2);
+    let pool = rt.block_on(async {
+        let pool = KernelPool::new(
+            KernelConfig::new().sandbox(Sandbox::strict()),
+            PoolConfig::new(4),
+        )
+        .expect("python");
+        pool.fill();
+        pool.filled(4).await.expect("the pool fills");
+        pool
+    });
+    let mut group = c.benchmark_group("kernel");
+    group.sample_size(20);
+    group.bench_function("start_from_pool_to_first_result_strict_sandbox", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                rt.block_on(async {
+                    pool.filled(1).await.expect("the pool refills");
+                    let start = Instant::now();
+                    let runtime = KernelRuntime::from_pool(&pool);
+                    let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
+                    total += start.elapsed();
+                    assert_eq!(out.output, "1\n");
+                    runtime.stop().await;
+                });
+            }
+            total
         })
     });
     group.finish();
@@ -153,6 +190,7 @@ fn recovery(c: &mut Criterion) {
 criterion_group!(
     benches,
     cold_start,
+    pool_start,
     round_trips,
     checkpoints,
     million_ints,

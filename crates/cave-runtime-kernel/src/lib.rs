@@ -34,6 +34,7 @@ mod environment;
 mod jupyter;
 mod link;
 mod marshal;
+mod pool;
 mod runtime;
 mod sandbox;
 mod spec;
@@ -47,6 +48,7 @@ pub use config::{
 pub use containment::support as containment_support;
 #[cfg(feature = "jupyter")]
 pub use jupyter::JupyterConfig;
+pub use pool::{KernelPool, PoolConfig, PoolStats};
 pub use runtime::{KernelRuntime, PROCESS_DIED};
 pub use sandbox::{Layer, LayerState, Sandbox, support as sandbox_support};
 

@@ -43,6 +43,8 @@ pub struct KernelRuntime {
 pub(crate) struct Inner {
     /// Where workers start: a child process, or a kernel behind a Jupyter server.
     transport: Box<dyn Transport>,
+    /// Where fresh workers come from instead, when the runtime was made from a pool.
+    pool: Option<Arc<crate::pool::PoolInner>>,
     pub(crate) registry: Mutex<Registry>,
     pub(crate) callables: Callables,
     /// The handle of each host function and host object, by name.
@@ -80,6 +82,18 @@ impl KernelRuntime {
         Ok(Self::with_transport(ChildTransport::new(config)?))
     }
 
+    /// A runtime whose workers come from `pool`: started, sandboxed and limited before the
+    /// runtime asks, each used by this runtime only. The pool keeps the spares (the runtime
+    /// keeps none of its own).
+    pub fn from_pool(pool: &crate::KernelPool) -> Self {
+        let pool = pool.inner().clone();
+        let mut runtime = Self::with_transport(PoolTransport(pool.transport.clone()));
+        Arc::get_mut(&mut runtime.inner)
+            .expect("a runtime just made is not shared")
+            .pool = Some(pool);
+        runtime
+    }
+
     /// A runtime whose workers `transport` starts.
     pub(crate) fn with_transport(transport: impl Transport) -> Self {
         let interrupt = Arc::new(CellInterrupt {
@@ -89,6 +103,7 @@ impl KernelRuntime {
         Self {
             inner: Arc::new(Inner {
                 transport: Box::new(transport),
+                pool: None,
                 registry: Mutex::new(Registry::new()),
                 callables: Arc::new(Mutex::new(HashMap::new())),
                 handles: Mutex::new(HashMap::new()),
@@ -296,6 +311,9 @@ impl Inner {
 
     /// Starts a worker: a child, or a kernel behind a Jupyter server.
     async fn launch(self: &Arc<Self>) -> Result<Arc<Worker>, KernelError> {
+        if let Some(pool) = &self.pool {
+            return pool.take(&self.callables).await;
+        }
         let started = self.transport.start().await?;
         Worker::handshake(started, self.settings().max_frame, self.callables.clone()).await
     }
@@ -308,7 +326,7 @@ impl Inner {
     /// Starts a spare process in the background, if wanted and none is there.
     fn ensure_spare(self: &Arc<Self>) {
         // An attached kernel is the one kernel there is.
-        if !self.settings().spare || !self.transport.keeps_spares() {
+        if !self.settings().spare || !self.transport.keeps_spares() || self.pool.is_some() {
             return;
         }
         {
@@ -796,6 +814,29 @@ impl Runtime for KernelRuntime {
         self.inner.bind_claimed(&process, &entries).await?;
         lock(&self.inner.files).push((path, source));
         Ok(entries.into_iter().map(|e| e.resource).collect())
+    }
+}
+
+/// A pool's transport, seen by a runtime made from the pool (for its settings and
+/// interpreter; its workers come from the pool).
+struct PoolTransport(Arc<dyn Transport>);
+
+#[async_trait::async_trait]
+impl Transport for PoolTransport {
+    fn settings(&self) -> &crate::config::Settings {
+        self.0.settings()
+    }
+
+    async fn start(&self) -> Result<crate::link::Started, KernelError> {
+        self.0.start().await
+    }
+
+    fn keeps_spares(&self) -> bool {
+        false
+    }
+
+    fn python(&self) -> Option<&std::path::Path> {
+        self.0.python()
     }
 }
 

@@ -33,6 +33,10 @@ pub(crate) enum Callable {
 /// Host functions and objects by the handle the child knows them by.
 pub(crate) type Callables = Arc<Mutex<HashMap<u64, Callable>>>;
 
+/// The callables a worker's host calls reach: the runtime's, set when a runtime takes the
+/// worker (a pool's worker is started before any runtime owns it).
+type CallableSlot = Arc<Mutex<Callables>>;
+
 /// A reply to a request: how the worker answered, and its payload.
 #[derive(Debug)]
 pub(crate) struct Reply {
@@ -126,6 +130,8 @@ pub(crate) struct Worker {
     max_frame: usize,
     /// The interpreter's version.
     pub(crate) version: (u32, u32, u32),
+    /// Where its host calls go.
+    callables: CallableSlot,
 }
 
 impl std::fmt::Debug for Worker {
@@ -163,6 +169,7 @@ impl Worker {
             ended,
             max_frame,
             version: (0, 0, 0),
+            callables: Arc::new(Mutex::new(callables)),
         };
         worker
             .send(&Data::Owned(sources()))
@@ -203,10 +210,15 @@ impl Worker {
             Arc::downgrade(&worker),
             worker.shared.clone(),
             worker.outgoing.clone(),
-            callables,
+            worker.callables.clone(),
             max_frame,
         ));
         Ok(worker)
+    }
+
+    /// Sends its host calls to `callables` from now on: a pool's worker, taken by a runtime.
+    pub(crate) fn adopt(&self, callables: Callables) {
+        *lock(&self.callables) = callables;
     }
 
     /// What acts on the worker beyond its frames (its limits, sandbox and enforcement, for
@@ -632,7 +644,7 @@ async fn serve(
     worker: std::sync::Weak<Worker>,
     shared: Arc<Shared>,
     outgoing: Arc<Outgoing>,
-    callables: Callables,
+    callables: CallableSlot,
     max_frame: usize,
 ) {
     let served = Served {
@@ -693,7 +705,7 @@ impl Message {
 struct Served {
     shared: Arc<Shared>,
     outgoing: Arc<Outgoing>,
-    callables: Callables,
+    callables: CallableSlot,
     max_frame: usize,
 }
 
@@ -802,7 +814,8 @@ impl Served {
             Some(Value::List(args)) => args,
             _ => Vec::new(),
         };
-        let callable = lock(&self.callables).get(&handle).cloned();
+        let callables = lock(&self.callables).clone();
+        let callable = lock(&callables).get(&handle).cloned();
         let outgoing = self.outgoing.clone();
         let max_frame = self.max_frame;
         let unsupported = message.unsupported;

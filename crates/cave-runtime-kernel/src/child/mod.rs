@@ -36,6 +36,9 @@ pub(crate) struct ChildTransport {
     /// The child's directory when the sandbox is on and none was given: made for this
     /// transport, removed with it.
     work_dir: Option<WorkDir>,
+    /// Each worker gets a directory of its own instead (a pool's workers serve different
+    /// sessions), removed with it.
+    dir_per_worker: bool,
 }
 
 impl ChildTransport {
@@ -61,7 +64,18 @@ impl ChildTransport {
             python,
             resolved: tokio::sync::OnceCell::new(),
             work_dir,
+            dir_per_worker: false,
         })
+    }
+
+    /// A transport whose workers each get a work directory of their own (when the sandbox
+    /// wants one): for a pool, whose workers serve different sessions.
+    pub(crate) fn per_worker(config: KernelConfig) -> Result<Self, KernelError> {
+        let mut transport = Self::new(config)?;
+        transport.work_dir = None;
+        transport.dir_per_worker =
+            !transport.config.sandbox_in_force().is_off() && transport.config.working_dir.is_none();
+        Ok(transport)
     }
 
     /// The program to start: what the interpreter says `sys.executable` is (cached on disk,
@@ -111,7 +125,18 @@ impl Transport for ChildTransport {
 
     async fn start(&self) -> Result<Started, KernelError> {
         let interpreter = self.interpreter().await;
-        spawn::spawn(&self.config, interpreter, self.work_dir()).await
+        let own = if self.dir_per_worker {
+            Some(WorkDir::create().map_err(|e| KernelError::Start {
+                message: format!("could not create the sandbox's work directory: {e}"),
+            })?)
+        } else {
+            None
+        };
+        let dir = own
+            .as_ref()
+            .map(|w| w.path().to_owned())
+            .or_else(|| self.work_dir());
+        spawn::spawn(&self.config, interpreter, dir, own).await
     }
 
     fn python(&self) -> Option<&Path> {
@@ -135,6 +160,8 @@ struct ChildLink {
     enforcement: Vec<String>,
     limits: crate::Limits,
     sandbox: Vec<Layer>,
+    /// The child's own work directory, removed with the link (a pool's worker).
+    _work_dir: Option<WorkDir>,
 }
 
 impl ChildLink {

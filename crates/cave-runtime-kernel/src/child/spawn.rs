@@ -77,11 +77,13 @@ for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))
     exec(compile(source, filename, 'exec'), module.__dict__)
 sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
 ";
-/// Starts `interpreter` as a child with `config`'s limits and sandbox, in `work_dir`.
+/// Starts `interpreter` as a child with `config`'s limits and sandbox, in `work_dir`
+/// (`own_dir`, when given, is that directory, removed when the child's link goes).
 pub(super) async fn spawn(
     config: &KernelConfig,
     interpreter: &super::Interpreter,
     work_dir: Option<PathBuf>,
+    own_dir: Option<crate::sandbox::WorkDir>,
 ) -> Result<Started, KernelError> {
     let python = interpreter.executable.as_path();
     let (host, child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
@@ -151,6 +153,7 @@ pub(super) async fn spawn(
         enforcement,
         limits,
         sandbox: layers,
+        _work_dir: own_dir,
     };
     Ok(Started {
         link: Box::new(link),

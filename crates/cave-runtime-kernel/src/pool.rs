@@ -1,0 +1,334 @@
+//! `KernelPool`: ready workers shared by many runtimes. A runtime takes a started, sandboxed,
+//! limited worker in the time it takes to hand it over, and never gives it back (a used
+//! interpreter serves no other session); the pool starts new ones in the background, at most
+//! `max_starting` at a time, so that a burst of sessions queues instead of forking without
+//! bound.
+
+use crate::KernelError;
+use crate::child::ChildTransport;
+use crate::config::{KernelConfig, Settings};
+use crate::link::Transport;
+use crate::worker::{Callables, Worker};
+use cave_core::lock;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+
+/// How a pool keeps its workers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolConfig {
+    /// Workers kept ready (and as many more as runtimes are waiting for).
+    pub size: usize,
+    /// Workers starting at once, at most: the bound a burst of sessions queues behind.
+    pub max_starting: usize,
+    /// With no worker taken for this long, the ready ones are let go, and the pool fills
+    /// again at the next take; `None` keeps them.
+    pub idle_timeout: Option<Duration>,
+}
+
+impl Default for PoolConfig {
+    /// 4 ready, 2 starting at once, let go after 10 minutes without a take.
+    fn default() -> Self {
+        Self {
+            size: 4,
+            max_starting: 2,
+            idle_timeout: Some(Duration::from_secs(600)),
+        }
+    }
+}
+
+impl PoolConfig {
+    /// `size` workers kept ready; the other settings as by default.
+    pub fn new(size: usize) -> Self {
+        Self {
+            size,
+            ..Self::default()
+        }
+    }
+
+    /// At most `n` workers starting at once (at least 1).
+    pub fn max_starting(mut self, n: usize) -> Self {
+        self.max_starting = n.max(1);
+        self
+    }
+
+    /// Lets the ready workers go after `timeout` without a take (`None`: never).
+    pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+}
+
+/// What a pool holds and has done.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Workers ready to be taken.
+    pub ready: usize,
+    /// Workers starting.
+    pub starting: usize,
+    /// Runtimes waiting for a worker.
+    pub waiting: usize,
+    /// The most workers that were ever starting at once.
+    pub peak_starting: usize,
+    /// Workers started since the pool was made.
+    pub started: u64,
+    /// Workers taken by runtimes.
+    pub taken: u64,
+    /// Starts that failed.
+    pub failed: u64,
+}
+
+/// Ready workers for many runtimes: make runtimes with [`KernelRuntime::from_pool`](crate::KernelRuntime::from_pool).
+/// Each runtime takes a fresh worker when it first needs one (and after a crash or a `reset`),
+/// never one another runtime used; the pool refills in the background. Dropping the pool and
+/// every runtime made from it ends the ready workers.
+#[derive(Clone)]
+pub struct KernelPool {
+    inner: Arc<PoolInner>,
+}
+
+impl std::fmt::Debug for KernelPool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelPool")
+            .field("config", &self.inner.config)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+pub(crate) struct PoolInner {
+    /// Starts the workers: children under the pool's settings, each in a work directory of
+    /// its own.
+    pub(crate) transport: Arc<dyn Transport>,
+    config: PoolConfig,
+    state: Mutex<PoolState>,
+    /// Wakes takers when a worker is ready or a start failed.
+    arrived: Notify,
+    /// The idle reaper runs.
+    reaping: AtomicBool,
+}
+
+struct PoolState {
+    ready: VecDeque<Arc<Worker>>,
+    starting: usize,
+    waiting: usize,
+    peak_starting: usize,
+    started: u64,
+    taken: u64,
+    failed: u64,
+    last_take: Instant,
+    /// The last start's failure, for one waiting taker.
+    failure: Option<String>,
+}
+
+impl KernelPool {
+    /// A pool of workers with `config`'s interpreter, limits and sandbox (each worker in a
+    /// work directory of its own). Nothing starts until [`fill`](Self::fill) or the first take.
+    pub fn new(config: KernelConfig, pool: PoolConfig) -> Result<Self, KernelError> {
+        let transport = ChildTransport::per_worker(config)?;
+        Ok(Self {
+            inner: Arc::new(PoolInner {
+                transport: Arc::new(transport),
+                config: pool,
+                state: Mutex::new(PoolState {
+                    ready: VecDeque::new(),
+                    starting: 0,
+                    waiting: 0,
+                    peak_starting: 0,
+                    started: 0,
+                    taken: 0,
+                    failed: 0,
+                    last_take: Instant::now(),
+                    failure: None,
+                }),
+                arrived: Notify::new(),
+                reaping: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Starts filling the pool to its size, in the background (needs a tokio runtime).
+    pub fn fill(&self) {
+        self.inner.start_reaper();
+        self.inner.refill();
+    }
+
+    /// Waits until `n` workers are ready (filling the pool), or a start fails.
+    pub async fn filled(&self, n: usize) -> Result<(), KernelError> {
+        loop {
+            let arrived = self.inner.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            {
+                let mut state = lock(&self.inner.state);
+                if state.ready.len() >= n {
+                    return Ok(());
+                }
+                if let Some(message) = state.failure.take() {
+                    return Err(KernelError::Start { message });
+                }
+            }
+            self.inner.refill();
+            arrived.await;
+        }
+    }
+
+    /// What it holds and has done.
+    pub fn stats(&self) -> PoolStats {
+        let state = lock(&self.inner.state);
+        PoolStats {
+            ready: state.ready.len(),
+            starting: state.starting,
+            waiting: state.waiting,
+            peak_starting: state.peak_starting,
+            started: state.started,
+            taken: state.taken,
+            failed: state.failed,
+        }
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<PoolInner> {
+        &self.inner
+    }
+}
+
+/// Counts a taker among the waiting while it waits, whatever way it stops waiting.
+struct Waiting<'a>(&'a PoolInner);
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.state).waiting -= 1;
+    }
+}
+
+impl PoolInner {
+    /// The settings of the pool's workers.
+    pub(crate) fn settings(&self) -> &Settings {
+        self.transport.settings()
+    }
+
+    /// A ready worker, its host calls sent to `callables`: at once when one is ready, else
+    /// when one has started (this taker counted, so that the pool starts one more).
+    pub(crate) async fn take(
+        self: &Arc<Self>,
+        callables: &Callables,
+    ) -> Result<Arc<Worker>, KernelError> {
+        self.start_reaper();
+        let mut waiting = None;
+        loop {
+            let arrived = self.arrived.notified();
+            tokio::pin!(arrived);
+            arrived.as_mut().enable();
+            {
+                let mut state = lock(&self.state);
+                state.last_take = Instant::now();
+                while let Some(worker) = state.ready.pop_front() {
+                    if worker.alive() {
+                        state.taken += 1;
+                        drop(state);
+                        drop(waiting);
+                        worker.adopt(callables.clone());
+                        self.refill();
+                        return Ok(worker);
+                    }
+                }
+                if waiting.is_some()
+                    && let Some(message) = state.failure.take()
+                {
+                    drop(state);
+                    return Err(KernelError::Start { message });
+                }
+                if waiting.is_none() {
+                    state.waiting += 1;
+                    waiting = Some(Waiting(self));
+                }
+            }
+            self.refill();
+            arrived.await;
+        }
+    }
+
+    /// Starts workers until those ready and starting cover the size and the takers waiting,
+    /// at most `max_starting` at once.
+    fn refill(self: &Arc<Self>) {
+        let mut state = lock(&self.state);
+        let wanted = self.config.size + state.waiting;
+        while state.ready.len() + state.starting < wanted
+            && state.starting < self.config.max_starting.max(1)
+        {
+            state.starting += 1;
+            state.peak_starting = state.peak_starting.max(state.starting);
+            let pool = Arc::downgrade(self);
+            let transport = self.transport.clone();
+            let max_frame = self.settings().max_frame;
+            tokio::spawn(async move {
+                let started = match transport.start().await {
+                    Ok(started) => {
+                        Worker::handshake(started, max_frame, Callables::default()).await
+                    }
+                    Err(e) => Err(e),
+                };
+                // A pool gone: the worker is dropped, which ends it.
+                let Some(pool) = Weak::upgrade(&pool) else {
+                    return;
+                };
+                let failed = {
+                    let mut state = lock(&pool.state);
+                    state.starting -= 1;
+                    match started {
+                        Ok(worker) => {
+                            state.started += 1;
+                            state.ready.push_back(worker);
+                            false
+                        }
+                        Err(error) => {
+                            tracing::warn!(%error, "a pooled Python process did not start");
+                            state.failed += 1;
+                            state.failure = Some(error.to_string());
+                            true
+                        }
+                    }
+                };
+                pool.arrived.notify_waiters();
+                // After a failure only a waiting taker starts another (no loop of failures).
+                if !failed || lock(&pool.state).waiting > 0 {
+                    pool.refill();
+                }
+            });
+        }
+    }
+
+    /// With an idle timeout, lets the ready workers go once nobody took one for that long.
+    fn start_reaper(self: &Arc<Self>) {
+        let Some(idle) = self.config.idle_timeout else {
+            return;
+        };
+        if self.reaping.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let tick = (idle / 4).max(Duration::from_millis(10));
+            loop {
+                tokio::time::sleep(tick).await;
+                let Some(pool) = Weak::upgrade(&pool) else {
+                    return;
+                };
+                let idle_workers = {
+                    let mut state = lock(&pool.state);
+                    if state.last_take.elapsed() >= idle && state.waiting == 0 {
+                        std::mem::take(&mut state.ready)
+                    } else {
+                        VecDeque::new()
+                    }
+                };
+                // Dropped outside the lock: each ends its process.
+                drop(idle_workers);
+            }
+        });
+    }
+}

@@ -1,0 +1,135 @@
+//! `KernelPool`: the runtime contract on pooled runtimes, and the pool's own promises (taken
+//! at once when ready, refilled, bounded under a burst, never shared, let go when idle).
+
+use cave_core::{DiscardOutput, Runtime};
+use cave_runtime_kernel::{KernelConfig, KernelPool, KernelRuntime, PoolConfig};
+use std::collections::HashSet;
+use std::time::Duration;
+
+async fn make() -> KernelRuntime {
+    let pool = KernelPool::new(KernelConfig::default(), PoolConfig::new(1))
+        .expect("a Python interpreter is available");
+    KernelRuntime::from_pool(&pool)
+}
+
+mod contract {
+    use super::make;
+    cave_testing::runtime_contract_tests!(make);
+}
+
+async fn pid(runtime: &KernelRuntime) -> u32 {
+    let run = runtime
+        .execute("import os\nprint(os.getpid())", &DiscardOutput)
+        .await
+        .unwrap();
+    run.output
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{run:?}"))
+}
+
+/// A ready worker is taken and replaced; a runtime's second worker (after `reset`) is a fresh
+/// one too; runtimes do not share a work directory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_are_taken_refilled_and_never_shared() {
+    let pool = KernelPool::new(KernelConfig::default(), PoolConfig::new(2)).unwrap();
+    pool.fill();
+    pool.filled(2).await.unwrap();
+    assert_eq!(pool.stats().ready, 2);
+    let first = KernelRuntime::from_pool(&pool);
+    let second = KernelRuntime::from_pool(&pool);
+    let (a, b) = (pid(&first).await, pid(&second).await);
+    assert_ne!(a, b);
+    let stats = pool.stats();
+    assert_eq!(stats.taken, 2);
+    pool.filled(2).await.unwrap();
+    assert!(pool.stats().started >= 4, "{:?}", pool.stats());
+    // A used worker never goes back: after a reset the runtime has a new one.
+    first.reset().await.unwrap();
+    let again = pid(&first).await;
+    assert!(again != a && again != b, "{again} was used before");
+    // Each worker in a directory of its own.
+    let wrote = first
+        .execute("open('mine.txt', 'w').write('a')", &DiscardOutput)
+        .await
+        .unwrap();
+    assert!(wrote.success(), "{wrote:?}");
+    let seen = second
+        .execute(
+            "import os\nprint(os.path.exists('mine.txt'))",
+            &DiscardOutput,
+        )
+        .await
+        .unwrap();
+    assert_eq!(seen.output, "False\n");
+}
+
+/// 200 sessions start at once against a pool of 8: every one gets a worker of its own, and
+/// never more than `max_starting` workers start at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_sessions_queues_behind_the_bound() {
+    let pool =
+        KernelPool::new(KernelConfig::default(), PoolConfig::new(8).max_starting(3)).unwrap();
+    pool.fill();
+    let sessions: Vec<_> = (0..200)
+        .map(|_| {
+            let runtime = KernelRuntime::from_pool(&pool);
+            tokio::spawn(async move {
+                let pid = pid(&runtime).await;
+                (pid, runtime)
+            })
+        })
+        .collect();
+    let mut pids = HashSet::new();
+    let mut kept = Vec::new();
+    for session in sessions {
+        let (pid, runtime) = session.await.unwrap();
+        pids.insert(pid);
+        kept.push(runtime);
+    }
+    assert_eq!(pids.len(), 200, "a worker served two sessions");
+    let stats = pool.stats();
+    assert_eq!(stats.taken, 200);
+    assert!(stats.peak_starting <= 3, "{stats:?}");
+    assert_eq!(stats.waiting, 0, "{stats:?}");
+    for runtime in kept {
+        runtime.stop().await;
+    }
+}
+
+/// Ready workers are let go after the idle timeout; a take fills the pool again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_workers_are_let_go() {
+    let pool = KernelPool::new(
+        KernelConfig::default(),
+        PoolConfig::new(1).idle_timeout(Some(Duration::from_millis(300))),
+    )
+    .unwrap();
+    pool.fill();
+    pool.filled(1).await.unwrap();
+    let mut ready = pool.stats().ready;
+    for _ in 0..40 {
+        if ready == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        ready = pool.stats().ready;
+    }
+    assert_eq!(ready, 0, "the idle worker was kept");
+    let runtime = KernelRuntime::from_pool(&pool);
+    assert!(pid(&runtime).await > 0);
+}
+
+/// A pool whose workers cannot start says why to the runtime waiting, instead of hanging.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_reaches_the_waiting_runtime() {
+    let config = KernelConfig::default().python("/nonexistent/python3");
+    let pool = KernelPool::new(config, PoolConfig::new(1)).unwrap();
+    let runtime = KernelRuntime::from_pool(&pool);
+    let started = tokio::time::timeout(Duration::from_secs(30), runtime.start())
+        .await
+        .expect("the start ends");
+    let error = started.unwrap_err().to_string();
+    assert!(error.contains("nonexistent"), "{error}");
+    assert!(pool.stats().failed >= 1);
+}
