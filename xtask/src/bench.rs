@@ -366,6 +366,13 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
         },
         table(&figures, &memory, peer.as_ref())
     );
+    // The load measurement (cave-agent's `benches/load.rs`) writes its own table.
+    let load = std::fs::read_to_string(root.join("target").join("tmp").join("load-table.md"))
+        .map(|table| {
+            format!("\n\n## Load: concurrent agent sessions on the kernel runtime\n\n{table}")
+        })
+        .unwrap_or_default();
+    let report = format!("{report}{load}");
     let path = root.join("target").join("bench-report.md");
     std::fs::write(&path, &report)
         .map_err(|e| format!("could not write {}: {e}", path.display()))?;

@@ -393,12 +393,15 @@ def _show_figures():
     here, and what happens to figures left open when a cell ends). Nothing when matplotlib was
     never imported."""
     helpers = sys.modules.get("matplotlib._pylab_helpers")
-    if helpers is None:
+    # Still being imported by another thread (another runtime's cell in this interpreter):
+    # then no figure of this cell can be open yet.
+    gcf = getattr(helpers, "Gcf", None)
+    if gcf is None:
         return
     owner = _figure_owner.get()
     managers = [
         m
-        for m in helpers.Gcf.get_all_fig_managers()
+        for m in gcf.get_all_fig_managers()
         if owner is not None and getattr(m.canvas, "_cave_owner", None) is owner
     ]
     for manager in managers:
@@ -406,7 +409,7 @@ def _show_figures():
         try:
             _send(mime_bundle(figure))
         finally:
-            helpers.Gcf.destroy(manager)
+            gcf.destroy(manager)
 
 
 def _matplotlib_backend():

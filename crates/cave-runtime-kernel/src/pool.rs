@@ -105,6 +105,8 @@ pub(crate) struct PoolInner {
     /// its own.
     pub(crate) transport: Arc<dyn Transport>,
     config: PoolConfig,
+    /// Workers kept ready (`config.size` at first; [`KernelPool::resize`] changes it).
+    size: std::sync::atomic::AtomicUsize,
     state: Mutex<PoolState>,
     /// Wakes takers when a worker is ready or a start failed.
     arrived: Notify,
@@ -133,6 +135,7 @@ impl KernelPool {
         Ok(Self {
             inner: Arc::new(PoolInner {
                 transport: Arc::new(transport),
+                size: std::sync::atomic::AtomicUsize::new(pool.size),
                 config: pool,
                 state: Mutex::new(PoolState {
                     ready: VecDeque::new(),
@@ -175,6 +178,21 @@ impl KernelPool {
             self.inner.refill();
             arrived.await;
         }
+    }
+
+    /// Keeps `size` workers ready from now on: a larger pool starts more in the background; a
+    /// smaller one lets its surplus go at once (runtimes waiting still get theirs).
+    pub fn resize(&self, size: usize) {
+        self.inner.size.store(size, Ordering::SeqCst);
+        let surplus: Vec<Arc<Worker>> = {
+            let mut state = lock(&self.inner.state);
+            let keep = size.max(state.waiting);
+            let extra = state.ready.len().saturating_sub(keep);
+            state.ready.drain(..extra).collect()
+        };
+        // Dropped outside the lock: each ends its process.
+        drop(surplus);
+        self.inner.refill();
     }
 
     /// What it holds and has done.
@@ -256,7 +274,7 @@ impl PoolInner {
     /// at most `max_starting` at once.
     fn refill(self: &Arc<Self>) {
         let mut state = lock(&self.state);
-        let wanted = self.config.size + state.waiting;
+        let wanted = self.size.load(Ordering::SeqCst) + state.waiting;
         while state.ready.len() + state.starting < wanted
             && state.starting < self.config.max_starting.max(1)
         {
@@ -282,7 +300,11 @@ impl PoolInner {
                     match started {
                         Ok(worker) => {
                             state.started += 1;
-                            state.ready.push_back(worker);
+                            // Unless the pool shrank meanwhile (then it is dropped below).
+                            let wanted = pool.size.load(Ordering::SeqCst) + state.waiting;
+                            if state.ready.len() < wanted {
+                                state.ready.push_back(worker);
+                            }
                             false
                         }
                         Err(error) => {

@@ -62,6 +62,12 @@ async fn workers_are_taken_refilled_and_never_shared() {
         .await
         .unwrap();
     assert_eq!(seen.output, "False\n");
+    // Resized: the surplus goes at once; grown again, it fills.
+    pool.resize(0);
+    assert_eq!(pool.stats().ready, 0);
+    pool.resize(1);
+    pool.filled(1).await.unwrap();
+    assert_eq!(pool.stats().ready, 1);
 }
 
 /// 200 sessions start at once against a pool of 8: every one gets a worker of its own, and
