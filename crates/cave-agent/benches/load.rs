@@ -1,5 +1,5 @@
-//! Load: N agent sessions at once on one tokio runtime (two worker threads), each on a kernel
-//! runtime with the strict sandbox, each running scripted steps whose cells call a host
+//! Load: N agent sessions at once on one tokio runtime (two worker threads), arriving within a
+//! second, each on a kernel runtime with the strict sandbox, each running scripted steps whose cells call a host
 //! function. For N = 1, 10, 50, 100 (1 and 10 with `--quick`), with the workers taken from a
 //! filled `KernelPool` and started cold: session start p50/p99, step latency p50/p99 (the
 //! cell, as `Event::Step` times it; the model answers each step after `THINK`) and what load
@@ -29,6 +29,10 @@ const STEPS: usize = 5;
 /// code is about a second). Session `i` of `n` takes `THINK/2 + THINK·i/n`, so that the
 /// sessions' cells are spread as real ones would be rather than all run at one instant.
 const THINK: Duration = Duration::from_secs(1);
+
+/// Sessions arrive spread over this window (session `i` of `n` at `ARRIVALS·i/n`): a service's
+/// burst, not one instant.
+const ARRIVALS: Duration = Duration::from_secs(1);
 
 /// What session `i` of `n`'s model writes: a host call per cell, then an answer.
 fn script(i: usize, n: usize) -> Vec<Reply> {
@@ -150,7 +154,8 @@ async fn level(n: usize, source: Source) -> Level {
     let (processes_before, _) = descendants();
     let pool = match source {
         Source::Pool => {
-            let pool = KernelPool::new(strict(), PoolConfig::new(n).max_starting(4))
+            // One start at a time refills it while the sessions arrive (half a core here).
+            let pool = KernelPool::new(strict(), PoolConfig::new(n).max_starting(1))
                 .expect("a Python interpreter");
             pool.fill();
             pool.filled(n).await.expect("the pool fills");
@@ -172,6 +177,7 @@ async fn level(n: usize, source: Source) -> Level {
             };
             let (all_started, done, end) = (started.clone(), done.clone(), end.clone());
             tokio::spawn(async move {
+                tokio::time::sleep(ARRIVALS.mul_f64(i as f64 / n as f64)).await;
                 let started = Instant::now();
                 runtime
                     .register(Resources::new().function(tick()))

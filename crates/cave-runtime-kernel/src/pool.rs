@@ -128,13 +128,18 @@ struct PoolState {
 }
 
 impl KernelPool {
-    /// A pool of workers with `config`'s interpreter, limits and sandbox (each worker in a
+    /// A pool of child workers with `config`'s interpreter, limits and sandbox (each worker in a
     /// work directory of its own). Nothing starts until [`fill`](Self::fill) or the first take.
     pub fn new(config: KernelConfig, pool: PoolConfig) -> Result<Self, KernelError> {
         let transport = ChildTransport::per_worker(config)?;
-        Ok(Self {
+        Ok(Self::with_transport(Arc::new(transport), pool))
+    }
+
+    /// A pool of the workers `transport` starts.
+    pub(crate) fn with_transport(transport: Arc<dyn Transport>, pool: PoolConfig) -> Self {
+        Self {
             inner: Arc::new(PoolInner {
-                transport: Arc::new(transport),
+                transport,
                 size: std::sync::atomic::AtomicUsize::new(pool.size),
                 config: pool,
                 state: Mutex::new(PoolState {
@@ -151,7 +156,7 @@ impl KernelPool {
                 arrived: Notify::new(),
                 reaping: AtomicBool::new(false),
             }),
-        })
+        }
     }
 
     /// Starts filling the pool to its size, in the background (needs a tokio runtime).

@@ -192,7 +192,39 @@ impl KernelRuntime {
     /// (started there, or attached to). The server decides the kernel's interpreter, limits,
     /// environment and isolation. Nothing starts until the first request.
     pub fn jupyter(config: JupyterConfig) -> KernelRuntime {
-        KernelRuntime::with_transport(JupyterTransport {
+        KernelRuntime::with_transport(JupyterTransport::new(config))
+    }
+}
+
+impl crate::KernelPool {
+    /// A pool of kernels started ahead on the Jupyter server `config` names (each with the
+    /// worker bootstrapped in it), so that a session on a busy gateway starts without waiting
+    /// for a kernel. A configuration that attaches to one given kernel cannot be pooled.
+    pub fn jupyter(
+        config: JupyterConfig,
+        pool: crate::PoolConfig,
+    ) -> Result<crate::KernelPool, KernelError> {
+        if config.attaches() {
+            return Err(failed(
+                "a pool starts kernels of its own: a configuration that attaches to a given kernel cannot be pooled",
+            ));
+        }
+        Ok(crate::KernelPool::with_transport(
+            std::sync::Arc::new(JupyterTransport::new(config)),
+            pool,
+        ))
+    }
+}
+
+/// Starts workers in kernels behind a Jupyter server.
+struct JupyterTransport {
+    config: JupyterConfig,
+    settings: Settings,
+}
+
+impl JupyterTransport {
+    fn new(config: JupyterConfig) -> Self {
+        Self {
             settings: Settings {
                 spare: config.spare,
                 interrupt_grace: config.interrupt_grace,
@@ -202,14 +234,8 @@ impl KernelRuntime {
                 max_display: config.max_display,
             },
             config,
-        })
+        }
     }
-}
-
-/// Starts workers in kernels behind a Jupyter server.
-struct JupyterTransport {
-    config: JupyterConfig,
-    settings: Settings,
 }
 
 #[async_trait]
