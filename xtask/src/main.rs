@@ -38,6 +38,7 @@ fn main() -> ExitCode {
         Some("test") => test_env::prepare(&root).and_then(|mut env| {
             env.extend(test_env::litellm(&root));
             env.extend(test_env::jupyter(&root));
+            env.extend(test_env::enterprise_gateway(&root));
             env.extend(test_env::mcp(&root));
             env.extend(test_env::mcp_npm(&root));
             let env: Vec<(&str, &str)> =

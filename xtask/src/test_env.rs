@@ -17,6 +17,9 @@ const LITELLM: &str = "litellm[proxy]==1.108.7";
 
 /// The Jupyter Kernel Gateway and the kernel its tests run (versions known to work).
 const JUPYTER: &[&str] = &["jupyter-kernel-gateway==3.0.1", "ipykernel==7.4.0"];
+/// Jupyter Enterprise Gateway, run in its local mode by the kernel runtime's tests, and the
+/// kernel its local process proxy starts (versions known to work).
+const ENTERPRISE_GATEWAY: &[&str] = &["jupyter_enterprise_gateway==3.3.0", "ipykernel==6.29.5"];
 /// What the Jupyter kernels' cells import in the tests (installed into an existing
 /// `jupyter-venv` too).
 const JUPYTER_KERNEL_PACKAGES: &[&str] = &["matplotlib"];
@@ -140,14 +143,32 @@ pub(crate) fn jupyter(root: &Path) -> Vec<(String, String)> {
         "CAVE_JUPYTER",
         "the Jupyter Kernel Gateway",
     );
-    let python = root.join("target/jupyter-venv/bin/python");
-    if !env.is_empty() && !imports(&python, JUPYTER_KERNEL_PACKAGES) {
+    with_kernel_packages(env, &root.join("target/jupyter-venv/bin/python"))
+}
+
+/// Jupyter Enterprise Gateway (and ipykernel for its kernels), for the tests that run it on
+/// 127.0.0.1 in its local mode: `CAVE_JUPYTER_EG`.
+pub(crate) fn enterprise_gateway(root: &Path) -> Vec<(String, String)> {
+    let env = tool(
+        root,
+        "eg-venv",
+        ENTERPRISE_GATEWAY,
+        "jupyter",
+        "CAVE_JUPYTER_EG",
+        "Jupyter Enterprise Gateway",
+    );
+    with_kernel_packages(env, &root.join("target/eg-venv/bin/python"))
+}
+
+/// `env` once the kernels' `python` has what their cells import in the tests.
+fn with_kernel_packages(env: Vec<(String, String)>, python: &Path) -> Vec<(String, String)> {
+    if !env.is_empty() && !imports(python, JUPYTER_KERNEL_PACKAGES) {
         println!(
             "xtask: installing {} in {}",
             JUPYTER_KERNEL_PACKAGES.join(" "),
             python.display()
         );
-        if let Err(e) = run(pip_install(&python).args(JUPYTER_KERNEL_PACKAGES)) {
+        if let Err(e) = run(pip_install(python).args(JUPYTER_KERNEL_PACKAGES)) {
             println!("xtask: could not install them ({e}); the kernels' display checks will fail");
         }
     }

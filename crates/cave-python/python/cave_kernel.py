@@ -245,6 +245,12 @@ class _Jupyter:
     @classmethod
     def publish(cls, execution, text):
         kernel = cls.kernel
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            # Lone surrogates: older jupyter_client sessions fail to serialize them (and the
+            # output would never arrive); U+FFFD each, as the other transports show them.
+            text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         with cls.lock:
             cls.published[execution] = cls.published.get(execution, 0) + len(text)
         kernel.session.send(

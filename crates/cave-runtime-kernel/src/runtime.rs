@@ -899,9 +899,21 @@ impl Interrupt for CellInterrupt {
                     _ => return,
                 }
                 std::thread::sleep(grace / 2);
-                if let Some(process) = watch.upgrade()
-                    && still(&process)
+                let Some(process) = watch.upgrade().filter(|p| still(p)) else {
+                    return;
+                };
+                // The cell may have ended in time with its end still queued behind its output
+                // (a printing loop, a loaded machine): read what the worker sent until now
+                // first, for at most another grace, and kill only a cell still running then.
+                let sent = process.sent_so_far();
+                let catching_up = std::time::Instant::now() + grace;
+                while still(&process)
+                    && process.handled() < sent
+                    && std::time::Instant::now() < catching_up
                 {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                if still(&process) {
                     process.kill(Some(reason));
                 }
             });

@@ -105,6 +105,10 @@ struct Shared {
     executing: Mutex<Option<u64>>,
     /// What was written while no execution ran, for the next one.
     stray: cave_core::StrayOutput,
+    /// Bytes read from the worker's socket so far.
+    received: Arc<AtomicU64>,
+    /// Bytes of the frames handled so far (each with its length prefix).
+    handled: AtomicU64,
 }
 
 impl Shared {
@@ -116,7 +120,38 @@ impl Shared {
             kill_reason: Mutex::new(None),
             executing: Mutex::new(None),
             stray: cave_core::StrayOutput::default(),
+            received: Arc::new(AtomicU64::new(0)),
+            handled: AtomicU64::new(0),
         }
+    }
+
+    /// Counts a frame of `len` bytes as handled.
+    fn handled(&self, len: usize) {
+        self.handled
+            .fetch_add(len as u64 + FRAME_PREFIX, Ordering::SeqCst);
+    }
+}
+
+/// The length prefix of each frame (tokio-util's default for `LengthDelimitedCodec`).
+const FRAME_PREFIX: u64 = 4;
+
+/// The read half of the worker's socket, counting what it reads.
+struct Counting<R> {
+    inner: R,
+    received: Arc<AtomicU64>,
+}
+
+impl<R: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Counting<R> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.inner).poll_read(cx, buf);
+        let read = buf.filled().len() - before;
+        self.received.fetch_add(read as u64, Ordering::SeqCst);
+        polled
     }
 }
 
@@ -124,6 +159,8 @@ impl Shared {
 pub(crate) struct Worker {
     link: Box<dyn Link>,
     outgoing: Arc<Outgoing>,
+    /// The host's end of the socket (for how much the worker sent that is not read yet).
+    socket_fd: std::os::fd::RawFd,
     shared: Arc<Shared>,
     /// True once the worker has ended.
     ended: watch::Receiver<bool>,
@@ -160,12 +197,19 @@ impl Worker {
             message: e.to_string(),
         };
         socket.set_nonblocking(true).map_err(setup)?;
+        let socket_fd = std::os::fd::AsRawFd::as_raw_fd(&socket);
         let stream = tokio::net::UnixStream::from_std(socket).map_err(setup)?;
         let (read, write) = stream.into_split();
+        let shared = Arc::new(Shared::new());
+        let read = Counting {
+            inner: read,
+            received: shared.received.clone(),
+        };
         let mut worker = Worker {
             link,
             outgoing: Outgoing::start(write),
-            shared: Arc::new(Shared::new()),
+            socket_fd,
+            shared,
             ended,
             max_frame,
             version: (0, 0, 0),
@@ -183,7 +227,10 @@ impl Worker {
                 .new_codec(),
         );
         let ready = match reader.next().await {
-            Some(Ok(frame)) => marshal::decode(&frame).ok().map(|(value, _)| value),
+            Some(Ok(frame)) => {
+                worker.shared.handled(frame.len());
+                marshal::decode(&frame).ok().map(|(value, _)| value)
+            }
             _ => None,
         };
         let Some(version) = ready.as_ref().and_then(ready_version) else {
@@ -374,6 +421,23 @@ impl Worker {
     /// The outermost execution in progress, if any.
     pub(crate) fn executing(&self) -> Option<u64> {
         *lock(&self.shared.executing)
+    }
+
+    /// Where the stream of frames the worker has sent ends now: what was read from its socket
+    /// and what waits there unread. Once [`handled`](Self::handled) reaches it, every frame the
+    /// worker sent before this call has been handled.
+    pub(crate) fn sent_so_far(&self) -> u64 {
+        let mut unread: libc::c_int = 0;
+        // SAFETY: FIONREAD writes one int; the descriptor is the worker's socket, open while
+        // the worker is (callers ask only of a live worker; a closed one fails harmlessly).
+        let asked = unsafe { libc::ioctl(self.socket_fd, libc::FIONREAD, &mut unread) };
+        let unread = if asked == 0 { unread.max(0) as u64 } else { 0 };
+        self.shared.received.load(Ordering::SeqCst) + unread
+    }
+
+    /// The bytes of the frames handled so far.
+    pub(crate) fn handled(&self) -> u64 {
+        self.shared.handled.load(Ordering::SeqCst)
     }
 
     /// Returns true if and only if the worker has not ended.
@@ -640,7 +704,7 @@ pub(crate) fn framed(message: &Data<'_>, max_frame: usize) -> Result<Vec<u8>, Ke
 }
 /// Reads the worker's frames until it ends: replies, output, and host calls.
 async fn serve(
-    mut reader: FramedRead<tokio::net::unix::OwnedReadHalf, LengthDelimitedCodec>,
+    mut reader: FramedRead<Counting<tokio::net::unix::OwnedReadHalf>, LengthDelimitedCodec>,
     worker: std::sync::Weak<Worker>,
     shared: Arc<Shared>,
     outgoing: Arc<Outgoing>,
@@ -656,7 +720,11 @@ async fn serve(
     while let Some(frame) = reader.next().await {
         let handled = frame
             .map_err(|e| e.to_string())
-            .and_then(|frame| Message::decode(&frame))
+            .and_then(|frame| {
+                let message = Message::decode(&frame);
+                served.shared.handled(frame.len());
+                message
+            })
             .and_then(|message| served.handle(message));
         if let Err(what) = handled {
             protocol_violation(&worker, what);

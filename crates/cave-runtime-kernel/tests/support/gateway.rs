@@ -71,14 +71,60 @@ fn start(settings: &[&str]) -> Option<Gateway> {
     start_with("http", settings)
 }
 
+/// The test binary's Jupyter Enterprise Gateway (PyPI's `jupyter_enterprise_gateway`, from
+/// `CAVE_JUPYTER_EG` or `target/eg-venv`, which `cargo xtask test` makes), in its local mode
+/// (kernels started by its local process proxy), started on first use; `None` (said once per
+/// test) without one. Kernels must be started with a `KERNEL_USERNAME` it accepts (not root).
+pub fn enterprise_gateway() -> Option<&'static Gateway> {
+    static GATEWAY: OnceLock<Option<Gateway>> = OnceLock::new();
+    let gateway = GATEWAY
+        .get_or_init(|| {
+            let jupyter = match std::env::var_os("CAVE_JUPYTER_EG") {
+                Some(path) => PathBuf::from(path),
+                None => PathBuf::from(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../target/eg-venv/bin/jupyter"
+                )),
+            };
+            if !jupyter.is_file() {
+                return None;
+            }
+            let port = free_port();
+            let token = format!("cave-test-eg-{}", std::process::id());
+            let mut command = Command::new(&jupyter);
+            command.args([
+                "enterprisegateway",
+                "--ip=127.0.0.1",
+                &format!("--port={port}"),
+                &format!("--EnterpriseGatewayApp.auth_token={token}"),
+            ]);
+            Some(launch(command, "http", port, token))
+        })
+        .as_ref();
+    if gateway.is_none() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "CI installs Enterprise Gateway (cargo xtask test)"
+        );
+        eprintln!(
+            "skipped: no Jupyter Enterprise Gateway (set CAVE_JUPYTER_EG or run `cargo xtask test`)"
+        );
+    }
+    gateway
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port()
+}
+
 /// Starts a gateway of its own, with `settings` on its command line, reached at `scheme`
 /// (`https` when the settings give it a certificate); `None` without a `jupyter`.
 pub fn start_with(scheme: &str, settings: &[&str]) -> Option<Gateway> {
     let jupyter = jupyter()?;
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
+    let port = free_port();
     let token = format!("cave-test-{}", std::process::id());
     let mut command = Command::new(&jupyter);
     command
@@ -88,9 +134,13 @@ pub fn start_with(scheme: &str, settings: &[&str]) -> Option<Gateway> {
             &format!("--KernelGatewayApp.port={port}"),
             &format!("--IdentityProvider.token={token}"),
         ])
-        .args(settings)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
+        .args(settings);
+    Some(launch(command, scheme, port, token))
+}
+
+/// Runs a gateway's `command` until the test binary ends, and waits until it listens on `port`.
+fn launch(mut command: Command, scheme: &str, port: u16, token: String) -> Gateway {
+    command.stdout(Stdio::null()).stderr(Stdio::null());
     // SAFETY: prctl is async-signal-safe. The gateway dies with the thread that started it:
     // a thread that lives as long as the test binary.
     unsafe {
@@ -118,8 +168,8 @@ pub fn start_with(scheme: &str, settings: &[&str]) -> Option<Gateway> {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    Some(Gateway {
+    Gateway {
         url: format!("{scheme}://127.0.0.1:{port}"),
         token,
-    })
+    }
 }
