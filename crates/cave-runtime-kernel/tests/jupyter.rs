@@ -6,6 +6,8 @@
 
 #[path = "support/on_gateway.rs"]
 mod on_gateway;
+#[path = "support/sessions.rs"]
+mod sessions;
 #[path = "support/gateway.rs"]
 mod support;
 
@@ -34,31 +36,7 @@ async fn a_kernel_killed_from_outside_is_replaced() {
         return;
     };
     let rt = runtime(gateway);
-    rt.register(Resources::new().variable(Variable::new("limit", Value::Int(7))))
-        .await
-        .expect("registers");
-    let pid: i32 = run(&rt, "import os\nscratch = 1\nprint(os.getpid())")
-        .await
-        .output
-        .trim()
-        .parse()
-        .expect("a pid");
-    // SAFETY: a signal to the kernel process this test's gateway started.
-    unsafe {
-        libc::kill(pid, libc::SIGKILL);
-    }
-    let mut after = run(&rt, "print(limit)").await;
-    if !after.state_lost {
-        // The death may not have been seen yet; it is by the next cell at the latest.
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        after = run(&rt, "print(limit)").await;
-    }
-    assert!(after.state_lost, "{after:?}");
-    assert_eq!(run(&rt, "print(limit)").await.output, "7\n");
-    assert_eq!(
-        run(&rt, "scratch").await.error.expect("gone").python_type,
-        "NameError"
-    );
+    sessions::a_killed_kernel_is_replaced(&rt).await;
     rt.stop().await;
 }
 

@@ -5,22 +5,14 @@
 #[path = "support/on_gateway.rs"]
 #[allow(dead_code)]
 mod on_gateway;
+#[path = "support/sessions.rs"]
+mod sessions;
 #[path = "support/gateway.rs"]
 mod support;
 
-use cave_core::{Args, DiscardOutput, Function, Param, Resources, Runtime, Signature, Value};
+use cave_core::{DiscardOutput, Resources, Runtime};
 use cave_runtime_kernel::{KernelPool, KernelRuntime, PoolConfig};
-
-async fn pid(runtime: &KernelRuntime) -> u32 {
-    let run = runtime
-        .execute("import os\nprint(os.getpid())", &DiscardOutput)
-        .await
-        .unwrap();
-    run.output
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{run:?}"))
-}
+use sessions::pid;
 
 /// Two sessions take two kernels the pool started on the gateway; each calls the host; the
 /// pool refills; a configuration that attaches to a given kernel cannot be pooled.
@@ -34,16 +26,8 @@ async fn kernels_are_started_ahead_on_the_gateway() {
     pool.filled(2).await.unwrap();
     let first = KernelRuntime::from_pool(&pool);
     let second = KernelRuntime::from_pool(&pool);
-    let double = Function::host(
-        "double",
-        Signature::new([Param::new("n").annotated("int")]).returns("int"),
-        |args: Args| async move {
-            let n: i64 = args.get("n")?;
-            Ok(Value::Int((2 * n).into()))
-        },
-    );
     first
-        .register(Resources::new().function(double))
+        .register(Resources::new().function(sessions::double()))
         .await
         .unwrap();
     assert_eq!(

@@ -1,32 +1,15 @@
-//! `KernelPool`: the runtime contract on pooled runtimes, and the pool's own promises (taken
-//! at once when ready, refilled, bounded under a burst, never shared, let go when idle).
+//! `KernelPool`: the pool's own promises (taken at once when ready, refilled, bounded under a
+//! burst, never shared, let go when idle). The contract on pooled runtimes is in
+//! `pool_contract.rs` (a binary of its own: its timing checks run alone).
 
 use cave_core::{DiscardOutput, Runtime};
 use cave_runtime_kernel::{KernelConfig, KernelPool, KernelRuntime, PoolConfig};
 use std::collections::HashSet;
 use std::time::Duration;
 
-async fn make() -> KernelRuntime {
-    let pool = KernelPool::new(KernelConfig::default(), PoolConfig::new(1))
-        .expect("a Python interpreter is available");
-    KernelRuntime::from_pool(&pool)
-}
-
-mod contract {
-    use super::make;
-    cave_testing::runtime_contract_tests!(make);
-}
-
-async fn pid(runtime: &KernelRuntime) -> u32 {
-    let run = runtime
-        .execute("import os\nprint(os.getpid())", &DiscardOutput)
-        .await
-        .unwrap();
-    run.output
-        .trim()
-        .parse()
-        .unwrap_or_else(|_| panic!("{run:?}"))
-}
+#[path = "support/sessions.rs"]
+mod sessions;
+use sessions::pid;
 
 /// A ready worker is taken and replaced; a runtime's second worker (after `reset`) is a fresh
 /// one too; runtimes do not share a work directory.
