@@ -103,3 +103,21 @@ async fn a_client_that_cannot_be_asked_is_refused() {
     assert!(!listed.contains("  x ("), "the refused cell ran: {listed}");
     client.cancel().await.unwrap();
 }
+
+/// `list_bound` lists through a cell of its own: a namespace whose `sorted` never returns
+/// does not hang it past the cell time limit, and the session goes on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_listing_that_never_returns_is_stopped() {
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    let server =
+        SessionServer::new(Arc::new(runtime)).with_cell_timeout(std::time::Duration::from_secs(2));
+    let client = connect(server).await;
+    let code = "import time\ndef sorted(*a, **k):\n    while True:\n        time.sleep(0.1)";
+    assert!(!call(&client, "run_cell", json!({"code": code})).await.0);
+    let (_, listed, _) = call(&client, "list_bound", json!({})).await;
+    assert!(listed.contains("could not be listed"), "{listed}");
+    let (error, text, _) = call(&client, "run_cell", json!({"code": "del sorted\n1 + 1"})).await;
+    assert!(!error, "{text}");
+    assert_eq!(text, "2\n");
+    client.cancel().await.unwrap();
+}

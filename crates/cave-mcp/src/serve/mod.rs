@@ -40,6 +40,9 @@ use tokio::sync::mpsc;
 /// answer (protocol 2026-07-28); then the question is refused.
 pub const ANSWER_WAIT: Duration = Duration::from_secs(600);
 
+/// How long `list_bound`'s listing of the namespace may take without a cell time limit.
+const LISTING_LIMIT: Duration = Duration::from_secs(30);
+
 /// The key of the approval among a call's input requests.
 const APPROVAL_KEY: &str = "approval";
 
@@ -79,6 +82,27 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
+    /// The same session (runtime, turn, stored outputs' numbering) with settings of its own to
+    /// change; no cell paused at a question comes along.
+    fn copy(&self) -> Self {
+        Self {
+            runtime: self.runtime.clone(),
+            policy: self.policy.clone(),
+            approvals: self.approvals.clone(),
+            approve_cells: self.approve_cells,
+            observer: self.observer.clone(),
+            cell_timeout: self.cell_timeout,
+            max_output: self.max_output,
+            persisted_floor: AtomicU64::new(
+                self.persisted_floor
+                    .load(std::sync::atomic::Ordering::SeqCst),
+            ),
+            notes: self.notes.clone(),
+            turn: self.turn.clone(),
+            paused: Mutex::default(),
+        }
+    }
+
     pub(crate) fn observe(&self, event: Event) {
         if let Some(observer) = &self.observer {
             observer.observe(&event);
@@ -120,10 +144,15 @@ impl SessionServer {
         }
     }
 
+    /// Changes this server's settings; a copy made before (`clone`) keeps its own, and the
+    /// two still share the session (its runtime, its one cell at a time).
     fn configure(mut self, change: impl FnOnce(&mut Shared)) -> Self {
-        let shared =
-            Arc::get_mut(&mut self.shared).expect("a SessionServer is configured before it serves");
-        change(shared);
+        if Arc::get_mut(&mut self.shared).is_none() {
+            self.shared = Arc::new(self.shared.copy());
+        }
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            change(shared);
+        }
         self
     }
 
@@ -374,7 +403,22 @@ impl SessionServer {
     async fn list_bound(&self) -> CallToolResult {
         let runtime = &self.shared.runtime;
         let mut text = self.host_description();
-        match runtime.namespace().await {
+        // The listing is a cell of the host's, and a cell may have rebound the builtins it
+        // calls (`print`, `sorted`): it gets the cells' time limit, and is stopped past it.
+        let limit = self.shared.cell_timeout.unwrap_or(LISTING_LIMIT);
+        let listed = match tokio::time::timeout(limit, runtime.namespace()).await {
+            Ok(listed) => listed,
+            Err(_) => {
+                if let Some(interrupter) = runtime.interrupter() {
+                    interrupter.interrupt();
+                }
+                Err(RuntimeError::Backend {
+                    operation: "namespace",
+                    message: format!("the listing did not finish within {limit:?}"),
+                })
+            }
+        };
+        match listed {
             Ok(names) => {
                 text.push_str("\n\nBound in the namespace now:");
                 if names.is_empty() {
@@ -519,5 +563,21 @@ impl ServerHandler for SessionServer {
                 None,
             )),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Configuring a copy of a server changes the copy only (and does not panic).
+    #[test]
+    fn a_clone_is_configured_on_its_own() {
+        let runtime: Arc<dyn Runtime> = Arc::new(cave_testing::EchoRuntime::default());
+        let first = SessionServer::new(runtime);
+        let second = first.clone().with_cell_timeout(Duration::from_secs(3));
+        assert_eq!(first.shared.cell_timeout, None);
+        assert_eq!(second.shared.cell_timeout, Some(Duration::from_secs(3)));
+        assert!(Arc::ptr_eq(&first.shared.turn, &second.shared.turn));
     }
 }
