@@ -306,6 +306,19 @@ fn peer_figures(root: &Path, python: &Path, quick: bool) -> Result<Peer, String>
     Peer::parse(&stdout)
 }
 
+/// The tables the load measurements write under `target/tmp` (cave-agent's `benches/load.rs`,
+/// cave-runtime-kernel's `benches/jupyter.rs`), with their titles in the report.
+const LOAD_TABLES: [(&str, &str); 2] = [
+    (
+        "load-table.md",
+        "Load: concurrent agent sessions on the kernel runtime",
+    ),
+    (
+        "jupyter-load-table.md",
+        "Load: concurrent sessions through one Kernel Gateway",
+    ),
+];
+
 /// Runs the benchmarks and writes the report.
 pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf, String> {
     // Decided first, so that a wrong path fails before the long run.
@@ -341,6 +354,10 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
+    // A table left by an earlier run is not this run's (a bench skipped without its gateway).
+    for stale in LOAD_TABLES.iter().map(|(file, _)| file) {
+        let _ = std::fs::remove_file(root.join("target").join("tmp").join(stale));
+    }
     crate::cargo(&args, &env)?;
     let figures = figures(&root.join("target").join("criterion"));
     if figures.is_empty() {
@@ -366,12 +383,13 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
         },
         table(&figures, &memory, peer.as_ref())
     );
-    // The load measurement (cave-agent's `benches/load.rs`) writes its own table.
-    let load = std::fs::read_to_string(root.join("target").join("tmp").join("load-table.md"))
-        .map(|table| {
-            format!("\n\n## Load: concurrent agent sessions on the kernel runtime\n\n{table}")
+    let load: String = LOAD_TABLES
+        .iter()
+        .filter_map(|(file, title)| {
+            let table = std::fs::read_to_string(root.join("target").join("tmp").join(file)).ok()?;
+            Some(format!("\n\n## {title}\n\n{table}"))
         })
-        .unwrap_or_default();
+        .collect();
     let report = format!("{report}{load}");
     let path = root.join("target").join("bench-report.md");
     std::fs::write(&path, &report)

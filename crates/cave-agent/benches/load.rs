@@ -12,12 +12,14 @@
 //! kernel,testing`).
 
 use cave_agent::kernel::{KernelConfig, KernelPool, PoolConfig, Sandbox};
+use cave_agent::testing::measure::{
+    descendants, open_descriptors, percentile, resident_self, resident_tree,
+};
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{
     Agent, Args, Event, Function, KernelRuntime, Param, Resources, Runtime, Signature, Value,
 };
 use futures_util::StreamExt;
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Barrier;
@@ -59,63 +61,6 @@ fn tick() -> Function {
     )
 }
 
-/// `VmRSS` of a process, in bytes.
-fn resident(pid: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|status| {
-            let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-            line.split_whitespace().nth(1)?.parse::<u64>().ok()
-        })
-        .map_or(0, |kib| kib * 1024)
-}
-
-/// Processes below this one (children, and theirs), and the sum of their resident memory.
-fn descendants() -> (usize, u64) {
-    let me = std::process::id();
-    let mut parents: HashMap<u32, u32> = HashMap::new();
-    if let Ok(entries) = std::fs::read_dir("/proc") {
-        for entry in entries.flatten() {
-            let Some(pid) = entry
-                .file_name()
-                .to_str()
-                .and_then(|n| n.parse::<u32>().ok())
-            else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-                continue;
-            };
-            // The command is in parentheses and may hold spaces: the fields follow the last ')'.
-            let Some((_, rest)) = stat.rsplit_once(')') else {
-                continue;
-            };
-            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|p| p.parse().ok()) {
-                parents.insert(pid, ppid);
-            }
-        }
-    }
-    let below = |mut pid: u32| {
-        while let Some(&parent) = parents.get(&pid) {
-            if parent == me {
-                return true;
-            }
-            if parent <= 1 {
-                return false;
-            }
-            pid = parent;
-        }
-        false
-    };
-    let pids: Vec<u32> = parents.keys().copied().filter(|p| below(*p)).collect();
-    let memory = pids.iter().map(|p| resident(&p.to_string())).sum();
-    (pids.len(), memory)
-}
-
-fn descriptors() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
-}
-
 /// Where a session's worker comes from.
 #[derive(Clone, Copy, PartialEq)]
 enum Source {
@@ -135,23 +80,15 @@ struct Level {
     wall: Duration,
 }
 
-fn percentile(values: &mut [Duration], p: f64) -> Duration {
-    values.sort_unstable();
-    if values.is_empty() {
-        return Duration::ZERO;
-    }
-    let at = ((values.len() as f64 - 1.0) * p).round() as usize;
-    values[at]
-}
-
 fn strict() -> KernelConfig {
     KernelConfig::new().sandbox(Sandbox::strict()).spare(false)
 }
 
 /// `n` sessions at once from `source`.
 async fn level(n: usize, source: Source) -> Level {
-    let descriptors_before = descriptors();
-    let (processes_before, _) = descendants();
+    let me = std::process::id();
+    let descriptors_before = open_descriptors();
+    let processes_before = descendants(me).len();
     let pool = match source {
         Source::Pool => {
             // One start at a time refills it while the sessions arrive (half a core here).
@@ -163,7 +100,7 @@ async fn level(n: usize, source: Source) -> Level {
         }
         Source::Cold => None,
     };
-    let host_before = resident("self");
+    let host_before = resident_self();
     // All sessions done (and measured) before any ends: memory is counted with all alive.
     let started = Arc::new(Barrier::new(n + 1));
     let done = Arc::new(Barrier::new(n + 1));
@@ -218,8 +155,8 @@ async fn level(n: usize, source: Source) -> Level {
     }
     done.wait().await;
     let wall = began.elapsed();
-    let host = resident("self").saturating_sub(host_before);
-    let (_, children) = descendants();
+    let host = resident_self().saturating_sub(host_before);
+    let children = resident_tree(me).saturating_sub(resident_self());
     end.wait().await;
     let mut starts = Vec::new();
     let mut steps = Vec::new();
@@ -231,14 +168,14 @@ async fn level(n: usize, source: Source) -> Level {
     drop(pool);
     // What ends asynchronously (reapers, the pool's own ready workers) has a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (processes_after, _) = descendants();
+    let processes_after = descendants(me).len();
     Level {
         sessions: n,
         source,
         starts,
         steps,
         memory_per_session: (host + children) / n as u64,
-        leaked_descriptors: descriptors() as i64 - descriptors_before as i64,
+        leaked_descriptors: open_descriptors() as i64 - descriptors_before as i64,
         leaked_processes: processes_after as i64 - processes_before as i64,
         wall,
     }

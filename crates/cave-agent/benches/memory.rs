@@ -5,16 +5,9 @@
 //!
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-agent --bench memory`).
 
+use cave_agent::testing::measure::{resident, resident_self};
 use cave_agent::{DiscardOutput, InProcRuntime, KernelRuntime, Runtime};
 use std::time::{Duration, Instant};
-
-/// `VmRSS` of a process, in bytes.
-fn resident(pid: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024)
-}
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -27,7 +20,7 @@ fn main() {
         println!("{id}: {:.1} MiB", bytes as f64 / 1048576.0);
         figures.insert(id.to_owned(), bytes.into());
     };
-    let base = resident("self").expect("/proc/self/status");
+    let base = resident_self();
     record("memory/host_alone", base);
 
     rt.block_on(async {
@@ -39,24 +32,21 @@ fn main() {
         while kernel.spare_pid().is_none() && Instant::now() < deadline {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let host = resident("self").expect("/proc/self/status");
+        let host = resident_self();
         record("memory/kernel_runtime/host", host);
-        let child = kernel.pid().await.and_then(|p| resident(&p.to_string()));
+        let child = kernel.pid().await.and_then(resident);
         record(
             "memory/kernel_runtime/child",
             child.expect("the child's status"),
         );
-        if let Some(spare) = kernel.spare_pid().and_then(|p| resident(&p.to_string())) {
+        if let Some(spare) = kernel.spare_pid().and_then(resident) {
             record("memory/kernel_runtime/spare", spare);
         }
         kernel.stop().await;
 
         let inproc = InProcRuntime::new().expect("embedded CPython");
         inproc.execute("x = 1", &DiscardOutput).await.expect("runs");
-        record(
-            "memory/inproc_runtime/host",
-            resident("self").expect("/proc/self/status"),
-        );
+        record("memory/inproc_runtime/host", resident_self());
     });
 
     let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR"));

@@ -1,21 +1,13 @@
 //! A cell that prints as fast as it can for seconds leaves the host's memory bounded, on each
 //! runtime. One test in its own binary: the resident size measured is this test's alone.
 
+use cave_agent::testing::measure::resident_self as resident;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{Agent, DEFAULT_MAX_CELL_OUTPUT, Event, InProcRuntime, Message, Runtime};
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
-
-fn resident() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
-}
 
 /// Runs `phase` while a thread samples the resident size: the largest growth seen.
 async fn peak_growth<F: std::future::Future>(phase: F) -> (F::Output, u64) {

@@ -155,7 +155,13 @@ pub(crate) struct Settings {
     pub(crate) max_output: usize,
     /// The largest form of a display item sent.
     pub(crate) max_display: usize,
+    /// How long a started worker has to say it is ready.
+    pub(crate) start_timeout: Duration,
 }
+
+/// How long a started worker has to say it is ready, by default: a cold interpreter takes
+/// under a second, the bootstrap in a kernel on a busy Jupyter server tens of seconds.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Code run in the child between `fork` and `exec` (after the runtime's own set-up): the seam
 /// for sandbox layers. It must only make async-signal-safe calls.
@@ -176,6 +182,9 @@ pub struct KernelConfig {
     pub interrupt_grace: Option<Duration>,
     /// How long `stop` waits for the child to exit before killing it. Default: 1 s.
     pub stop_grace: Duration,
+    /// How long a started child has to say it is ready before it is killed and the start
+    /// fails. Default: [`DEFAULT_START_TIMEOUT`].
+    pub start_timeout: Duration,
     /// The largest frame either side may send. Default: [`DEFAULT_MAX_FRAME`].
     pub max_frame: usize,
     /// The output of one cell the host holds, in bytes: past it, the beginning and the end are
@@ -212,6 +221,7 @@ impl Default for KernelConfig {
             spare: true,
             interrupt_grace: None,
             stop_grace: Duration::from_secs(1),
+            start_timeout: DEFAULT_START_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
             max_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
             max_display: cave_core::DEFAULT_MAX_DISPLAY,
@@ -258,7 +268,13 @@ impl KernelConfig {
             max_frame: self.max_frame,
             max_output: self.max_output,
             max_display: self.max_display,
+            start_timeout: self.start_timeout,
         }
+    }
+    /// Sets how long a started child has to say it is ready.
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
+        self
     }
     /// Sets the frame limit in bytes.
     pub fn max_frame(mut self, bytes: usize) -> Self {
@@ -343,6 +359,7 @@ impl fmt::Debug for KernelConfig {
             .field("python", &self.python)
             .field("spare", &self.spare)
             .field("interrupt_grace", &self.interrupt_grace)
+            .field("start_timeout", &self.start_timeout)
             .field("stop_grace", &self.stop_grace)
             .field("max_frame", &self.max_frame)
             .field("max_output", &self.max_output)

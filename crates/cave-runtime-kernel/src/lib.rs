@@ -42,8 +42,8 @@ mod worker;
 
 pub use checkpoint::Checkpoint;
 pub use config::{
-    DEFAULT_FILE_SIZE, DEFAULT_MAX_FRAME, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES, KernelConfig,
-    Limits, PreExec,
+    DEFAULT_FILE_SIZE, DEFAULT_MAX_FRAME, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,
+    DEFAULT_START_TIMEOUT, KernelConfig, Limits, PreExec,
 };
 pub use containment::support as containment_support;
 #[cfg(feature = "jupyter")]

@@ -27,15 +27,24 @@ pub struct PoolConfig {
     /// With no worker taken for this long, the ready ones are let go, and the pool fills
     /// again at the next take; `None` keeps them.
     pub idle_timeout: Option<Duration>,
+    /// After a start fails with no runtime waiting (a gateway overloaded or restarting), the
+    /// pool tries again after this, doubled with each failure in a row up to 64 times it;
+    /// `None`: only the next take tries again.
+    pub retry: Option<Duration>,
 }
 
+/// The most a failed start's retry delay is doubled.
+const MAX_BACKOFF_DOUBLINGS: u32 = 6;
+
 impl Default for PoolConfig {
-    /// 4 ready, 2 starting at once, let go after 10 minutes without a take.
+    /// 4 ready, 2 starting at once, let go after 10 minutes without a take, a failed start
+    /// tried again after 1 s (then 2 s, 4 s, … up to about a minute).
     fn default() -> Self {
         Self {
             size: 4,
             max_starting: 2,
             idle_timeout: Some(Duration::from_secs(600)),
+            retry: Some(Duration::from_secs(1)),
         }
     }
 }
@@ -58,6 +67,13 @@ impl PoolConfig {
     /// Lets the ready workers go after `timeout` without a take (`None`: never).
     pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Tries a failed start again after `delay`, doubled with each failure in a row (`None`:
+    /// only when a runtime takes a worker).
+    pub fn retry(mut self, delay: Option<Duration>) -> Self {
+        self.retry = delay;
         self
     }
 }
@@ -125,6 +141,10 @@ struct PoolState {
     last_take: Instant,
     /// The last start's failure, for one waiting taker.
     failure: Option<String>,
+    /// Starts that failed since the last that succeeded (the retry's backoff).
+    failures_in_row: u32,
+    /// A retry after a failure is scheduled.
+    retrying: bool,
 }
 
 impl KernelPool {
@@ -152,6 +172,8 @@ impl KernelPool {
                     failed: 0,
                     last_take: Instant::now(),
                     failure: None,
+                    failures_in_row: 0,
+                    retrying: false,
                 }),
                 arrived: Notify::new(),
                 reaping: AtomicBool::new(false),
@@ -287,11 +309,11 @@ impl PoolInner {
             state.peak_starting = state.peak_starting.max(state.starting);
             let pool = Arc::downgrade(self);
             let transport = self.transport.clone();
-            let max_frame = self.settings().max_frame;
+            let settings = self.settings().clone();
             tokio::spawn(async move {
                 let started = match transport.start().await {
                     Ok(started) => {
-                        Worker::handshake(started, max_frame, Callables::default()).await
+                        Worker::handshake(started, &settings, Callables::default()).await
                     }
                     Err(e) => Err(e),
                 };
@@ -305,6 +327,8 @@ impl PoolInner {
                     match started {
                         Ok(worker) => {
                             state.started += 1;
+                            state.failures_in_row = 0;
+                            state.failure = None;
                             // Unless the pool shrank meanwhile (then it is dropped below).
                             let wanted = pool.size.load(Ordering::SeqCst) + state.waiting;
                             if state.ready.len() < wanted {
@@ -315,18 +339,50 @@ impl PoolInner {
                         Err(error) => {
                             tracing::warn!(%error, "a pooled Python process did not start");
                             state.failed += 1;
+                            state.failures_in_row += 1;
                             state.failure = Some(error.to_string());
                             true
                         }
                     }
                 };
                 pool.arrived.notify_waiters();
-                // After a failure only a waiting taker starts another (no loop of failures).
+                // After a failure a waiting taker starts another at once; otherwise the retry
+                // does, later (no tight loop of failures).
                 if !failed || lock(&pool.state).waiting > 0 {
                     pool.refill();
+                } else {
+                    pool.retry_later();
                 }
             });
         }
+    }
+
+    /// After a failed start with nobody waiting: one refill after the backoff.
+    fn retry_later(self: &Arc<Self>) {
+        let Some(delay) = self.config.retry else {
+            return;
+        };
+        let failures = {
+            let mut state = lock(&self.state);
+            // An idle pool (its workers let go) waits for the next take.
+            let idle = self
+                .config
+                .idle_timeout
+                .is_some_and(|idle| state.last_take.elapsed() >= idle);
+            if idle || std::mem::replace(&mut state.retrying, true) {
+                return;
+            }
+            state.failures_in_row
+        };
+        let delay = delay * 2u32.pow(failures.saturating_sub(1).min(MAX_BACKOFF_DOUBLINGS));
+        let pool = Arc::downgrade(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            if let Some(pool) = Weak::upgrade(&pool) {
+                lock(&pool.state).retrying = false;
+                pool.refill();
+            }
+        });
     }
 
     /// With an idle timeout, lets the ready workers go once nobody took one for that long.

@@ -315,7 +315,7 @@ impl Inner {
             return pool.take(&self.callables).await;
         }
         let started = self.transport.start().await?;
-        Worker::handshake(started, self.settings().max_frame, self.callables.clone()).await
+        Worker::handshake(started, self.settings(), self.callables.clone()).await
     }
 
     /// What the runtime applies to its workers.

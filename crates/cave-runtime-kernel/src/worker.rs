@@ -184,9 +184,10 @@ impl Worker {
     /// Hands a started worker the sources, waits for its `ready`, and serves its frames.
     pub(crate) async fn handshake(
         started: Started,
-        max_frame: usize,
+        settings: &crate::config::Settings,
         callables: Callables,
     ) -> Result<Arc<Worker>, KernelError> {
+        let max_frame = settings.max_frame;
         let Started {
             link,
             socket,
@@ -226,16 +227,31 @@ impl Worker {
                 .max_frame_length(max_frame)
                 .new_codec(),
         );
-        let ready = match reader.next().await {
-            Some(Ok(frame)) => {
+        // Past the start timeout the worker is taken to have died while starting (a Jupyter
+        // kernel that lost a port race to another starting at once, which its server keeps
+        // nudging), and killed: a start always ends.
+        let ready = match tokio::time::timeout(settings.start_timeout, reader.next()).await {
+            Ok(Some(Ok(frame))) => {
                 worker.shared.handled(frame.len());
-                marshal::decode(&frame).ok().map(|(value, _)| value)
+                Ok(marshal::decode(&frame).ok().map(|(value, _)| value))
             }
-            _ => None,
+            Ok(_) => Ok(None),
+            Err(_) => Err(()),
         };
-        let Some(version) = ready.as_ref().and_then(ready_version) else {
+        let Some(version) = ready
+            .as_ref()
+            .ok()
+            .and_then(Option::as_ref)
+            .and_then(ready_version)
+        else {
             worker.link.kill();
-            let why = worker.link.describe_failed_start().await;
+            let why = match ready {
+                Ok(_) => worker.link.describe_failed_start().await,
+                Err(()) => format!(
+                    " within {} s (a kernel that died while starting, or a server too busy to start it)",
+                    settings.start_timeout.as_secs_f64()
+                ),
+            };
             return Err(KernelError::Start {
                 message: format!("{what} did not start the worker{why}"),
             });

@@ -444,3 +444,36 @@ async fn an_unsupported_interpreter_is_refused_with_the_reason() {
         println!("refused: {error}");
     }
 }
+
+/// A worker that never says it is ready (here: an interpreter stuck before the worker runs,
+/// as a Jupyter kernel that died while starting is) fails the start after the start timeout,
+/// with the reason, and its process is killed: a start always ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_that_never_gets_ready_fails_the_start_in_time() {
+    let dir = std::env::temp_dir().join(format!("cave-stuck-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pid_file = dir.join("pid");
+    std::fs::write(
+        dir.join("sitecustomize.py"),
+        "import os, time\nopen('pid', 'w').write(str(os.getpid()))\ntime.sleep(600)\n",
+    )
+    .unwrap();
+    let config = KernelConfig::new()
+        .working_dir(&dir)
+        .env("PYTHONPATH", dir.to_str().unwrap())
+        .spare(false)
+        .start_timeout(Duration::from_secs(2));
+    let rt = KernelRuntime::with_config(config).unwrap();
+    let started = tokio::time::timeout(Duration::from_secs(60), rt.start())
+        .await
+        .expect("the start ends");
+    let error = started.expect_err("a stuck worker").to_string();
+    assert!(
+        error.contains("did not start the worker within 2 s"),
+        "{error}"
+    );
+    let pid: u32 = std::fs::read_to_string(&pid_file).unwrap().parse().unwrap();
+    assert!(ends(pid), "the stuck process was left running");
+    rt.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

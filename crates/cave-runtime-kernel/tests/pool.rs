@@ -122,3 +122,54 @@ async fn a_failed_start_reaches_the_waiting_runtime() {
     assert!(error.contains("nonexistent"), "{error}");
     assert!(pool.stats().failed >= 1);
 }
+
+/// A start that failed with no runtime waiting (an interpreter missing for a moment, a
+/// gateway overloaded) is tried again in the background, so the pool fills once it can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_start_is_tried_again_in_the_background() {
+    let dir = std::env::temp_dir().join(format!("cave-pool-retry-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let marker = dir.join("broken");
+    std::fs::write(&marker, "").unwrap();
+    let python = std::env::var("CAVE_PYTHON").unwrap_or_else(|_| "python3".to_owned());
+    let script = dir.join("python3");
+    std::fs::write(
+        &script,
+        format!(
+            "#!/bin/sh\n[ -e '{}' ] && exit 3\nexec '{python}' \"$@\"\n",
+            marker.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    // No sandbox: it would confine the child to the script's interpreter's directories.
+    let config = KernelConfig::default()
+        .python(&script)
+        .sandbox(cave_runtime_kernel::Sandbox::off());
+    let pool = KernelPool::new(
+        config,
+        PoolConfig::new(1).retry(Some(Duration::from_millis(100))),
+    )
+    .unwrap();
+    pool.fill();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while pool.stats().failed < 2 {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", pool.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The interpreter works again: the pool fills with no runtime asking.
+    std::fs::remove_file(&marker).unwrap();
+    while pool.stats().ready < 1 {
+        assert!(tokio::time::Instant::now() < deadline, "{:?}", pool.stats());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(pool.stats().taken, 0);
+    let runtime = KernelRuntime::from_pool(&pool);
+    let out = runtime
+        .execute("print(6 * 7)", &DiscardOutput)
+        .await
+        .unwrap();
+    assert_eq!(out.output, "42\n");
+    runtime.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -150,17 +150,6 @@ pub fn cases() -> u64 {
         .unwrap_or(SHORT_CASES)
 }
 
-fn resident() -> u64 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("VmRSS:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map_or(0, |kb| kb * 1024)
-}
-
 /// Runs [`cases`] cases of `check` on inputs made from `seeds` (mutated, spliced, or random
 /// bytes), seeded by `name`. A panic fails the soak with the input (written to
 /// `target/fuzz/NAME.bin` when that directory can be made); so does a case slower than a
@@ -175,7 +164,7 @@ pub fn soak(name: &str, seeds: &[Vec<u8>], mut check: impl FnMut(&[u8])) -> Repo
     for input in seeds {
         check(input);
     }
-    let before = resident();
+    let before = crate::measure::resident_self();
     let started = Instant::now();
     let mut slowest = Duration::ZERO;
     for _ in 0..cases {
@@ -234,7 +223,7 @@ pub fn soak(name: &str, seeds: &[Vec<u8>], mut check: impl FnMut(&[u8])) -> Repo
         cases,
         elapsed: started.elapsed(),
         slowest,
-        resident_growth: resident().saturating_sub(before),
+        resident_growth: crate::measure::resident_self().saturating_sub(before),
     };
     println!("{report}");
     report

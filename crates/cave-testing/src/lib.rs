@@ -1,6 +1,7 @@
 //! The test kit of cave-agent: a scripted [`Model`] and a Python-free [`Runtime`] for testing
 //! agents offline, the runtime contract every runtime passes ([`contract`]), seeded
-//! mutations for decoders ([`fuzz`]), and whether a process is still there ([`process`]).
+//! mutations for decoders ([`fuzz`]), whether a process is still there ([`process`]), and what
+//! tests and benchmarks measure of processes ([`measure`]).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -24,6 +25,7 @@
 
 pub mod contract;
 pub mod fuzz;
+pub mod measure;
 pub mod process;
 
 /// The README's example, compiled and run as a doctest.

@@ -3,9 +3,9 @@
 
 use super::JupyterConfig;
 use super::bridge::{Bridge, End, message_size};
+use super::websocket::{FromKernel, ToKernel};
 use futures_util::{SinkExt as _, StreamExt as _};
 use jupyter_protocol::JupyterMessage;
-use jupyter_websocket_client::{JupyterWebSocketReader, JupyterWebSocketWriter};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
 
@@ -85,8 +85,8 @@ pub(super) async fn carry(
 /// The kernel's channels WebSocket: messages that could not be sent are kept for when it is
 /// open again, and it is opened again once.
 pub(super) struct KernelSocket {
-    to_kernel: JupyterWebSocketWriter,
-    from_kernel: JupyterWebSocketReader,
+    to_kernel: ToKernel,
+    from_kernel: FromKernel,
     config: JupyterConfig,
     kernel_id: String,
     session: String,
@@ -103,7 +103,7 @@ impl KernelSocket {
         kernel_id: &str,
         session: String,
     ) -> Result<Self, String> {
-        let (to_kernel, from_kernel) = channels(config, kernel_id, &session).await?.split();
+        let (to_kernel, from_kernel) = super::websocket::open(config, kernel_id, &session).await?;
         Ok(Self {
             to_kernel,
             from_kernel,
@@ -137,64 +137,16 @@ impl KernelSocket {
         }
         self.reopened = true;
         tracing::warn!(%cause, "the WebSocket to the Jupyter server was lost; reopening it");
-        let socket = channels(&self.config, &self.kernel_id, &self.session)
-            .await
-            .map_err(|why| End::SocketLost {
-                cause,
-                reopen_failed: Some(why),
-                largest_sent: self.largest_sent,
-            })?;
-        (self.to_kernel, self.from_kernel) = socket.split();
+        (self.to_kernel, self.from_kernel) =
+            super::websocket::open(&self.config, &self.kernel_id, &self.session)
+                .await
+                .map_err(|why| End::SocketLost {
+                    cause,
+                    reopen_failed: Some(why),
+                    largest_sent: self.largest_sent,
+                })?;
         Ok(std::mem::take(&mut self.unsent))
     }
-}
-
-/// Opens the kernel's channels WebSocket in the JSON protocol, where each message names its
-/// channel. (`jupyter-websocket-client`'s own connect asks for the binary v1 protocol, in which
-/// it sends every message but control ones on the shell channel, so an `input_reply` would
-/// never reach the kernel's stdin channel; its `JupyterWebSocket` does the rest.)
-pub(super) async fn channels(
-    config: &JupyterConfig,
-    kernel_id: &str,
-    session: &str,
-) -> Result<jupyter_websocket_client::JupyterWebSocket, String> {
-    use async_tungstenite::tungstenite::client::IntoClientRequest as _;
-    let base = config
-        .url
-        .replacen("https://", "wss://", 1)
-        .replacen("http://", "ws://", 1);
-    // The session lets the server keep what the kernel sends while the socket is down, and
-    // replay it when the same session reconnects.
-    let mut url = format!("{base}/api/kernels/{kernel_id}/channels?session_id={session}");
-    if let Some(token) = &config.token {
-        url.push_str("&token=");
-        url.push_str(token);
-    }
-    let request = url.into_client_request().map_err(|e| {
-        // The URL holds the token: say what is wrong without it.
-        format!(
-            "not a WebSocket URL ({})",
-            e.to_string()
-                .replace(config.token.as_deref().unwrap_or("\u{0}"), "[token]")
-        )
-    })?;
-    // wss: the platform's certificate store, as for the model's HTTPS, and the CA certificates
-    // the configuration adds.
-    let connector = if base.starts_with("wss://") {
-        Some(tokio_rustls::TlsConnector::from(
-            super::gateway::tls_config(config).map_err(|e| e.to_string())?,
-        ))
-    } else {
-        None
-    };
-    let (inner, _response) =
-        async_tungstenite::tokio::connect_async_with_tls_connector(request, connector)
-            .await
-            .map_err(|e| e.to_string())?;
-    Ok(jupyter_websocket_client::JupyterWebSocket {
-        inner,
-        protocol_mode: jupyter_websocket_client::ProtocolMode::Json,
-    })
 }
 
 /// A session id unique to this link (what the server keys replays on).

@@ -13,6 +13,7 @@
 mod bridge;
 mod carrier;
 mod gateway;
+mod websocket;
 
 use crate::KernelError;
 use crate::config::Settings;
@@ -45,6 +46,7 @@ pub struct JupyterConfig {
     spare: bool,
     interrupt_grace: Duration,
     stop_grace: Duration,
+    start_timeout: Duration,
     max_frame: usize,
     max_output: usize,
     max_display: usize,
@@ -64,6 +66,7 @@ impl std::fmt::Debug for JupyterConfig {
             .field("spare", &self.spare)
             .field("interrupt_grace", &self.interrupt_grace)
             .field("stop_grace", &self.stop_grace)
+            .field("start_timeout", &self.start_timeout)
             .field("max_frame", &self.max_frame)
             .field("max_output", &self.max_output)
             .field("max_display", &self.max_display)
@@ -86,6 +89,7 @@ impl JupyterConfig {
             spare: true,
             interrupt_grace: Duration::from_secs(5),
             stop_grace: Duration::from_secs(1),
+            start_timeout: crate::DEFAULT_START_TIMEOUT,
             max_frame: crate::DEFAULT_MAX_FRAME,
             max_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
             max_display: cave_core::DEFAULT_MAX_DISPLAY,
@@ -106,6 +110,14 @@ impl JupyterConfig {
     /// How long `stop` waits for the worker to end before ending its kernel. Default: 1 s.
     pub fn stop_grace(mut self, grace: Duration) -> Self {
         self.stop_grace = grace;
+        self
+    }
+    /// How long the worker bootstrapped in a started kernel has to say it is ready before the
+    /// kernel is ended and the start fails (a kernel that died while starting, which its server
+    /// may keep trying to reach). Default:
+    /// [`DEFAULT_START_TIMEOUT`](crate::DEFAULT_START_TIMEOUT).
+    pub fn start_timeout(mut self, timeout: Duration) -> Self {
+        self.start_timeout = timeout;
         self
     }
     /// The largest frame either side may send, in bytes. Default:
@@ -232,6 +244,7 @@ impl JupyterTransport {
                 max_frame: config.max_frame,
                 max_output: config.max_output,
                 max_display: config.max_display,
+                start_timeout: config.start_timeout,
             },
             config,
         }

@@ -140,7 +140,17 @@ pub fn start_with(scheme: &str, settings: &[&str]) -> Option<Gateway> {
 
 /// Runs a gateway's `command` until the test binary ends, and waits until it listens on `port`.
 fn launch(mut command: Command, scheme: &str, port: u16, token: String) -> Gateway {
-    command.stdout(Stdio::null()).stderr(Stdio::null());
+    // `CAVE_TEST_GATEWAY_LOG=FILE` keeps the gateway's log, for a failure to be read.
+    let log = std::env::var_os("CAVE_TEST_GATEWAY_LOG").and_then(|path| {
+        std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(path)
+            .ok()
+    });
+    command
+        .stdout(Stdio::null())
+        .stderr(log.map_or_else(Stdio::null, Stdio::from));
     // SAFETY: prctl is async-signal-safe. The gateway dies with the thread that started it:
     // a thread that lives as long as the test binary.
     unsafe {
