@@ -13,6 +13,7 @@ const CRATES: &[&str] = &[
     "cave-security",
     "cave-compact",
     "cave-skills",
+    "cave-session",
     "cave-macros",
     "cave-models",
     "cave-runtime-inproc",

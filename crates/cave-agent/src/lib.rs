@@ -66,6 +66,13 @@ pub mod compact {
     pub use cave_compact::*;
 }
 
+/// Sessions that outlive their host: the conversation, the host's registration and the
+/// model's namespace saved to a directory and restored (feature `session`, on by default).
+#[cfg(feature = "session")]
+pub mod session {
+    pub use cave_session::*;
+}
+
 /// The test kit: a scripted model, a runtime without Python, the runtime contract (feature
 /// `testing`).
 #[cfg(feature = "testing")]

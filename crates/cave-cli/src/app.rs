@@ -19,11 +19,18 @@ use std::sync::Arc;
 
 /// Runs the command; returns how `cave` exits.
 pub fn run(
-    cli: Cli,
+    mut cli: Cli,
     api_key: Option<ApiKey>,
     key_text: Option<String>,
     secrets: config::TakenSecrets,
 ) -> Exit {
+    // A session directory given: what it saved of the runtime options fills those not given
+    // again, before anything reads them.
+    let persisted = match &mut cli.command {
+        Command::Run(args) => Persisted::open(&mut args.common),
+        Command::Chat(args) => Persisted::open(&mut args.common),
+        _ => Ok(None),
+    };
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -56,8 +63,10 @@ pub fn run(
         }
     };
     let redactor = SecretRedactor::for_api_key(key_text.as_deref());
-    let session = config::resolve(common, api_key, &secrets)
-        .and_then(|config| rt.block_on(Session::build(config, &redactor)));
+    let session = config::resolve(common, api_key, &secrets).and_then(|config| {
+        let persisted = persisted.context("--session")?;
+        rt.block_on(Session::build(config, &redactor, persisted))
+    });
     let mut session = match session {
         Ok(session) => session,
         Err(e) => {
@@ -174,6 +183,87 @@ struct Session {
     view: Option<LiveView>,
     /// `--mcp`: the servers, which end with the session.
     mcp: Vec<Arc<cave_agent::mcp::McpTools>>,
+    /// `--session`: where the session is saved after each turn, and the options it keeps.
+    persisted: Option<Persisted>,
+    /// Removes the API key from what is said on stderr.
+    redactor: SecretRedactor,
+}
+
+/// A session directory (`--session`): the directory, what it held when the command started,
+/// and the runtime options it keeps.
+struct Persisted {
+    session: cave_agent::session::Session,
+    saved: Option<cave_agent::session::Saved>,
+    registration: serde_json::Value,
+}
+
+impl Persisted {
+    /// Opens `--session DIR` (if given) and fills the runtime options not given again from
+    /// what it saved.
+    fn open(common: &mut crate::args::CommonArgs) -> anyhow::Result<Option<Self>> {
+        let Some(dir) = &common.session else {
+            return Ok(None);
+        };
+        let mut session = cave_agent::session::Session::open(dir)?;
+        if let Some(bytes) = common.session_max {
+            session = session.max_bytes(bytes);
+        }
+        let saved = session.load()?;
+        let runtime = &mut common.runtime;
+        if let Some(saved) = &saved {
+            let kept = |key: &str| -> Vec<String> {
+                saved.registration[key]
+                    .as_array()
+                    .map(|items| {
+                        items
+                            .iter()
+                            .filter_map(|v| v.as_str().map(str::to_owned))
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let fill = |given: &mut Vec<String>, key: &str| {
+                if given.is_empty() {
+                    *given = kept(key);
+                }
+            };
+            fill(&mut runtime.vars, "var");
+            fill(&mut runtime.var_descs, "var_desc");
+            fill(&mut runtime.mcp, "mcp");
+            fill(&mut runtime.mcp_headers, "mcp_header");
+            if runtime.py.is_empty() {
+                runtime.py = kept("py").into_iter().map(Into::into).collect();
+            }
+            if runtime.skills.is_empty() {
+                runtime.skills = kept("skills").into_iter().map(Into::into).collect();
+            }
+        }
+        // Paths absolute, so that a later start from another directory finds them.
+        let absolute = |paths: &[std::path::PathBuf]| -> Vec<String> {
+            paths
+                .iter()
+                .map(|p| {
+                    std::path::absolute(p)
+                        .unwrap_or_else(|_| p.clone())
+                        .display()
+                        .to_string()
+                })
+                .collect()
+        };
+        let registration = serde_json::json!({
+            "var": runtime.vars,
+            "var_desc": runtime.var_descs,
+            "py": absolute(&runtime.py),
+            "skills": absolute(&runtime.skills),
+            "mcp": runtime.mcp,
+            "mcp_header": runtime.mcp_headers,
+        });
+        Ok(Some(Self {
+            session,
+            saved,
+            registration,
+        }))
+    }
 }
 
 /// The session shown as a web page while it runs (`--view`).
@@ -224,7 +314,11 @@ impl LiveView {
 const UNDO_DEPTH: usize = 16;
 
 impl Session {
-    async fn build(config: Config, redactor: &SecretRedactor) -> anyhow::Result<Self> {
+    async fn build(
+        config: Config,
+        redactor: &SecretRedactor,
+        mut persisted: Option<Persisted>,
+    ) -> anyhow::Result<Self> {
         let Config {
             model,
             record,
@@ -290,6 +384,18 @@ impl Session {
         }
         settings.apply(&mut builder);
         builder.display_dir(&display_dir);
+        // A saved session: its values in the fresh runtime (what the host registers is
+        // registered already), its conversation, and one line saying what came back.
+        if let Some(persisted) = &mut persisted
+            && let Some(saved) = persisted.saved.take()
+        {
+            let restored = persisted.session.restore(&saved, runtime.runtime()).await?;
+            let line = restored.line();
+            eprintln!("cave: {}", redactor.redact(&line));
+            let mut history = saved.history;
+            history.push(cave_agent::Message::user(line));
+            builder.history(history);
+        }
         let agent = builder.build()?;
         let (output, session_capture) = open_output(output, &runtime, redactor)?;
         let view = match view {
@@ -306,7 +412,43 @@ impl Session {
             undo: Vec::new(),
             view,
             mcp: servers,
+            persisted,
+            redactor: redactor.clone(),
         })
+    }
+
+    /// `--session`: saves the conversation and the namespace after a turn. A failure is said,
+    /// not fatal: the previous save stays whole.
+    async fn persist(&self) {
+        let Some(persisted) = &self.persisted else {
+            return;
+        };
+        let saved = persisted
+            .session
+            .save(
+                self.agent.history(),
+                &persisted.registration,
+                self.runtime.runtime(),
+            )
+            .await;
+        match saved {
+            Ok(report) if report.skipped.is_empty() => {}
+            Ok(report) => {
+                let names: Vec<String> = report
+                    .skipped
+                    .iter()
+                    .map(|(name, why)| format!("{name} ({why})"))
+                    .collect();
+                eprintln!(
+                    "cave: the session keeps all but: {}",
+                    self.redactor.redact(&names.join(", "))
+                );
+            }
+            Err(e) => eprintln!(
+                "cave: the session could not be saved (the previous save stays): {}",
+                self.redactor.redact(&e.to_string())
+            ),
+        }
     }
 
     /// Runs one turn, printing its events; Ctrl-C cancels it.
@@ -360,6 +502,7 @@ impl Session {
         }
         drop(events);
         watcher.abort();
+        self.persist().await;
         result.map(|()| reason)
     }
 

@@ -264,6 +264,18 @@ pub struct CommonArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
 
+    /// Keep the session in DIR: the conversation, the runtime options (--var, --py,
+    /// --var-desc, --skills, --mcp, --mcp-header) and what the model's code bound are saved
+    /// after each turn, and a later start with the same DIR continues from there (options
+    /// given again replace the saved ones). Values are restored by Python's pickle, which runs
+    /// code: use only session directories you trust like your own files.
+    #[arg(long, value_name = "DIR", help_heading = "Session")]
+    pub session: Option<PathBuf>,
+    /// The most a save keeps of the model's values (e.g. 512M; default 128M): larger ones
+    /// are skipped and named when the session resumes.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "session", help_heading = "Session")]
+    pub session_max: Option<u64>,
+
     /// Model calls per run.
     #[arg(long, help_heading = "Limits")]
     pub max_steps: Option<u32>,

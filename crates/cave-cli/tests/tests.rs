@@ -10,6 +10,7 @@ mod mcp_serve;
 #[path = "../../cave-mcp/tests/support/servers.rs"]
 mod mcp_servers;
 mod render;
+mod session;
 mod skills;
 mod soak;
 #[path = "../../cave-models/tests/support/mod.rs"]
