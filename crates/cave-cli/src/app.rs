@@ -418,19 +418,27 @@ impl Session {
     }
 
     /// `--session`: saves the conversation and the namespace after a turn. A failure is said,
-    /// not fatal: the previous save stays whole.
-    async fn persist(&self) {
+    /// not fatal: the previous save stays whole. After a turn in which the runtime lost its
+    /// state, the values saved before are kept rather than replaced by the emptied namespace.
+    async fn persist(&self, state_lost: bool) {
         let Some(persisted) = &self.persisted else {
             return;
         };
-        let saved = persisted
-            .session
-            .save(
-                self.agent.history(),
-                &persisted.registration,
-                self.runtime.runtime(),
-            )
-            .await;
+        let (session, history, registration) = (
+            &persisted.session,
+            self.agent.history(),
+            &persisted.registration,
+        );
+        let saved = if state_lost {
+            eprintln!(
+                "cave: the runtime lost its state this turn; the session keeps the values saved before it"
+            );
+            session.save_keeping_values(history, registration)
+        } else {
+            session
+                .save(history, registration, self.runtime.runtime())
+                .await
+        };
         match saved {
             Ok(report) if report.skipped.is_empty() => {}
             Ok(report) => {
@@ -473,6 +481,7 @@ impl Session {
             }
         });
         let mut reason = None;
+        let mut state_lost = false;
         let mut events = self.agent.stream_until(prompt, cancel);
         let mut result = Ok(());
         let mut ticker = tokio::time::interval(std::time::Duration::from_millis(100));
@@ -492,6 +501,15 @@ impl Session {
             if let Event::Stopped { stop_reason, .. } = &event {
                 reason = Some(*stop_reason);
             }
+            if let Event::ExecutionResult {
+                state_lost: true, ..
+            }
+            | Event::ExecutionTimeout {
+                state_lost: true, ..
+            } = &event
+            {
+                state_lost = true;
+            }
             if let Some(view) = &self.view {
                 view.show(&event);
             }
@@ -502,7 +520,7 @@ impl Session {
         }
         drop(events);
         watcher.abort();
-        self.persist().await;
+        self.persist(state_lost).await;
         result.map(|()| reason)
     }
 

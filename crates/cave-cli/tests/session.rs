@@ -204,3 +204,35 @@ async fn a_chat_session_resumes() {
     assert_eq!(outputs(&out), ["['first', 'second']\n"]);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A turn in which the runtime lost its state (the kernel's process died) does not overwrite
+/// the values saved before it: the next start still has them.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_lost_state_keeps_the_values_saved_before() {
+    let dir = std::env::temp_dir().join(format!("cave-cli-session-lost-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let first = TestServer::start([
+        answer(&block("kept = 41"), 8, "stop"),
+        answer("Kept.", 8, "stop"),
+        answer(&block("import os\nos._exit(1)"), 8, "stop"),
+        answer("It crashed.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(&first, "kernel", &dir, &["Keep.", "Crash."]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("keeps the values saved before"), "{stderr}");
+    let second = TestServer::start([
+        answer(&block("print(kept + 1)"), 8, "stop"),
+        answer("Back.", 8, "stop"),
+    ])
+    .await;
+    let out = cave(&second, "kernel", &dir, &["Still there?"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(outputs(&out), ["42\n"]);
+    let _ = std::fs::remove_dir_all(&dir);
+}

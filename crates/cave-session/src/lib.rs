@@ -128,6 +128,16 @@ impl From<HistoryError> for SessionError {
     }
 }
 
+/// Where a generation's namespace comes from.
+enum Namespace<'a> {
+    /// The runtime's payload, just made.
+    Bytes(&'a [u8]),
+    /// The previous generation's file.
+    File(&'a Path),
+    /// Nothing saved yet.
+    None,
+}
+
 /// The manifest, `session.json`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Manifest {
@@ -391,23 +401,87 @@ impl Session {
                 });
             }
         };
+        self.write_generation(
+            history,
+            registration,
+            Namespace::Bytes(&payload),
+            report.saved,
+            report.skipped,
+        )
+    }
+
+    /// Saves `history` and `registration` but keeps the values of the previous save: for a
+    /// turn in which the runtime lost its state (a crash, a cell killed past its time limit),
+    /// so that saving the emptied namespace does not destroy the only copy of what the model
+    /// had built. The next start restores those values (and says so).
+    pub fn save_keeping_values(
+        &self,
+        history: &[Message],
+        registration: &Json,
+    ) -> Result<SaveReport, SessionError> {
+        let previous = self.current_manifest();
+        let (saved, skipped, namespace) = match previous {
+            Some(manifest) => {
+                let namespace = match &manifest.namespace {
+                    Some(name) => Some(self.file(name, &self.dir.join(MANIFEST))?),
+                    None => None,
+                };
+                (manifest.saved, manifest.skipped, namespace)
+            }
+            None => (Vec::new(), Vec::new(), None),
+        };
+        self.write_generation(
+            history,
+            registration,
+            namespace
+                .as_deref()
+                .map_or(Namespace::None, Namespace::File),
+            saved,
+            skipped,
+        )
+    }
+
+    /// Writes generation N+1 (the history, the namespace), then the manifest naming it, then
+    /// removes generation N.
+    fn write_generation(
+        &self,
+        history: &[Message],
+        registration: &Json,
+        namespace: Namespace<'_>,
+        saved: Vec<(String, String)>,
+        skipped: Vec<(String, String)>,
+    ) -> Result<SaveReport, SessionError> {
         let previous = self.current_manifest();
         let generation = previous.as_ref().map_or(1, |m| m.generation + 1);
         let history_name = format!("history-{generation}.json");
-        let namespace_name = format!("namespace-{generation}.pickle");
         write_synced(
             &self.dir.join(&history_name),
             SavedHistory::new(history.to_vec()).to_json().as_bytes(),
         )?;
-        write_synced(&self.dir.join(&namespace_name), &payload)?;
+        let namespace_name = format!("namespace-{generation}.pickle");
+        let bytes = match namespace {
+            Namespace::Bytes(payload) => {
+                write_synced(&self.dir.join(&namespace_name), payload)?;
+                Some(payload.len() as u64)
+            }
+            Namespace::File(path) => {
+                let data = std::fs::read(path).map_err(|source| SessionError::Io {
+                    path: path.to_owned(),
+                    source,
+                })?;
+                write_synced(&self.dir.join(&namespace_name), &data)?;
+                Some(data.len() as u64)
+            }
+            Namespace::None => None,
+        };
         let manifest = Manifest {
             format_version: SESSION_FORMAT_VERSION,
             generation,
             registration: registration.clone(),
             history: history_name,
-            namespace: Some(namespace_name),
-            saved: report.saved.clone(),
-            skipped: report.skipped.clone(),
+            namespace: bytes.map(|_| namespace_name),
+            saved: saved.clone(),
+            skipped: skipped.clone(),
         };
         // serde_json cannot fail on this structure (strings, numbers, JSON).
         let text = serde_json::to_string_pretty(&manifest).unwrap_or_default();
@@ -422,9 +496,9 @@ impl Session {
         // The older generations go only now, when the manifest no longer names them.
         self.remove_older_than(generation);
         Ok(SaveReport {
-            saved: report.saved,
-            skipped: report.skipped,
-            bytes: payload.len() as u64,
+            saved,
+            skipped,
+            bytes: bytes.unwrap_or(0),
         })
     }
 
