@@ -5,5 +5,6 @@ mod outside_runtime;
 mod parser;
 mod registry;
 mod send_sync;
+mod spans;
 mod support;
 mod values;

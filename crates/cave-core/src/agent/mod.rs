@@ -98,6 +98,8 @@ struct Config {
     /// Send the images cells show to the model, within this many tokens a result (`None`: do
     /// not send them).
     image_budget: Option<u64>,
+    /// Cells' code and output are recorded on their spans.
+    trace_content: bool,
 }
 
 impl Agent {
@@ -122,7 +124,14 @@ impl Agent {
     ) -> EventStream<'_> {
         let emitter = emit::Emitter::new(self.observer.clone());
         let prompt = prompt.into();
-        EventStream::new(emitter.clone(), run::drive(self, prompt, cancel, emitter))
+        let span = run::spans::run(&self.model_info.id);
+        EventStream::new(
+            emitter.clone(),
+            tracing::Instrument::instrument(
+                run::drive(self, prompt, cancel, emitter, span.clone()),
+                span,
+            ),
+        )
     }
 
     /// Runs `prompt` to its end: [`stream`](Agent::stream), drained.
@@ -245,6 +254,7 @@ pub struct AgentBuilder {
     skills: Option<String>,
     display_dir: Option<std::path::PathBuf>,
     image_budget: Option<u64>,
+    trace_content: bool,
     history: Vec<Message>,
     sub_agents: Vec<Arc<SubAgent>>,
     approver: Option<Arc<announce::Announcing>>,
@@ -277,12 +287,22 @@ impl AgentBuilder {
             skills: None,
             display_dir: None,
             image_budget: None,
+            trace_content: false,
             history: Vec::new(),
             sub_agents: Vec::new(),
             approver: None,
             approve_cells: true,
             observer: None,
         }
+    }
+
+    /// Records each cell's code and output (redacted) on its span, as
+    /// `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result` (default: off; the spans
+    /// carry names, models, token counts and outcomes only). The spans follow the
+    /// OpenTelemetry GenAI conventions; any `tracing` subscriber receives them.
+    pub fn trace_content(&mut self, on: bool) -> &mut Self {
+        self.trace_content = on;
+        self
     }
 
     /// Shows every event of every run to `observer` as it happens: an audit log
@@ -535,6 +555,7 @@ impl AgentBuilder {
                 skills: self.skills.clone(),
                 display_dir: self.display_dir.clone(),
                 image_budget: self.image_budget,
+                trace_content: self.trace_content,
             },
             history: self.history.clone(),
             anchor: None,

@@ -16,11 +16,11 @@ impl Run<'_> {
         if prepared.needs_summary {
             self.emit.emit(Event::Status(Status::Compacting)).await;
             // A clone, so that a run cancelled mid-summary keeps its history.
-            let summarized = self
-                .agent
-                .compactor
-                .summarize(self.agent.history.clone())
-                .await;
+            let summarized = tracing::Instrument::instrument(
+                self.agent.compactor.summarize(self.agent.history.clone()),
+                spans::compaction(),
+            )
+            .await;
             self.settle_summary(summarized, before).await;
         }
     }

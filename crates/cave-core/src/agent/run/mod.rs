@@ -4,6 +4,7 @@
 
 mod compaction;
 mod execute;
+pub(super) mod spans;
 mod turn;
 mod usage;
 
@@ -32,11 +33,13 @@ enum Failure {
 }
 
 /// The runs' driver: the envelope that guarantees a `Stopped` event and a valid history.
+/// `span` is the run's (it runs inside it), which gets the run's outcome.
 pub(super) async fn drive(
     agent: &mut Agent,
     prompt: String,
     cancel: CancellationToken,
     emit: Emitter,
+    span: tracing::Span,
 ) {
     emit.emit(Event::UserPrompt {
         content: prompt.clone(),
@@ -101,6 +104,7 @@ pub(super) async fn drive(
         }
     };
     run.armed = false;
+    spans::finish_run(&span, run.usage, run.steps, reason);
     let stopped = Event::Stopped {
         content: std::mem::take(&mut run.final_content),
         stop_reason: reason,
@@ -217,7 +221,8 @@ impl<'a> Run<'a> {
             if self.time_exceeded() || self.budget_crossed() {
                 break;
             }
-            self.step().await?;
+            let step = spans::step(self.steps + 1);
+            tracing::Instrument::instrument(self.step(), step).await?;
             if self.completed {
                 break;
             }
@@ -238,8 +243,14 @@ impl<'a> Run<'a> {
         self.steps += 1;
         let mut turn = Turn::new(self.pending_text.clone());
         let called = Instant::now();
-        let streamed = self.stream_with_overflow_retry(&mut turn).await;
+        let chat = spans::chat(&self.agent.model_info.id);
+        let streamed = tracing::Instrument::instrument(
+            self.stream_with_overflow_retry(&mut turn),
+            chat.clone(),
+        )
+        .await;
         let usage = self.settle_usage(&turn);
+        spans::finish_chat(&chat, usage, streamed.as_ref().err());
         let step = StepCost {
             step: self.steps,
             usage,
@@ -278,7 +289,15 @@ impl<'a> Run<'a> {
                 let message = Message::code(text).with_reasoning(thinking);
                 self.agent.history.push(message);
                 let started = Instant::now();
-                let (event, result) = self.execute(&code).await?;
+                let content = self.agent.config.trace_content;
+                let cell = spans::cell(
+                    &crate::SecretRedactor::new(crate::RuntimeExt::secrets(&*self.agent.runtime))
+                        .redact(&code),
+                    content,
+                );
+                let (event, result) =
+                    tracing::Instrument::instrument(self.execute(&code), cell.clone()).await?;
+                spans::finish_cell(&cell, &event, content);
                 self.agent.history.push(result);
                 self.emit.emit(event).await;
                 let ran = started.elapsed().as_secs_f64();

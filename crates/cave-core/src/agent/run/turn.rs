@@ -142,11 +142,13 @@ impl Run<'_> {
                 tracing::warn!(error = %error, "prompt too long, compacting and retrying once");
                 let before = self.agent.history.len();
                 self.emit.emit(Event::Status(Status::Compacting)).await;
-                let recovered = self
-                    .agent
-                    .compactor
-                    .recover_from_overflow(self.agent.history.clone())
-                    .await;
+                let recovered = tracing::Instrument::instrument(
+                    self.agent
+                        .compactor
+                        .recover_from_overflow(self.agent.history.clone()),
+                    super::spans::compaction(),
+                )
+                .await;
                 self.settle_summary(recovered, before).await;
                 *turn = Turn::new(std::mem::take(&mut turn.prefix));
                 self.stream_once(turn).await

@@ -1,0 +1,181 @@
+//! The run's spans, named and attributed after the OpenTelemetry GenAI semantic conventions,
+//! so that any `tracing` subscriber shows a run as a tree (`tracing-opentelemetry` maps
+//! `otel.name`, `otel.kind` and `otel.status_code`, and exports the rest as attributes):
+//!
+//! ```text
+//! invoke_agent cave-agent          gen_ai.operation.name, gen_ai.request.model, usage, stop
+//! ├─ step                          cave.step
+//! │  ├─ chat MODEL                 gen_ai.request.model, gen_ai.usage.{input,output}_tokens
+//! │  └─ execute_tool python        the cell: success, state lost; code and output opt-in
+//! └─ compaction                    a summary written to make room
+//! ```
+//!
+//! What the spans never hold unless the host opts in ([`AgentBuilder::trace_content`]): the
+//! prompt, the answers, cells' code and output. Secrets never: what is recorded is what the
+//! events carry, redacted the same way.
+//!
+//! [`AgentBuilder::trace_content`]: crate::AgentBuilder::trace_content
+
+use crate::{StopReason, Usage};
+use tracing::Span;
+use tracing::field::Empty;
+
+/// The agent's name in `gen_ai.agent.name`.
+const AGENT: &str = "cave-agent";
+
+/// A run: `invoke_agent cave-agent`.
+pub(crate) fn run(model: &str) -> Span {
+    tracing::info_span!(
+        "invoke_agent",
+        otel.name = %format!("invoke_agent {AGENT}"),
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "invoke_agent",
+        gen_ai.agent.name = AGENT,
+        gen_ai.request.model = model,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        cave.stop_reason = Empty,
+        cave.steps = Empty,
+        error.type = Empty,
+    )
+}
+
+/// The end of a run, on its span.
+pub(super) fn finish_run(span: &Span, usage: Usage, steps: u32, reason: StopReason) {
+    span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);
+    span.record("gen_ai.usage.output_tokens", usage.completion_tokens);
+    span.record("cave.steps", steps);
+    let reason = reason_name(reason);
+    span.record("cave.stop_reason", reason);
+    if !matches!(reason, "completed") {
+        span.record("error.type", reason);
+        if matches!(reason, "model_error" | "runtime_error" | "internal_error") {
+            span.record("otel.status_code", "ERROR");
+        }
+    }
+}
+
+fn reason_name(reason: StopReason) -> &'static str {
+    match reason {
+        StopReason::Completed => "completed",
+        StopReason::MaxSteps => "max_steps",
+        StopReason::Timeout => "timeout",
+        StopReason::BudgetExhausted => "budget_exhausted",
+        StopReason::Cancelled => "cancelled",
+        StopReason::ModelError => "model_error",
+        StopReason::RuntimeError => "runtime_error",
+        StopReason::InternalError => "internal_error",
+    }
+}
+
+/// One step: a model call and what came of it.
+pub(super) fn step(number: u32) -> Span {
+    tracing::info_span!("step", otel.name = "step", cave.step = number)
+}
+
+/// A model call: `chat MODEL`.
+pub(super) fn chat(model: &str) -> Span {
+    tracing::info_span!(
+        "chat",
+        otel.name = %format!("chat {model}"),
+        otel.kind = "client",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "chat",
+        gen_ai.request.model = model,
+        gen_ai.usage.input_tokens = Empty,
+        gen_ai.usage.output_tokens = Empty,
+        cave.usage.estimated = Empty,
+        error.type = Empty,
+    )
+}
+
+/// The end of a model call, on its span.
+pub(super) fn finish_chat(span: &Span, usage: Usage, error: Option<&crate::ModelError>) {
+    span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);
+    span.record("gen_ai.usage.output_tokens", usage.completion_tokens);
+    span.record("cave.usage.estimated", usage.estimated);
+    if let Some(error) = error {
+        span.record("error.type", error_kind(error));
+        span.record("otel.status_code", "ERROR");
+    }
+}
+
+fn error_kind(error: &crate::ModelError) -> &'static str {
+    use crate::ModelErrorKind as Kind;
+    match error.kind() {
+        Kind::Transient { .. } => "transient",
+        Kind::BillingExhausted => "billing_exhausted",
+        Kind::PromptTooLong => "prompt_too_long",
+        Kind::Auth => "auth",
+        Kind::InvalidRequest => "invalid_request",
+        Kind::StreamStalled => "stream_stalled",
+        Kind::StreamInterrupted => "stream_interrupted",
+        Kind::ContentFiltered => "content_filtered",
+        Kind::EmptyAnswer => "empty_answer",
+        Kind::Truncated => "truncated",
+        _ => "model_error",
+    }
+}
+
+/// A cell: `execute_tool python`, the code recorded only with `content`.
+pub(super) fn cell(code: &str, content: bool) -> Span {
+    let span = tracing::info_span!(
+        "execute_tool",
+        otel.name = "execute_tool python",
+        otel.kind = "internal",
+        otel.status_code = Empty,
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = "python",
+        gen_ai.tool.type = "extension",
+        gen_ai.tool.call.arguments = Empty,
+        gen_ai.tool.call.result = Empty,
+        cave.cell.success = Empty,
+        cave.cell.state_lost = Empty,
+        error.type = Empty,
+    );
+    if content {
+        span.record("gen_ai.tool.call.arguments", code);
+    }
+    span
+}
+
+/// The end of a cell, on its span: the event it ended with (its output only with `content`).
+pub(super) fn finish_cell(span: &Span, event: &crate::Event, content: bool) {
+    match event {
+        crate::Event::ExecutionResult {
+            output,
+            success,
+            state_lost,
+            ..
+        } => {
+            span.record("cave.cell.success", *success);
+            span.record("cave.cell.state_lost", *state_lost);
+            if !success {
+                span.record("error.type", "python_exception");
+            }
+            if content {
+                span.record("gen_ai.tool.call.result", output.as_str());
+            }
+        }
+        crate::Event::ExecutionTimeout { state_lost, .. } => {
+            span.record("cave.cell.success", false);
+            span.record("cave.cell.state_lost", *state_lost);
+            span.record("error.type", "timeout");
+        }
+        crate::Event::ExecutionRefused { .. } => {
+            span.record("cave.cell.success", false);
+            span.record("error.type", "refused");
+        }
+        _ => {}
+    }
+}
+
+/// A summary written to make room in the context.
+pub(super) fn compaction() -> Span {
+    tracing::info_span!(
+        "compaction",
+        otel.name = "compaction",
+        otel.kind = "internal"
+    )
+}

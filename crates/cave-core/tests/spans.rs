@@ -1,0 +1,199 @@
+//! The run's spans, as a `tracing` subscriber sees them: the tree (run, steps, model calls,
+//! cells), the GenAI attributes and token counts, and no code, output or secret unless the host
+//! opts in (then redacted).
+
+use cave_core::{Agent, Resources, Runtime, Usage, Variable};
+use cave_testing::{EchoRuntime, Reply, ScriptedModel};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Metadata, Subscriber};
+
+/// A span as recorded.
+#[derive(Clone, Debug)]
+struct Recorded {
+    name: &'static str,
+    parent: Option<u64>,
+    fields: BTreeMap<String, String>,
+}
+
+/// A subscriber that keeps every span (for one thread: the test's current-thread runtime).
+#[derive(Default)]
+struct Capture {
+    next: AtomicU64,
+    spans: Mutex<BTreeMap<u64, Recorded>>,
+    stack: Mutex<Vec<u64>>,
+}
+
+struct Fields<'a>(&'a mut BTreeMap<String, String>);
+
+impl Visit for Fields<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.insert(field.name().to_owned(), format!("{value:?}"));
+    }
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.0.insert(field.name().to_owned(), value.to_owned());
+    }
+}
+
+impl Subscriber for Capture {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, attrs: &Attributes<'_>) -> Id {
+        let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
+        let parent = match attrs.parent() {
+            Some(parent) => Some(parent.into_u64()),
+            None if attrs.is_contextual() => self.stack.lock().unwrap().last().copied(),
+            None => None,
+        };
+        let mut fields = BTreeMap::new();
+        attrs.record(&mut Fields(&mut fields));
+        self.spans.lock().unwrap().insert(
+            id,
+            Recorded {
+                name: attrs.metadata().name(),
+                parent,
+                fields,
+            },
+        );
+        Id::from_u64(id)
+    }
+    fn record(&self, span: &Id, values: &Record<'_>) {
+        if let Some(recorded) = self.spans.lock().unwrap().get_mut(&span.into_u64()) {
+            values.record(&mut Fields(&mut recorded.fields));
+        }
+    }
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, _: &Event<'_>) {}
+    fn enter(&self, span: &Id) {
+        self.stack.lock().unwrap().push(span.into_u64());
+    }
+    fn exit(&self, span: &Id) {
+        let mut stack = self.stack.lock().unwrap();
+        if let Some(at) = stack.iter().rposition(|s| *s == span.into_u64()) {
+            stack.remove(at);
+        }
+    }
+}
+
+const SECRET: &str = "tok-9f8e7d6c5b4a";
+
+/// Runs a two-step run (a cell, then an answer) under a capturing subscriber.
+fn spans_of(content: bool) -> BTreeMap<u64, Recorded> {
+    let capture = Arc::new(Capture::default());
+    let _default = tracing::subscriber::set_default(capture.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let runtime = Arc::new(EchoRuntime::new());
+        runtime
+            .register(Resources::new().variable(Variable::secret("token", SECRET)))
+            .await
+            .unwrap();
+        let model = Arc::new(ScriptedModel::new([
+            Reply::text(format!("```python\nx = '{SECRET}'\nprint(x)\n```")),
+            Reply::text("Done.").usage(Usage::new(200, 5)),
+        ]));
+        let mut builder = Agent::builder(model, runtime);
+        builder.trace_content(content);
+        let mut agent = builder.build().unwrap();
+        let response = agent.run("Count.").await;
+        assert_eq!(response.content, "Done.");
+    });
+    capture.spans.lock().unwrap().clone()
+}
+
+fn children(spans: &BTreeMap<u64, Recorded>, parent: u64) -> Vec<(u64, &Recorded)> {
+    spans
+        .iter()
+        .filter(|(_, s)| s.parent == Some(parent))
+        .map(|(id, s)| (*id, s))
+        .collect()
+}
+
+#[test]
+fn a_run_is_a_tree_of_genai_spans() {
+    let spans = spans_of(false);
+    let roots: Vec<_> = spans.iter().filter(|(_, s)| s.parent.is_none()).collect();
+    assert_eq!(roots.len(), 1, "{spans:#?}");
+    let (&run_id, run) = roots[0];
+    assert_eq!(run.name, "invoke_agent");
+    assert_eq!(run.fields["gen_ai.operation.name"], "invoke_agent");
+    assert_eq!(run.fields["otel.name"], "invoke_agent cave-agent");
+    assert_eq!(run.fields["cave.stop_reason"], "completed");
+    // The run's tokens are its model calls'.
+    let calls: Vec<&Recorded> = spans.values().filter(|s| s.name == "chat").collect();
+    let sum = |key: &str| -> u64 {
+        calls
+            .iter()
+            .map(|c| c.fields[key].parse::<u64>().unwrap())
+            .sum()
+    };
+    assert_eq!(
+        run.fields["gen_ai.usage.input_tokens"],
+        sum("gen_ai.usage.input_tokens").to_string()
+    );
+    assert_eq!(
+        run.fields["gen_ai.usage.output_tokens"],
+        sum("gen_ai.usage.output_tokens").to_string()
+    );
+    assert!(!run.fields.contains_key("error.type"));
+    let steps = children(&spans, run_id);
+    let names: Vec<_> = steps.iter().map(|(_, s)| s.name).collect();
+    assert_eq!(names, ["step", "step"], "{spans:#?}");
+    // Step 1: the model call, then the cell.
+    let first: Vec<_> = children(&spans, steps[0].0);
+    let names: Vec<_> = first.iter().map(|(_, s)| s.name).collect();
+    assert_eq!(names, ["chat", "execute_tool"]);
+    let chat = first[0].1;
+    assert_eq!(chat.fields["gen_ai.operation.name"], "chat");
+    assert!(chat.fields["otel.name"].starts_with("chat "), "{chat:?}");
+    assert!(
+        chat.fields["gen_ai.usage.input_tokens"]
+            .parse::<u64>()
+            .unwrap()
+            > 0
+    );
+    let cell = first[1].1;
+    assert_eq!(cell.fields["gen_ai.tool.name"], "python");
+    assert_eq!(cell.fields["cave.cell.success"], "true");
+    // Without the opt-in: neither code nor output.
+    assert!(!cell.fields.contains_key("gen_ai.tool.call.arguments"));
+    assert!(!cell.fields.contains_key("gen_ai.tool.call.result"));
+    // Step 2: the model call alone.
+    let second: Vec<_> = children(&spans, steps[1].0);
+    assert_eq!(second.len(), 1);
+    // As the provider reported them.
+    assert_eq!(second[0].1.fields["gen_ai.usage.input_tokens"], "200");
+    assert_eq!(second[0].1.fields["gen_ai.usage.output_tokens"], "5");
+    assert_eq!(second[0].1.fields["cave.usage.estimated"], "false");
+    for span in spans.values() {
+        for value in span.fields.values() {
+            assert!(!value.contains(SECRET), "{span:?}");
+        }
+    }
+}
+
+#[test]
+fn code_and_output_are_recorded_only_when_asked_and_redacted() {
+    let spans = spans_of(true);
+    let cell = spans
+        .values()
+        .find(|s| s.name == "execute_tool")
+        .expect("a cell span");
+    let code = &cell.fields["gen_ai.tool.call.arguments"];
+    assert!(code.contains("print(x)"), "{code}");
+    assert!(code.contains("[redacted: token]"), "{code}");
+    let output = &cell.fields["gen_ai.tool.call.result"];
+    assert!(output.contains("print(x)"), "{output}");
+    for span in spans.values() {
+        for value in span.fields.values() {
+            assert!(!value.contains(SECRET), "{span:?}");
+        }
+    }
+}
