@@ -143,6 +143,8 @@ pub struct CellOutput {
     displays_sent: usize,
     display_bytes: usize,
     displays_left_out: usize,
+    /// The cell's span, the parent of its host calls' spans.
+    span: tracing::Span,
 }
 
 /// A piece of a running cell's output as it goes live: text, or an item it showed.
@@ -179,7 +181,20 @@ impl CellOutput {
             displays_sent: 0,
             display_bytes: 0,
             displays_left_out: 0,
+            span: tracing::Span::current(),
         }
+    }
+
+    /// Its span is `span` (by default, the span current where it was made): a runtime that
+    /// makes it on another thread than the cell's caller passes the caller's.
+    pub fn with_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
+    }
+
+    /// The cell's span: what its host calls' spans are children of.
+    pub fn span(&self) -> tracing::Span {
+        self.span.clone()
     }
 
     /// Adds an item the cell showed.

@@ -3,87 +3,16 @@
 //! opts in (then redacted).
 
 use cave_core::{Agent, Resources, Runtime, Usage, Variable};
+use cave_testing::spans::{CapturedSpan as Recorded, SpanCapture};
 use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Metadata, Subscriber};
-
-/// A span as recorded.
-#[derive(Clone, Debug)]
-struct Recorded {
-    name: &'static str,
-    parent: Option<u64>,
-    fields: BTreeMap<String, String>,
-}
-
-/// A subscriber that keeps every span (for one thread: the test's current-thread runtime).
-#[derive(Default)]
-struct Capture {
-    next: AtomicU64,
-    spans: Mutex<BTreeMap<u64, Recorded>>,
-    stack: Mutex<Vec<u64>>,
-}
-
-struct Fields<'a>(&'a mut BTreeMap<String, String>);
-
-impl Visit for Fields<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.insert(field.name().to_owned(), format!("{value:?}"));
-    }
-    fn record_str(&mut self, field: &Field, value: &str) {
-        self.0.insert(field.name().to_owned(), value.to_owned());
-    }
-}
-
-impl Subscriber for Capture {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, attrs: &Attributes<'_>) -> Id {
-        let id = self.next.fetch_add(1, Ordering::SeqCst) + 1;
-        let parent = match attrs.parent() {
-            Some(parent) => Some(parent.into_u64()),
-            None if attrs.is_contextual() => self.stack.lock().unwrap().last().copied(),
-            None => None,
-        };
-        let mut fields = BTreeMap::new();
-        attrs.record(&mut Fields(&mut fields));
-        self.spans.lock().unwrap().insert(
-            id,
-            Recorded {
-                name: attrs.metadata().name(),
-                parent,
-                fields,
-            },
-        );
-        Id::from_u64(id)
-    }
-    fn record(&self, span: &Id, values: &Record<'_>) {
-        if let Some(recorded) = self.spans.lock().unwrap().get_mut(&span.into_u64()) {
-            values.record(&mut Fields(&mut recorded.fields));
-        }
-    }
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, _: &Event<'_>) {}
-    fn enter(&self, span: &Id) {
-        self.stack.lock().unwrap().push(span.into_u64());
-    }
-    fn exit(&self, span: &Id) {
-        let mut stack = self.stack.lock().unwrap();
-        if let Some(at) = stack.iter().rposition(|s| *s == span.into_u64()) {
-            stack.remove(at);
-        }
-    }
-}
+use std::sync::Arc;
 
 const SECRET: &str = "tok-9f8e7d6c5b4a";
 
 /// Runs a two-step run (a cell, then an answer) under a capturing subscriber.
 fn spans_of(content: bool) -> BTreeMap<u64, Recorded> {
-    let capture = Arc::new(Capture::default());
+    let capture = SpanCapture::new();
     let _default = tracing::subscriber::set_default(capture.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -105,7 +34,7 @@ fn spans_of(content: bool) -> BTreeMap<u64, Recorded> {
         let response = agent.run("Count.").await;
         assert_eq!(response.content, "Done.");
     });
-    capture.spans.lock().unwrap().clone()
+    capture.spans().into_iter().map(|s| (s.id, s)).collect()
 }
 
 fn children(spans: &BTreeMap<u64, Recorded>, parent: u64) -> Vec<(u64, &Recorded)> {

@@ -63,6 +63,24 @@ struct Inner {
 /// What a host call shows goes through this (into the running cell's output).
 type HostDisplay = Arc<dyn Fn(DisplayItem) + Send + Sync>;
 
+/// What a host call needs of the cell that makes it: where what it shows goes, and the cell's
+/// span.
+#[derive(Clone)]
+struct HostCell {
+    show: HostDisplay,
+    output: std::sync::Weak<Mutex<Outputs>>,
+}
+
+impl HostCell {
+    /// The running cell's span (none between cells).
+    fn span(&self) -> tracing::Span {
+        self.output
+            .upgrade()
+            .and_then(|output| lock(&output).cell.as_ref().map(CellOutput::span))
+            .unwrap_or_else(tracing::Span::none)
+    }
+}
+
 /// A Python callable the executor calls back (`write`, `show`).
 type Callback = Py<PyAny>;
 
@@ -346,10 +364,13 @@ impl Runtime for InProcRuntime {
         let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<LiveOutput>();
         let inner = self.inner.clone();
         let code = code.to_owned();
+        // The cell runs on the interpreter's thread: its span, the parent of its host calls',
+        // is the caller's.
+        let span = tracing::Span::current();
         let job = self
             .inner
             .worker
-            .run("execute", move |py| inner.run_cell(py, &code, live));
+            .run("execute", move |py| inner.run_cell(py, &code, live, span));
         tokio::pin!(job);
         let result = loop {
             tokio::select! {
@@ -587,6 +608,7 @@ impl Inner {
         py: Python<'_>,
         code: &str,
         live: UnboundedSender<LiveOutput>,
+        span: tracing::Span,
     ) -> Result<Execution, RuntimeError> {
         let executor = executor(py).map_err(|e| RuntimeError::Backend {
             operation: "execute",
@@ -596,7 +618,7 @@ impl Inner {
         let cap = self.max_output.load(Ordering::Relaxed);
         {
             let mut outputs = lock(&self.output);
-            let mut cell = CellOutput::new(cap, Some(live));
+            let mut cell = CellOutput::new(cap, Some(live)).with_span(span);
             // What threads of earlier cells wrote meanwhile comes first.
             if let Some(between) = outputs.between.take() {
                 cell.push(&between);
@@ -886,6 +908,7 @@ impl Inner {
                 let host = host.clone();
                 let handle = self.handle.clone();
                 let shown = self.host_display();
+                let function = name.to_owned();
                 let call = PyCFunction::new_closure(
                     py,
                     None,
@@ -894,9 +917,14 @@ impl Inner {
                         let py = args.py();
                         let bound = args.get_item(0)?;
                         let host = host.clone();
-                        host_call(py, &handle, &shown, &bound, move |args| async move {
-                            host.call(args).await
-                        })
+                        host_call(
+                            py,
+                            &handle,
+                            &shown,
+                            &function,
+                            &bound,
+                            move |args| async move { host.call(args).await },
+                        )
                     },
                 )?;
                 make_function(
@@ -914,19 +942,24 @@ impl Inner {
         }
     }
 
-    /// Where items a host call shows go: the running cell's output (see
-    /// [`cave_core::show_from_host`]).
-    fn host_display(&self) -> HostDisplay {
+    /// Where items a host call shows go (the running cell's output, see
+    /// [`cave_core::show_from_host`]), and the span its calls are children of.
+    fn host_display(&self) -> HostCell {
         let output = Arc::downgrade(&self.output);
-        Arc::new(move |item| {
-            if let Some(output) = output.upgrade() {
-                lock(&output).display(item);
-            }
-        })
+        let shown = output.clone();
+        HostCell {
+            show: Arc::new(move |item| {
+                if let Some(output) = shown.upgrade() {
+                    lock(&output).display(item);
+                }
+            }),
+            output,
+        }
     }
 
     fn object_proxy<'py>(&self, py: Python<'py>, o: &ObjectBinding) -> PyResult<Bound<'py, PyAny>> {
         let object = o.object.clone();
+        let object_name = o.name.clone();
         let handle = self.handle.clone();
         let shown = self.host_display();
         let call = PyCFunction::new_closure(
@@ -938,7 +971,8 @@ impl Inner {
                 let method: String = args.get_item(0)?.extract()?;
                 let bound = args.get_item(1)?;
                 let object = object.clone();
-                host_call(py, &handle, &shown, &bound, move |args| async move {
+                let name = format!("{object_name}.{method}");
+                host_call(py, &handle, &shown, &name, &bound, move |args| async move {
                     object.call(&method, args).await
                 })
             },
@@ -1049,7 +1083,8 @@ fn type_object<'py>(py: Python<'py>, t: &TypeSchema) -> PyResult<Bound<'py, PyAn
 fn host_call<'py, F, Fut>(
     py: Python<'py>,
     handle: &Handle,
-    shown: &HostDisplay,
+    cell: &HostCell,
+    name: &str,
     bound: &Bound<'py, PyAny>,
     call: F,
 ) -> PyResult<Py<PyAny>>
@@ -1070,8 +1105,15 @@ where
         values.push((name, value));
     }
     let args = Args::new(values);
-    let result =
-        py.detach(|| handle.block_on(cave_core::with_host_display(shown.clone(), call(args))));
+    let span = cell.span();
+    let result = py.detach(|| {
+        handle.block_on(cave_core::run_host_call(
+            &span,
+            name,
+            cell.show.clone(),
+            call(args),
+        ))
+    });
     match result {
         Ok(value) => Ok(to_py(py, &value)?.unbind()),
         Err(HostError {

@@ -93,7 +93,7 @@ pub(crate) fn spec<'a>(
                     Value::Bool(f.is_async),
                     handle_value,
                 ]),
-                Some(Callable::Function(host.clone())),
+                Some(Callable::Function(entry.name.clone(), host.clone())),
             ),
             FunctionBody::Python(source) => {
                 (Value::Tuple(vec![text("source"), name, text(source)]), None)
@@ -120,7 +120,7 @@ pub(crate) fn spec<'a>(
                     Value::List(methods),
                     handle_value,
                 ]),
-                Some(Callable::Object(o.object.clone())),
+                Some(Callable::Object(entry.name.clone(), o.object.clone())),
             )
         }
         _ => {

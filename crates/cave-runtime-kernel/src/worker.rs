@@ -26,8 +26,10 @@ pub(crate) use cave_core::lock;
 /// What a host call reaches.
 #[derive(Clone)]
 pub(crate) enum Callable {
-    Function(Arc<dyn HostFunction>),
-    Object(Arc<dyn HostObject>),
+    /// A function, by its name.
+    Function(String, Arc<dyn HostFunction>),
+    /// An object, by its name.
+    Object(String, Arc<dyn HostObject>),
 }
 
 /// Host functions and objects by the handle the child knows them by.
@@ -904,6 +906,12 @@ impl Served {
         let max_frame = self.max_frame;
         let unsupported = message.unsupported;
         let shown = host_display(&self.shared);
+        let name = match (&callable, &method) {
+            (Some(Callable::Function(name, _)), _) => name.clone(),
+            (Some(Callable::Object(name, _)), Some(method)) => format!("{name}.{method}"),
+            _ => "unknown".to_owned(),
+        };
+        let cell = newest_cell(&self.shared).map_or_else(tracing::Span::none, |o| lock(&o).span());
         tokio::spawn(async move {
             let result = match unsupported {
                 Some(what) => Err(HostError::new(
@@ -913,7 +921,8 @@ impl Served {
                     ),
                 )),
                 None => {
-                    cave_core::with_host_display(shown, host_call(callable, method, args)).await
+                    cave_core::run_host_call(&cell, &name, shown, host_call(callable, method, args))
+                        .await
                 }
             };
             if let Ok(frame) = returned(id, result, max_frame) {
@@ -932,18 +941,23 @@ fn host_display(shared: &Arc<Shared>) -> Arc<dyn Fn(DisplayItem) + Send + Sync> 
         let Some(shared) = shared.upgrade() else {
             return;
         };
-        let newest = lock(&shared.pending)
-            .iter()
-            .filter_map(|(id, pending)| match pending {
-                Pending::Execution { output, .. } => Some((*id, output.clone())),
-                Pending::Reply(_) => None,
-            })
-            .max_by_key(|(id, _)| *id);
-        match newest {
-            Some((_, output)) => lock(&output).display(item),
+        match newest_cell(&shared) {
+            Some(output) => lock(&output).display(item),
             None => shared.stray.push(&format!("{}\n", item.text())),
         }
     })
+}
+
+/// The output of the newest running cell: the one a host call comes from.
+fn newest_cell(shared: &Shared) -> Option<Arc<Mutex<cave_core::CellOutput>>> {
+    lock(&shared.pending)
+        .iter()
+        .filter_map(|(id, pending)| match pending {
+            Pending::Execution { output, .. } => Some((*id, output.clone())),
+            Pending::Reply(_) => None,
+        })
+        .max_by_key(|(id, _)| *id)
+        .map(|(_, output)| output)
 }
 
 /// The `return` frame of host call `id`.
@@ -999,8 +1013,8 @@ async fn host_call(
     }
     let args = Args::new(values);
     match (callable, method) {
-        (Some(Callable::Function(f)), None) => f.call(args).await,
-        (Some(Callable::Object(o)), Some(method)) => o.call(&method, args).await,
+        (Some(Callable::Function(_, f)), None) => f.call(args).await,
+        (Some(Callable::Object(_, o)), Some(method)) => o.call(&method, args).await,
         _ => Err(HostError::new(
             "RuntimeError",
             "this host function or object is no longer registered",

@@ -1,7 +1,8 @@
 //! The test kit of cave-agent: a scripted [`Model`] and a Python-free [`Runtime`] for testing
 //! agents offline, the runtime contract every runtime passes ([`contract`]), seeded
 //! mutations for decoders ([`fuzz`]), whether a process is still there ([`process`]), and what
-//! tests and benchmarks measure of processes ([`measure`]).
+//! tests and benchmarks measure of processes ([`measure`]), and a `tracing` subscriber that
+//! keeps spans ([`spans`]).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -27,6 +28,7 @@ pub mod contract;
 pub mod fuzz;
 pub mod measure;
 pub mod process;
+pub mod spans;
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]
