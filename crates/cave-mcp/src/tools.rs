@@ -11,6 +11,10 @@ use std::collections::HashSet;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+/// How many times a call yields for a notification the server sent before its answer (the
+/// client runs notification handlers on tasks of their own).
+const NOTICE_TURNS: usize = 8;
+
 /// How long a tool call may take unless told otherwise.
 pub const DEFAULT_CALL_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -199,8 +203,15 @@ impl HostObject for McpTools {
             .await
             .map_err(|e| e.host_error())?;
         // A tool that changed the tool list said so before it answered: the new list is
-        // taken now, and the object bound anew (by `follow_changes`) before this cell ends,
-        // so that the next cell has it.
+        // taken now, and the object bound anew (by `follow_changes`) as the cell ends, so that
+        // the next cell has it. The client hands notifications to their handler on a task of
+        // their own, which may run just after the answer arrives: it gets a few turns first.
+        for _ in 0..NOTICE_TURNS {
+            if self.server.tools_changed() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
         if self.server.tools_changed() && self.reload().await.is_ok() {
             self.server.wake_followers();
         }
