@@ -282,3 +282,37 @@ fn a_newer_session_is_refused() {
     assert!(error.to_string().contains("upgrade cave-agent"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A value holding a secret's text is not written to the session: it is named instead, and the
+/// directory holds no trace of the secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_holding_a_secret_are_not_saved() {
+    const SECRET: &str = "sk-session-secret-0123456789";
+    let dir = scratch("secret");
+    let session = Session::open(&dir).unwrap();
+    let runtime = KernelRuntime::new().unwrap();
+    runtime
+        .register(
+            cave_agent::Resources::new().variable(cave_agent::Variable::secret("token", SECRET)),
+        )
+        .await
+        .unwrap();
+    run(&runtime, "copy = token\nholder = {'k': [token]}\nfine = 1").await;
+    let report = session
+        .save(&[], &serde_json::Value::Null, &runtime)
+        .await
+        .unwrap();
+    let skipped: Vec<&str> = report.skipped.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(skipped, ["copy", "holder"], "{report:?}");
+    assert!(report.skipped[0].1.contains("secret"), "{report:?}");
+    assert!(report.saved.iter().any(|(n, _)| n == "fine"));
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        assert!(
+            !bytes.windows(SECRET.len()).any(|w| w == SECRET.as_bytes()),
+            "the secret is on disk"
+        );
+    }
+    runtime.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

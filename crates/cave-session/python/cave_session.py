@@ -140,7 +140,7 @@ def _reason(error):
     return text[:200]
 
 
-def save(ns, registered, keep_prefixes, limit):
+def save(ns, registered, keep_prefixes, limit, secret_names=()):
     import json
     import pickle
 
@@ -157,6 +157,11 @@ def save(ns, registered, keep_prefixes, limit):
                 return False
         return True
 
+    # A value that holds a secret's text is not written to disk (the secret comes from the
+    # host each time).
+    secrets = [
+        ns[n].encode("utf-8") for n in secret_names if isinstance(ns.get(n), str) and ns[n]
+    ]
     names = [n for n in sorted(ns) if n not in registered and not private(n)]
     with _Lookup(ns):
         for name in names:
@@ -174,6 +179,9 @@ def save(ns, registered, keep_prefixes, limit):
                     data = pickle.dumps(value, protocol=4)
             except Exception as error:  # noqa: BLE001 - any failure is this value's alone
                 skipped.append([name, _reason(error)])
+                continue
+            if any(secret in data for secret in secrets):
+                skipped.append([name, "it holds a secret's text"])
                 continue
             if total + len(data) > limit:
                 skipped.append(

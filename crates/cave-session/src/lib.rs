@@ -363,24 +363,39 @@ impl Session {
 
     /// Saves `history`, `registration` (what the host wants back on the next start, as JSON)
     /// and the names the model's code bound in `runtime` (not those the host registered,
-    /// which are the host's to register again). Atomic: a crash mid-save leaves the previous
-    /// save whole.
+    /// which are the host's to register again; not a value holding the text of a secret
+    /// variable, which is named instead). Atomic: a crash mid-save leaves the previous save
+    /// whole.
     pub async fn save(
         &self,
         history: &[Message],
         registration: &Json,
         runtime: &dyn Runtime,
     ) -> Result<SaveReport, SessionError> {
-        let registered: Vec<String> = lock(runtime.registry())
-            .entries()
-            .iter()
-            .map(|entry| entry.name.clone())
-            .collect();
+        let (registered, secrets): (Vec<String>, Vec<String>) = {
+            let registry = lock(runtime.registry());
+            let registered = registry
+                .entries()
+                .iter()
+                .map(|entry| entry.name.clone())
+                .collect();
+            // By name: their values are in the runtime already, and never go in a cell's code.
+            let secrets = registry
+                .entries()
+                .iter()
+                .filter(
+                    |entry| matches!(&entry.resource, cave_core::Resource::Variable(v) if v.secret),
+                )
+                .map(|entry| entry.name.clone())
+                .collect();
+            (registered, secrets)
+        };
         let arguments = format!(
-            "globals(), set({}), {}, {}",
+            "globals(), set({}), {}, {}, {}",
             python_strings(&registered),
             python_strings(&self.keep_prefixes),
-            self.max_bytes
+            self.max_bytes,
+            python_strings(&secrets),
         );
         let report: PythonSaveReport = run_python(runtime, "save", &arguments).await?;
         let runtime_error = |source| SessionError::Runtime {
