@@ -1,7 +1,7 @@
 //! `cave run --mcp` and `cave mcp list` through the binary, with the MCP test servers.
 
 use crate::cli::{KEY, block, command, events, with_stdin};
-use crate::support::{TestServer, answer};
+use crate::support::{Part, Reply, TestServer, answer};
 use cave_agent::testing::process::{alive, ends};
 use serde_json::Value as Json;
 use std::io::{BufRead, BufReader};
@@ -304,14 +304,20 @@ async fn tools_are_called_from_a_jupyter_kernel() {
 }
 
 /// A tool that adds a tool (and says so with `notifications/tools/list_changed`): the next
-/// cell calls the new one, on both runtimes.
+/// cell calls the new one, on both runtimes. The object is bound anew as the cell ends, while
+/// the model writes its next answer (here it takes 300 ms to start: a model answering faster
+/// than a task can be scheduled on a loaded machine is not a model).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changed_tool_list_is_taken_before_the_next_cell() {
     let Some(venv) = servers::venv() else { return };
     for runtime in ["inproc", "kernel"] {
+        let Reply::Sse(mut thinking) = answer(&block("print(edge.extra())"), 8, "stop") else {
+            unreachable!("an answer is a stream")
+        };
+        thinking.insert(0, Part::Pause(Duration::from_millis(300)));
         let server = TestServer::start([
             answer(&block("print(edge.grow())"), 8, "stop"),
-            answer(&block("print(edge.extra())"), 8, "stop"),
+            Reply::Sse(thinking),
             answer("Done.", 8, "stop"),
         ])
         .await;

@@ -31,6 +31,9 @@ pub enum Part {
     Done,
     /// Never sends anything more (the socket stays open).
     Hang,
+    /// Sends nothing for this long (a model thinking before it answers; cave-cli's tests).
+    #[allow(dead_code)]
+    Pause(std::time::Duration),
     /// Closes the connection without ending the response.
     Drop,
     /// These bytes as they are (comments, CRLF, `data:` without a space…).
@@ -230,6 +233,10 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
                     Part::Raw(raw) => raw,
                     Part::Hang => {
                         std::future::pending::<()>().await;
+                        continue;
+                    }
+                    Part::Pause(pause) => {
+                        tokio::time::sleep(pause).await;
                         continue;
                     }
                     // Without the terminating chunk, the client sees a broken body.
