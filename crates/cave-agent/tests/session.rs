@@ -58,7 +58,8 @@ async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
          def double(n):\n    return 2 * n\n\
          class Box:\n    def __init__(self, v):\n        self.v = v\n\
          class Crate(Box):\n    pass\n\
-         boxed = Crate(double(21))\nlock = threading.Lock()\n_private = 1\n",
+         boxed = Crate(double(21))\nlock = threading.Lock()\n_private = 1\n\
+         twice = double\ninc = lambda n: n + 1\n",
     )
     .await;
     if pandas {
@@ -123,15 +124,28 @@ async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
     assert_eq!(
         run(
             &*second,
-            "print(totals['a'], p.norm1(), isinstance(p, Point), double(4), boxed.v, isinstance(boxed, Box), j.dumps([1]))"
+            "print(totals['a'], p.norm1(), isinstance(p, Point), double(4), boxed.v, isinstance(boxed, Box), j.dumps([1]), twice(5), inc(1))"
         )
         .await,
-        "[1, 2.5, None] 7 True 8 42 True [1]\n"
+        "[1, 2.5, None] 7 True 8 42 True [1] 10 2\n"
     );
     if pandas {
         assert_eq!(
             run(&*second, "print(int(df['n'].sum()), type(df).__name__)").await,
             "6 DataFrame\n"
+        );
+    }
+    // A restored session saves again: what was defined from saved sources is found again.
+    let again = session
+        .save(&history, &serde_json::json!({}), &*second)
+        .await
+        .expect("saves again");
+    assert!(again.skipped.is_empty(), "{again:?}");
+    let saved: Vec<&str> = again.saved.iter().map(|(n, _)| n.as_str()).collect();
+    for expected in ["Box", "Crate", "double", "twice", "inc", "boxed", "p"] {
+        assert!(
+            saved.contains(&expected),
+            "{expected} not saved again: {again:?}"
         );
     }
     drop(second);

@@ -190,7 +190,10 @@ def save(ns, registered, keep_prefixes, limit, secret_names=()):
                 continue
             total += len(data)
             if defined:
-                sources[name] = source
+                # The name its source binds: the one it was defined under (`h = g` keeps g's),
+                # or for a lambda the name it was assigned to.
+                defined_as = name if value.__name__ == "<lambda>" else value.__name__
+                sources[name] = [source, defined_as]
             else:
                 values[name] = data
             saved.append([name, type(value).__name__])
@@ -229,11 +232,16 @@ def restore(ns, name):
     # Definitions may need each other (a class deriving from another), and values the
     # definitions (an instance of a class a cell defined).
 
-    def define(name, source):
+    def define(name, item):
+        source, defined_as = item
         filename = f"<restored {name}>"
         # Kept where a later save finds it again.
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-        exec(compile(source, filename, "exec"), ns)
+        scope = dict(ns)
+        exec(compile(source, filename, "exec"), ns, scope)
+        # Bound under the saved name (an alias keeps its own name; the original is its own
+        # entry if it was saved).
+        ns[name] = scope[defined_as]
 
     def load(name, blob):
         with _Lookup(ns):
