@@ -12,8 +12,16 @@ fn block(code: &str) -> String {
 }
 
 fn cave(server: &TestServer, runtime: &str, session: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_cave"))
-        .args(["run", "--json", "--runtime", runtime, "--session"])
+    let mut command = Command::new(env!("CARGO_BIN_EXE_cave"));
+    command.args(["run", "--json", "--runtime", runtime]);
+    if runtime == "jupyter" {
+        let gateway = crate::jupyter::gateway::gateway().expect("a gateway");
+        command
+            .args(["--jupyter-url", &gateway.url])
+            .env("JUPYTER_TOKEN", &gateway.token);
+    }
+    command
+        .arg("--session")
         .arg(session)
         .args(args)
         .env("LLM_MODEL_ID", "test-model")
@@ -123,6 +131,16 @@ async fn a_session_resumes_in_process() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_session_resumes_on_the_kernel() {
     resumes_on("kernel").await;
+}
+
+/// Through a Jupyter kernel: the values are saved and restored by the kernel's Python, into a
+/// new kernel the next process starts.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_resumes_on_a_jupyter_kernel() {
+    if crate::jupyter::gateway::gateway().is_none() {
+        return;
+    }
+    resumes_on("jupyter").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
