@@ -14,6 +14,7 @@ const CRATES: &[&str] = &[
     "cave-compact",
     "cave-skills",
     "cave-session",
+    "cave-otel",
     "cave-macros",
     "cave-models",
     "cave-runtime-inproc",

@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             env.extend(test_env::litellm(&root));
             env.extend(test_env::jupyter(&root));
             env.extend(test_env::enterprise_gateway(&root));
+            env.extend(test_env::phoenix(&root));
             env.extend(test_env::mcp(&root));
             env.extend(test_env::mcp_npm(&root));
             let env: Vec<(&str, &str)> =
@@ -353,6 +354,7 @@ mod tidy {
             "crates/cave-python/src/report.rs",
             "crates/cave-python/src/interpreter.rs",
             "crates/cave-runtime-kernel/src/environment.rs",
+            "crates/cave-otel/src/lib.rs",
         ];
         let mut sources = Vec::new();
         for entry in std::fs::read_dir(root().join("crates")).unwrap() {

@@ -132,6 +132,22 @@ pub(crate) fn mcp_npm(root: &Path) -> Vec<(String, String)> {
     )]
 }
 
+/// Arize Phoenix, the OTLP receiver the trace tests export to and read back from.
+const PHOENIX: &[&str] = &["arize-phoenix==20.26.1"];
+
+/// `CAVE_PHOENIX` for the trace tests: `phoenix` in `target/phoenix-venv`, installed there if
+/// missing (under a minute). Without it, the tests say they skipped.
+pub(crate) fn phoenix(root: &Path) -> Vec<(String, String)> {
+    tool(
+        root,
+        "phoenix-venv",
+        PHOENIX,
+        "phoenix",
+        "CAVE_PHOENIX",
+        "Arize Phoenix",
+    )
+}
+
 /// The Jupyter Kernel Gateway (with ipykernel for its kernels) the Jupyter transport's tests
 /// start on 127.0.0.1.
 pub(crate) fn jupyter(root: &Path) -> Vec<(String, String)> {

@@ -66,6 +66,12 @@ pub mod compact {
     pub use cave_compact::*;
 }
 
+/// Traces to any OpenTelemetry backend over OTLP/HTTP (feature `otel`, off by default).
+#[cfg(feature = "otel")]
+pub mod otel {
+    pub use cave_otel::*;
+}
+
 /// Sessions that outlive their host: the conversation, the host's registration and the
 /// model's namespace saved to a directory and restored (feature `session`, on by default).
 #[cfg(feature = "session")]

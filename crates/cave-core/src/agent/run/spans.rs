@@ -41,11 +41,17 @@ pub(crate) fn run(model: &str) -> Span {
     )
 }
 
+/// A count as an integer attribute (OpenTelemetry's integers are signed; exporters send
+/// unsigned ones as text).
+fn int(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
 /// The end of a run, on its span.
 pub(super) fn finish_run(span: &Span, usage: Usage, steps: u32, reason: StopReason) {
-    span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);
-    span.record("gen_ai.usage.output_tokens", usage.completion_tokens);
-    span.record("cave.steps", steps);
+    span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
+    span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+    span.record("cave.steps", i64::from(steps));
     let reason = reason_name(reason);
     span.record("cave.stop_reason", reason);
     if !matches!(reason, "completed") {
@@ -71,7 +77,7 @@ fn reason_name(reason: StopReason) -> &'static str {
 
 /// One step: a model call and what came of it.
 pub(super) fn step(number: u32) -> Span {
-    tracing::info_span!("step", otel.name = "step", cave.step = number)
+    tracing::info_span!("step", otel.name = "step", cave.step = i64::from(number))
 }
 
 /// A model call: `chat MODEL`.
@@ -92,8 +98,8 @@ pub(super) fn chat(model: &str) -> Span {
 
 /// The end of a model call, on its span.
 pub(super) fn finish_chat(span: &Span, usage: Usage, error: Option<&crate::ModelError>) {
-    span.record("gen_ai.usage.input_tokens", usage.prompt_tokens);
-    span.record("gen_ai.usage.output_tokens", usage.completion_tokens);
+    span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
+    span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
     span.record("cave.usage.estimated", usage.estimated);
     if let Some(error) = error {
         span.record("error.type", error_kind(error));
