@@ -7,7 +7,7 @@ use crate::config::Settings;
 use crate::link::Transport;
 use crate::marshal::Data;
 use crate::spec;
-use crate::worker::{Callables, Status, Worker, lock};
+use crate::worker::{Callables, NEVER_READY, Status, Worker, lock};
 use async_trait::async_trait;
 use cave_core::{
     CellOutput, Entry, Execution, ExecutionError, FunctionBody, Interrupt, Interruption, Layer,
@@ -315,7 +315,16 @@ impl Inner {
             return pool.take(&self.callables).await;
         }
         let started = self.transport.start().await?;
-        Worker::handshake(started, self.settings(), self.callables.clone()).await
+        match Worker::handshake(started, self.settings(), self.callables.clone()).await {
+            // A worker that never got ready (a Jupyter kernel lost to a port race with another
+            // starting at once, which its server keeps nudging) was ended: one more, fresh.
+            Err(KernelError::Start { message }) if message.contains(NEVER_READY) => {
+                tracing::warn!(%message, "a worker never got ready; starting another");
+                let started = self.transport.start().await?;
+                Worker::handshake(started, self.settings(), self.callables.clone()).await
+            }
+            other => other,
+        }
     }
 
     /// What the runtime applies to its workers.

@@ -21,6 +21,10 @@ use tokio_util::codec::{FramedRead, LengthDelimitedCodec};
 /// How long a rollback may take before the worker is given up.
 const ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// What the error of a start that timed out waiting for the worker's ready says (and how the
+/// runtime recognizes it to try once more).
+pub(crate) const NEVER_READY: &str = "did not start the worker within";
+
 pub(crate) use cave_core::lock;
 
 /// What a host call reaches.

@@ -446,8 +446,9 @@ async fn an_unsupported_interpreter_is_refused_with_the_reason() {
 }
 
 /// A worker that never says it is ready (here: an interpreter stuck before the worker runs,
-/// as a Jupyter kernel that died while starting is) fails the start after the start timeout,
-/// with the reason, and its process is killed: a start always ends.
+/// as a Jupyter kernel that died while starting is) is killed after the start timeout, and one
+/// fresh worker more is tried; when that one is stuck too, the start fails with the reason: a
+/// start always ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_that_never_gets_ready_fails_the_start_in_time() {
     let dir = std::env::temp_dir().join(format!("cave-stuck-{}", std::process::id()));
