@@ -441,17 +441,10 @@ impl Session {
         };
         match saved {
             Ok(report) if report.skipped.is_empty() => {}
-            Ok(report) => {
-                let names: Vec<String> = report
-                    .skipped
-                    .iter()
-                    .map(|(name, why)| format!("{name} ({why})"))
-                    .collect();
-                eprintln!(
-                    "cave: the session keeps all but: {}",
-                    self.redactor.redact(&names.join(", "))
-                );
-            }
+            Ok(report) => eprintln!(
+                "cave: the session keeps all but: {}",
+                self.redactor.redact(&report.skipped_summary())
+            ),
             Err(e) => eprintln!(
                 "cave: the session could not be saved (the previous save stays): {}",
                 self.redactor.redact(&e.to_string())

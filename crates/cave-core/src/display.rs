@@ -22,10 +22,8 @@ pub fn show_from_host(item: DisplayItem) -> bool {
     HOST_DISPLAY.try_with(move |show| show(item)).is_ok()
 }
 
-/// The span of a host call a cell makes (`execute_tool NAME`, after the OpenTelemetry GenAI
-/// conventions), a child of the cell's span ([`CellOutput::span`](crate::CellOutput::span)).
-/// `name` is the function's, or `object.method`. A runtime runs the call inside it.
-pub fn host_call_span(cell: &tracing::Span, name: &str) -> tracing::Span {
+/// The span of a host call a cell makes: see [`run_host_call`].
+fn host_call_span(cell: &tracing::Span, name: &str) -> tracing::Span {
     tracing::info_span!(
         parent: cell,
         "execute_tool",
@@ -39,8 +37,10 @@ pub fn host_call_span(cell: &tracing::Span, name: &str) -> tracing::Span {
 }
 
 /// Runs a host call the way a runtime does around each call a cell makes: inside its span
-/// ([`host_call_span`] of the cell's span and `name`, with the error's Python type recorded
-/// when it raises), with [`show_from_host`] reaching `show`.
+/// (`execute_tool NAME` after the OpenTelemetry GenAI conventions, a child of `cell`, the
+/// cell's span from [`CellOutput::span`](crate::CellOutput::span); `name` is the function's
+/// or `object.method`; the error's Python type is recorded when it raises), with
+/// [`show_from_host`] reaching `show`.
 pub async fn run_host_call<F>(
     cell: &tracing::Span,
     name: &str,
@@ -57,15 +57,6 @@ where
         span.record("error.type", error.python_type.as_str());
     }
     result
-}
-
-/// Runs a host call's future so that [`show_from_host`] reaches `show`: what a runtime does
-/// around each host call a cell makes, `show` handing items to that cell's output.
-pub async fn with_host_display<F: std::future::Future>(
-    show: std::sync::Arc<dyn Fn(DisplayItem) + Send + Sync>,
-    call: F,
-) -> F::Output {
-    HOST_DISPLAY.scope(show, call).await
 }
 
 /// One form of a display item: text (HTML, Markdown, SVG, JSON, LaTeX, plain text) or bytes

@@ -73,8 +73,8 @@ pub use compact::{
     estimate_message, image_tokens,
 };
 pub use display::{
-    DEFAULT_MAX_DISPLAY, DisplayData, DisplayItem, MAX_DISPLAY_ITEMS, file_extension,
-    host_call_span, image_size, run_host_call, show_from_host, with_host_display,
+    DEFAULT_MAX_DISPLAY, DisplayData, DisplayItem, MAX_DISPLAY_ITEMS, file_extension, image_size,
+    run_host_call, show_from_host,
 };
 pub use error::{RuntimeError, error_chain};
 pub use event::{

@@ -12,6 +12,11 @@ const SECRET: &str = "tok-9f8e7d6c5b4a";
 
 /// Runs a two-step run (a cell, then an answer) under a capturing subscriber.
 fn spans_of(content: bool) -> BTreeMap<u64, Recorded> {
+    spans_with(content, Reply::text("Done.").usage(Usage::new(200, 5)))
+}
+
+/// The same, the second answer being `second`.
+fn spans_with(content: bool, second: Reply) -> BTreeMap<u64, Recorded> {
     let capture = SpanCapture::new();
     let _default = tracing::subscriber::set_default(capture.clone());
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -26,13 +31,12 @@ fn spans_of(content: bool) -> BTreeMap<u64, Recorded> {
             .unwrap();
         let model = Arc::new(ScriptedModel::new([
             Reply::text(format!("```python\nx = '{SECRET}'\nprint(x)\n```")),
-            Reply::text("Done.").usage(Usage::new(200, 5)),
+            second,
         ]));
         let mut builder = Agent::builder(model, runtime);
         builder.trace_content(content);
         let mut agent = builder.build().unwrap();
-        let response = agent.run("Count.").await;
-        assert_eq!(response.content, "Done.");
+        agent.run("Count.").await;
     });
     capture.spans().into_iter().map(|s| (s.id, s)).collect()
 }
@@ -125,4 +129,26 @@ fn code_and_output_are_recorded_only_when_asked_and_redacted() {
             assert!(!value.contains(SECRET), "{span:?}");
         }
     }
+}
+
+/// A run that ends in a model failure says so on its span and on the model call's, with the
+/// kind the `stopped` event names.
+#[test]
+fn a_failed_model_call_marks_its_span_and_the_run() {
+    let refused = cave_core::ModelError::new(cave_core::ModelErrorKind::Auth, "401 Unauthorized");
+    let spans = spans_with(false, Reply::fails(refused));
+    let run = spans
+        .values()
+        .find(|s| s.name == "invoke_agent")
+        .expect("the run");
+    assert_eq!(run.fields["cave.stop_reason"], "model_error");
+    assert_eq!(run.fields["error.type"], "model_error");
+    assert_eq!(run.fields["otel.status_code"], "ERROR");
+    let failed: Vec<_> = spans
+        .values()
+        .filter(|s| s.name == "chat" && s.fields.contains_key("error.type"))
+        .collect();
+    assert_eq!(failed.len(), 1, "{spans:#?}");
+    assert_eq!(failed[0].fields["error.type"], "auth");
+    assert_eq!(failed[0].fields["otel.status_code"], "ERROR");
 }

@@ -478,3 +478,35 @@ async fn a_worker_that_never_gets_ready_fails_the_start_in_time() {
     rt.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// One stuck start (the first worker never gets ready) is followed by a fresh one, and the
+/// runtime starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_that_never_got_ready_is_tried_once_more() {
+    let dir = std::env::temp_dir().join(format!("cave-stuck-once-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("stuck"), "").unwrap();
+    // Only the first interpreter finds the mark (and takes it away), then hangs.
+    std::fs::write(
+        dir.join("sitecustomize.py"),
+        "import os, time\nif os.path.exists('stuck'):\n    os.remove('stuck')\n    time.sleep(600)\n",
+    )
+    .unwrap();
+    let config = KernelConfig::new()
+        .working_dir(&dir)
+        .env("PYTHONPATH", dir.to_str().unwrap())
+        .spare(false)
+        .start_timeout(Duration::from_secs(2));
+    let rt = KernelRuntime::with_config(config).unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        rt.execute("print(6 * 7)", &DiscardOutput),
+    )
+    .await
+    .expect("the start ends")
+    .expect("the second worker starts");
+    assert_eq!(out.output, "42\n");
+    assert!(!dir.join("stuck").exists(), "the first worker never ran");
+    rt.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -29,39 +29,46 @@ def _cell_defined(value, module_name):
     ) == module_name
 
 
-def _class_source(cls):
-    """The source of a class a cell defined: inspect finds a class's file through its module,
-    which for a cell is not a file, so the cells' sources are searched for its definition (the
-    newest, and on Python 3.13+ the one at its first line)."""
-    first = getattr(cls, "__firstlineno__", None)
-    found = None
+def _cell_classes():
+    """The classes the cells (and restored sources) defined at their top level, by name: each
+    definition's first line and source, oldest first. Parsed once per save: inspect finds a
+    class's file through its module, which for a cell is not a file."""
     cells = []
     for filename in list(linecache.cache):
         match = _CELL.fullmatch(filename) if isinstance(filename, str) else None
         if match:
             order = int(match.group(1)) if match.group(1) else -1
             cells.append((order, filename))
+    classes = {}
     for _, filename in sorted(cells):
         lines = linecache.getlines(filename)
+        text = "".join(lines)
+        if "class " not in text:
+            continue
         try:
-            tree = ast.parse("".join(lines))
-        except SyntaxError:
+            tree = ast.parse(text)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
-            if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
-                if first is not None and node.lineno != first:
-                    continue
+            if isinstance(node, ast.ClassDef):
                 start = min([node.lineno] + [d.lineno for d in node.decorator_list]) - 1
-                found = "".join(lines[start : node.end_lineno])
-    if found is None:
+                source = "".join(lines[start : node.end_lineno])
+                classes.setdefault(node.name, []).append((node.lineno, source))
+    return classes
+
+
+def _class_source(cls, classes):
+    """The source of a class a cell defined: the newest definition of its name (on Python
+    3.13+, the one at its first line)."""
+    first = getattr(cls, "__firstlineno__", None)
+    found = [
+        source
+        for lineno, source in classes.get(cls.__name__, [])
+        if first is None or lineno == first
+    ]
+    if not found:
         raise OSError("source code not available")
-    return textwrap.dedent(found)
-
-
-def _source(value):
-    if inspect.isclass(value):
-        return _class_source(value)
-    return textwrap.dedent(inspect.getsource(value))
+    return textwrap.dedent(found[-1])
 
 
 class _Lookup:
@@ -148,6 +155,7 @@ def save(ns, registered, keep_prefixes, limit, secret_names=()):
     modules, sources, values = {}, {}, {}
     saved, skipped = [], []
     total = 0
+    classes = None  # the cells' class definitions, parsed when the first is needed
 
     def private(name):
         if not name.startswith("_"):
@@ -172,8 +180,13 @@ def save(ns, registered, keep_prefixes, limit, secret_names=()):
                 continue
             defined = _cell_defined(value, module_name)
             try:
-                if defined:
-                    source = _source(value)
+                if defined and inspect.isclass(value):
+                    if classes is None:
+                        classes = _cell_classes()
+                    source = _class_source(value, classes)
+                    data = source.encode("utf-8")
+                elif defined:
+                    source = textwrap.dedent(inspect.getsource(value))
                     data = source.encode("utf-8")
                 else:
                     data = pickle.dumps(value, protocol=4)
@@ -244,9 +257,10 @@ def restore(ns, name):
         ns[name] = scope[defined_as]
 
     def load(name, blob):
-        with _Lookup(ns):
-            ns[name] = pickle.loads(blob)
+        ns[name] = pickle.loads(blob)
 
     _in_passes(data.get("sources", {}), define, restored, failed)
-    _in_passes(data.get("values", {}), load, restored, failed)
+    # The definitions are all made: one lookup serves every value.
+    with _Lookup(ns):
+        _in_passes(data.get("values", {}), load, restored, failed)
     print(json.dumps({"restored": sorted(restored), "failed": failed}), end="")

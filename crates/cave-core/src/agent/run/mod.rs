@@ -290,11 +290,12 @@ impl<'a> Run<'a> {
                 self.agent.history.push(message);
                 let started = Instant::now();
                 let content = self.agent.config.trace_content;
-                let cell = spans::cell(
-                    &crate::SecretRedactor::new(crate::RuntimeExt::secrets(&*self.agent.runtime))
-                        .redact(&code),
-                    content,
-                );
+                // The code is redacted only when it is to be recorded (most runs: never).
+                let recorded = content.then(|| {
+                    crate::SecretRedactor::new(crate::RuntimeExt::secrets(&*self.agent.runtime))
+                        .redact(&code)
+                });
+                let cell = spans::cell(recorded.as_deref());
                 let (event, result) =
                     tracing::Instrument::instrument(self.execute(&code), cell.clone()).await?;
                 spans::finish_cell(&cell, &event, content);

@@ -52,26 +52,13 @@ pub(super) fn finish_run(span: &Span, usage: Usage, steps: u32, reason: StopReas
     span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
     span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
     span.record("cave.steps", i64::from(steps));
-    let reason = reason_name(reason);
+    let reason = reason.as_str();
     span.record("cave.stop_reason", reason);
     if !matches!(reason, "completed") {
         span.record("error.type", reason);
         if matches!(reason, "model_error" | "runtime_error" | "internal_error") {
             span.record("otel.status_code", "ERROR");
         }
-    }
-}
-
-fn reason_name(reason: StopReason) -> &'static str {
-    match reason {
-        StopReason::Completed => "completed",
-        StopReason::MaxSteps => "max_steps",
-        StopReason::Timeout => "timeout",
-        StopReason::BudgetExhausted => "budget_exhausted",
-        StopReason::Cancelled => "cancelled",
-        StopReason::ModelError => "model_error",
-        StopReason::RuntimeError => "runtime_error",
-        StopReason::InternalError => "internal_error",
     }
 }
 
@@ -102,30 +89,22 @@ pub(super) fn finish_chat(span: &Span, usage: Usage, error: Option<&crate::Model
     span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
     span.record("cave.usage.estimated", usage.estimated);
     if let Some(error) = error {
-        span.record("error.type", error_kind(error));
+        span.record("error.type", error_kind(error).as_str());
         span.record("otel.status_code", "ERROR");
     }
 }
 
-fn error_kind(error: &crate::ModelError) -> &'static str {
-    use crate::ModelErrorKind as Kind;
-    match error.kind() {
-        Kind::Transient { .. } => "transient",
-        Kind::BillingExhausted => "billing_exhausted",
-        Kind::PromptTooLong => "prompt_too_long",
-        Kind::Auth => "auth",
-        Kind::InvalidRequest => "invalid_request",
-        Kind::StreamStalled => "stream_stalled",
-        Kind::StreamInterrupted => "stream_interrupted",
-        Kind::ContentFiltered => "content_filtered",
-        Kind::EmptyAnswer => "empty_answer",
-        Kind::Truncated => "truncated",
-        _ => "model_error",
-    }
+/// The error's kind as the `stopped` event names it (`stream_stalled`, `auth`, …).
+fn error_kind(error: &crate::ModelError) -> String {
+    let kind = crate::StopError::from(error).kind;
+    serde_json::to_value(kind)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "model_error".to_owned())
 }
 
-/// A cell: `execute_tool python`, the code recorded only with `content`.
-pub(super) fn cell(code: &str, content: bool) -> Span {
+/// A cell: `execute_tool python`, with its (redacted) code when the host opted in.
+pub(super) fn cell(code: Option<&str>) -> Span {
     let span = tracing::info_span!(
         "execute_tool",
         otel.name = "execute_tool python",
@@ -140,7 +119,7 @@ pub(super) fn cell(code: &str, content: bool) -> Span {
         cave.cell.state_lost = Empty,
         error.type = Empty,
     );
-    if content {
+    if let Some(code) = code {
         span.record("gen_ai.tool.call.arguments", code);
     }
     span
