@@ -59,6 +59,11 @@ pub(crate) trait Link: Send + Sync + 'static {
     fn interrupt(&self);
     /// Ends the worker now, whatever it runs.
     fn kill(&self);
+    /// Bytes the worker sent that are on their way to the host's socket, not in it yet (held
+    /// by a bridge in between).
+    fn in_transit(&self) -> u64 {
+        0
+    }
     /// Whether the worker is let go gracefully (not killed) when its runtime is gone: a kernel
     /// the runtime attached to, idle, keeps its namespace.
     fn let_go_on_release(&self, _executing: bool) -> bool {

@@ -922,9 +922,7 @@ impl Interrupt for CellInterrupt {
                 {
                     std::thread::sleep(Duration::from_millis(5));
                 }
-                if still(&process) {
-                    process.kill(Some(reason));
-                }
+                process.kill_running(execution, reason);
             });
         if spawned.is_err() {
             if let Some(process) = process.upgrade() {

@@ -445,8 +445,8 @@ impl Worker {
         *lock(&self.shared.executing)
     }
 
-    /// Where the stream of frames the worker has sent ends now: what was read from its socket
-    /// and what waits there unread. Once [`handled`](Self::handled) reaches it, every frame the
+    /// Where the stream of frames the worker has sent ends now: what was read from its socket,
+    /// what waits there unread, and what its link holds on the way. Once [`handled`](Self::handled) reaches it, every frame the
     /// worker sent before this call has been handled.
     pub(crate) fn sent_so_far(&self) -> u64 {
         let mut unread: libc::c_int = 0;
@@ -454,7 +454,7 @@ impl Worker {
         // the worker is (callers ask only of a live worker; a closed one fails harmlessly).
         let asked = unsafe { libc::ioctl(self.socket_fd, libc::FIONREAD, &mut unread) };
         let unread = if asked == 0 { unread.max(0) as u64 } else { 0 };
-        self.shared.received.load(Ordering::SeqCst) + unread
+        self.shared.received.load(Ordering::SeqCst) + unread + self.link.in_transit()
     }
 
     /// The bytes of the frames handled so far.
@@ -470,6 +470,23 @@ impl Worker {
     /// Asks the running cell to stop (`KeyboardInterrupt` in the worker).
     pub(crate) fn interrupt(&self) {
         self.link.interrupt();
+    }
+
+    /// Ends the worker if `execution` is still running, and says whether it did. Decided under
+    /// the lock its end is read under: a cell whose end arrives as it is killed is reported
+    /// either as ended (and the worker lives) or as killed (its state lost), never ended with
+    /// its worker killed behind it.
+    pub(crate) fn kill_running(&self, execution: u64, reason: String) -> bool {
+        {
+            let executing = lock(&self.shared.executing);
+            if *executing != Some(execution) {
+                return false;
+            }
+            lock(&self.shared.kill_reason).get_or_insert(reason);
+            self.shared.killed.store(true, Ordering::SeqCst);
+        }
+        self.link.kill();
+        true
     }
 
     /// Ends the worker now. `reason` is what a running execution is told; `None` for a
@@ -856,13 +873,18 @@ impl Served {
             },
             _ => None,
         };
-        {
+        let killed = {
             let mut executing = lock(&self.shared.executing);
             if *executing == Some(id) {
                 *executing = None;
             }
-        }
-        if let Some(Pending::Execution { done, .. }) = lock(&self.shared.pending).remove(&id) {
+            self.shared.killed.load(Ordering::SeqCst)
+        };
+        if let Some(Pending::Execution { done, .. }) = lock(&self.shared.pending).remove(&id)
+            && !killed
+        {
+            // The end of a cell whose worker was killed first is not sent: the execution
+            // reports the kill (its state is lost), as its worker is gone.
             let _ = done.send(raised);
         }
     }

@@ -618,6 +618,49 @@ async fn output_dropped_by_a_rate_limit_is_said_in_the_cells_output() {
     rt.stop().await;
 }
 
+/// A cell that stopped at its interrupt, whose end the bridge holds while it waits for output
+/// the server dropped (its rate limit), is not taken for a cell still running: past the
+/// interrupt grace it is given time to arrive, not killed with its state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_cell_whose_end_waits_for_output_is_not_killed() {
+    let Some(gateway) = support::rate_limited_gateway() else {
+        return;
+    };
+    // Shorter than the bridge's wait for output (5 s): its end is still held at the grace.
+    let rt = runtime_on(config(gateway).interrupt_grace(Duration::from_secs(4)));
+    run(&rt, "n = 0").await;
+    let interrupter = rt.interrupter().expect("the runtime can interrupt");
+    let stopper = tokio::spawn(async move {
+        for _ in 0..200 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let interruption = interrupter.interrupt();
+            if interruption != cave_core::Interruption::Idle {
+                return interruption;
+            }
+        }
+        cave_core::Interruption::Idle
+    });
+    // Past the server's limit, then busy: the interrupt lands in the loop.
+    let out = run(
+        &rt,
+        "for i in range(200):\n    print(str(i % 10) * 5999)\nwhile True:\n    n += 1",
+    )
+    .await;
+    assert_eq!(
+        stopper.await.expect("the stopper ran"),
+        cave_core::Interruption::Delivered
+    );
+    assert_eq!(
+        out.error.as_ref().map(|e| e.python_type.as_str()),
+        Some("KeyboardInterrupt"),
+        "{:?}",
+        out.error
+    );
+    assert!(!out.state_lost, "the cell was killed after it had stopped");
+    assert_eq!(run(&rt, "n > 0").await.output, "True\n");
+    rt.stop().await;
+}
+
 /// A server whose certificate a private CA signed, reached over `https://` and `wss://`: refused
 /// (saying why) until the runtime is given the CA, then a working session with host calls.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

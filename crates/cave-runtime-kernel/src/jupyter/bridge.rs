@@ -210,6 +210,12 @@ impl Bridge {
         std::mem::take(&mut self.to_host)
     }
 
+    /// Bytes of the worker's frames the bridge holds (taken from the kernel, not yet written
+    /// to the host): a cell's end held behind its output is not a cell still running.
+    pub(super) fn holding(&self) -> usize {
+        self.incoming.len() + self.held.as_ref().map_or(0, |h| h.data.len()) + self.to_host.len()
+    }
+
     /// Whether the host's end is still read (not once the runtime let the kernel go).
     pub(super) fn reads_host(&self) -> bool {
         self.releasing.is_none()

@@ -6,6 +6,7 @@ use super::bridge::{Bridge, End, message_size};
 use super::websocket::{FromKernel, ToKernel};
 use futures_util::{SinkExt as _, StreamExt as _};
 use jupyter_protocol::JupyterMessage;
+use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
 
@@ -16,6 +17,7 @@ pub(super) async fn carry(
     mut socket: KernelSocket,
     local: tokio::net::UnixStream,
     bootstrap: JupyterMessage,
+    in_transit: &AtomicU64,
 ) -> End {
     if let Err(e) = socket.to_kernel.send(bootstrap).await {
         return End::Bootstrap(e.to_string());
@@ -27,6 +29,9 @@ pub(super) async fn carry(
         for message in bridge.take_for_kernel() {
             socket.send(message).await;
         }
+        // Counted until the next step, after they are in the socket: counted twice for a
+        // moment rather than not at all.
+        in_transit.store(bridge.holding() as u64, Ordering::SeqCst);
         let to_host = bridge.take_for_host();
         if !to_host.is_empty()
             && let Err(e) = local_write.write_all(&to_host).await
@@ -76,6 +81,7 @@ pub(super) async fn carry(
                 }
             } => Ok(()),
         };
+        in_transit.store(bridge.holding() as u64, Ordering::SeqCst);
         if let Err(end) = step {
             return end;
         }

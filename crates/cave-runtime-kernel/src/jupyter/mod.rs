@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use gateway::Gateway;
 use jupyter_protocol::{Channel, ExecuteRequest, JupyterMessage};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 use tokio::sync::watch;
 
@@ -278,6 +279,8 @@ struct JupyterLink {
     end: watch::Sender<Option<String>>,
     /// Where the REST calls run: an interrupt may come from a thread outside any runtime.
     handle: tokio::runtime::Handle,
+    /// Bytes of the worker's frames the bridge holds, not yet in the local socket.
+    in_transit: Arc<AtomicU64>,
 }
 
 impl JupyterLink {
@@ -331,6 +334,10 @@ impl Link for SharedLink {
 
     fn kill(&self) {
         self.0.kill_kernel("the Python process was stopped");
+    }
+
+    fn in_transit(&self) -> u64 {
+        self.0.in_transit.load(Ordering::SeqCst)
     }
 
     fn let_go_on_release(&self, executing: bool) -> bool {
@@ -389,6 +396,7 @@ async fn connect(config: &JupyterConfig, max_frame: usize) -> Result<Started, Ke
         ended: link_ended.clone(),
         end,
         handle: tokio::runtime::Handle::current(),
+        in_transit: Arc::new(AtomicU64::new(0)),
     });
     let bootstrap = JupyterMessage::new(
         ExecuteRequest {
@@ -411,7 +419,7 @@ async fn connect(config: &JupyterConfig, max_frame: usize) -> Result<Started, Ke
     );
     let carried = link.clone();
     tokio::spawn(async move {
-        let end = carrier::carry(bridge, socket, bridge_end, bootstrap).await;
+        let end = carrier::carry(bridge, socket, bridge_end, bootstrap, &carried.in_transit).await;
         tracing::info!(reason = %end, kernel = %carried.kernel_id, "the Jupyter link ended");
         carried.end(&end.to_string());
     });
