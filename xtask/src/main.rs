@@ -349,6 +349,7 @@ mod tidy {
         const ALLOWED: &[&str] = &[
             "crates/cave-cli/src/config.rs",
             "crates/cave-testing/src/fuzz.rs",
+            "crates/cave-testing/src/phoenix.rs",
             "crates/cave-testing/src/contract/display.rs",
             "crates/cave-models/src/config.rs",
             "crates/cave-python/src/report.rs",

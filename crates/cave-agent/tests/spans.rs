@@ -3,27 +3,13 @@
 //! an `invoke_agent` span under the host call that started it. One test in its own binary: the
 //! subscriber is the process's global one (cells and host calls run on other threads).
 
+#[path = "support/orchestra.rs"]
+mod orchestra;
+
+use cave_agent::testing::ScriptedModel;
 use cave_agent::testing::spans::{CapturedSpan, SpanCapture};
-use cave_agent::testing::{Reply, ScriptedModel};
-use cave_agent::{
-    Agent, Args, Function, InProcRuntime, KernelRuntime, Param, Resources, Runtime, Signature,
-    StopReason, SubAgent, Value,
-};
-
-fn code(text: &str) -> Reply {
-    Reply::text(format!("```python\n{text}\n```"))
-}
-
-fn counter(name: &'static str) -> Function {
-    Function::host(
-        name,
-        Signature::new([Param::new("n").annotated("int")]).returns("int"),
-        |args: Args| async move {
-            let n: i64 = args.get("n")?;
-            Ok(Value::Int((n + 1).into()))
-        },
-    )
-}
+use cave_agent::{Agent, Resources, StopReason};
+use orchestra::{code, helper, orchestrator_runtime};
 
 fn tool<'a>(spans: &'a [CapturedSpan], name: &str) -> &'a CapturedSpan {
     spans
@@ -44,30 +30,12 @@ async fn host_calls_and_sub_agents_nest_under_their_cells() {
     let capture = SpanCapture::new();
     tracing::subscriber::set_global_default(capture.clone()).expect("the only subscriber");
 
-    let helper_runtime = KernelRuntime::new().expect("python");
-    helper_runtime
-        .register(Resources::new().function(counter("tock")))
-        .await
-        .unwrap();
-    let helper = SubAgent::new(
-        "helper",
-        "Counts in a sandbox.",
-        Agent::builder(
-            ScriptedModel::new([code("print(tock(41))"), Reply::text("42 it is.")]),
-            helper_runtime,
-        )
-        .build()
-        .unwrap(),
-    );
-    let runtime = InProcRuntime::new().expect("python");
-    runtime
-        .register(Resources::new().function(counter("tick")))
-        .await
-        .unwrap();
+    let helper = helper().await;
+    let runtime = orchestrator_runtime(Resources::new()).await;
     let mut orchestrator = Agent::builder(
         ScriptedModel::new([
             code("print(tick(1))\nprint(helper.run('Count from 41.'))"),
-            Reply::text("Done."),
+            cave_agent::testing::Reply::text("Done."),
         ]),
         runtime,
     )

@@ -63,7 +63,12 @@ pub fn run(
         }
     };
     let redactor = SecretRedactor::for_api_key(key_text.as_deref());
-    let session = config::resolve(common, api_key, &secrets).and_then(|config| {
+    // Held to the end of `run`, whichever way it ends: dropping it sends the spans left.
+    let mut traces = None;
+    let session = config::resolve(common, api_key, &secrets).and_then(|mut config| {
+        if let Some(otlp) = config.traces.take() {
+            traces = Some(cave_agent::otel::install(otlp).context("--otlp")?);
+        }
         let persisted = persisted.context("--session")?;
         rt.block_on(Session::build(config, &redactor, persisted))
     });
@@ -337,6 +342,8 @@ impl Session {
             display_dir,
             view,
             api_key: _,
+            // Installed by `run`, which holds the exporter.
+            traces: _,
         } = config;
         let model: Box<dyn Model> = open_model(model)?;
         let model: Box<dyn Model> = match record {

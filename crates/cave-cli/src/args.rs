@@ -276,6 +276,19 @@ pub struct CommonArgs {
     #[arg(long, value_name = "SIZE", value_parser = units::parse_size, requires = "session", help_heading = "Session")]
     pub session_max: Option<u64>,
 
+    /// Export traces (OpenTelemetry spans after the GenAI conventions: each run, step, model
+    /// call, cell and host call) to the OTLP/HTTP receiver at URL, e.g. http://127.0.0.1:4318
+    /// (/v1/traces is added). Without it, OTEL_EXPORTER_OTLP_ENDPOINT (or
+    /// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) turns traces on; OTEL_SERVICE_NAME and
+    /// OTEL_EXPORTER_OTLP_HEADERS apply either way. Secrets and the API key are never
+    /// recorded.
+    #[arg(long, value_name = "URL", help_heading = "Traces")]
+    pub otlp: Option<String>,
+    /// Record each cell's code and output in its span, redacted as events are. Off by default:
+    /// traces often go where more people read them than the session's output.
+    #[arg(long, help_heading = "Traces")]
+    pub trace_content: bool,
+
     /// Model calls per run.
     #[arg(long, help_heading = "Limits")]
     pub max_steps: Option<u32>,

@@ -49,6 +49,8 @@ pub struct AgentSettings {
     pub instructions: Option<String>,
     /// `--vision`, with `--max-image-tokens`.
     pub vision: Option<Option<u64>>,
+    /// `--trace-content`.
+    pub trace_content: bool,
 }
 
 impl AgentSettings {
@@ -89,6 +91,9 @@ impl AgentSettings {
                 builder.vision(true);
             }
             None => {}
+        }
+        if self.trace_content {
+            builder.trace_content(true);
         }
     }
 }
@@ -145,6 +150,8 @@ pub struct Config {
     pub view: Option<std::net::SocketAddr>,
     /// The key, for redacting anything printed.
     pub api_key: Option<ApiKey>,
+    /// Where traces are exported (`--otlp`, the `OTEL_*` variables); `None`: nowhere.
+    pub traces: Option<cave_agent::otel::OtlpConfig>,
 }
 
 /// Where the code runs and what it is given (`run`, `chat`, `mcp serve`).
@@ -351,7 +358,9 @@ pub fn resolve(
             .transpose()?,
         instructions: args.instructions.clone(),
         vision: args.vision.then_some(args.max_image_tokens),
+        trace_content: args.trace_content,
     };
+    let traces = resolve_traces(args)?;
     let output = if args.json {
         OutputMode::Json
     } else {
@@ -387,7 +396,26 @@ pub fn resolve(
             view => view,
         },
         api_key,
+        traces,
     })
+}
+
+/// `--otlp URL`, else the standard `OTEL_*` variables: where traces go, if anywhere.
+fn resolve_traces(args: &CommonArgs) -> anyhow::Result<Option<cave_agent::otel::OtlpConfig>> {
+    if let Some(url) = &args.otlp
+        && !(url.starts_with("http://") || url.starts_with("https://"))
+    {
+        bail!(
+            "--otlp takes the http:// or https:// URL of an OTLP/HTTP receiver (e.g. http://127.0.0.1:4318), not {url:?}"
+        );
+    }
+    let traces = cave_agent::otel::OtlpConfig::from_env_with(args.otlp.clone());
+    if args.trace_content && traces.is_none() {
+        bail!(
+            "--trace-content records cells in traces, but no traces are exported: give --otlp URL or set OTEL_EXPORTER_OTLP_ENDPOINT"
+        );
+    }
+    Ok(traces)
 }
 
 /// A number of seconds given for `flag`, as a duration.

@@ -17,7 +17,10 @@ pub(crate) fn command(server: Option<&TestServer>, args: &[&str]) -> Command {
         .args(args)
         .env_remove("LLM_MODEL_ID")
         .env_remove("LLM_BASE_URL")
-        .env_remove("LLM_API_KEY");
+        .env_remove("LLM_API_KEY")
+        // Traces only where a test asks for them.
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT");
     if let Some(server) = server {
         command
             .env("LLM_MODEL_ID", "test-model")

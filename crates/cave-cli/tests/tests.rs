@@ -16,4 +16,5 @@ mod soak;
 #[path = "../../cave-models/tests/support/mod.rs"]
 #[allow(dead_code)]
 mod support;
+mod traces;
 mod view;

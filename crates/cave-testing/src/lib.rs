@@ -27,6 +27,7 @@
 pub mod contract;
 pub mod fuzz;
 pub mod measure;
+pub mod phoenix;
 pub mod process;
 pub mod spans;
 
