@@ -132,7 +132,37 @@ impl FenceParser {
     }
 
     /// Parses one chunk of the stream.
+    #[inline]
     pub fn push(&mut self, chunk: &str) -> Parsed<'_> {
+        // One ASCII character in the middle of a line, as servers that stream a character at
+        // a time send most of an answer: appended where it belongs, nothing else to decide.
+        if let [byte] = *chunk.as_bytes()
+            && byte.is_ascii()
+            && byte != b'\n'
+            && !self.complete
+        {
+            let buffer = match self.mode {
+                Mode::Code if self.code_indent.is_none() => Some(&mut self.code),
+                Mode::Text if self.line_indent.is_none() => {
+                    self.out_text.clear();
+                    Some(&mut self.out_text)
+                }
+                _ => None,
+            };
+            if let Some(buffer) = buffer {
+                buffer.push(char::from(byte));
+                if self.mode == Mode::Code {
+                    self.out_text.clear();
+                }
+                self.emitted_code = false;
+                return self.parsed();
+            }
+        }
+        self.push_chunk(chunk)
+    }
+
+    #[inline(never)]
+    fn push_chunk(&mut self, chunk: &str) -> Parsed<'_> {
         self.out_text.clear();
         self.emitted_code = false;
         if self.complete {
@@ -140,11 +170,33 @@ impl FenceParser {
             self.remainder.push_str(chunk);
             return Parsed::default();
         }
-        for (offset, c) in chunk.char_indices() {
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            // Mid-line, in prose or in code, nothing before the line's end can open or close a
+            // fence: that run is copied whole (most of a long answer) and the rest stepped.
+            let run = match self.mode {
+                Mode::Code if self.code_indent.is_none() => Some(&mut self.code),
+                Mode::Text if self.line_indent.is_none() => Some(&mut self.out_text),
+                _ => None,
+            };
+            if let Some(buffer) = run {
+                let end = line_end(rest);
+                match rest.as_bytes()[..end] {
+                    // One character at a time is how many servers stream: no copy call for it.
+                    [byte] => buffer.push(char::from(byte)),
+                    _ => buffer.push_str(&rest[..end]),
+                }
+                rest = &rest[end..];
+                if rest.is_empty() {
+                    break;
+                }
+            }
+            let c = rest.chars().next().expect("not empty");
+            rest = &rest[c.len_utf8()..];
             self.step(c);
             if self.complete {
                 self.remainder.clear();
-                self.remainder.push_str(&chunk[offset + c.len_utf8()..]);
+                self.remainder.push_str(rest);
                 break;
             }
         }
@@ -202,6 +254,8 @@ impl FenceParser {
         self.remainder.clear();
     }
 
+    // Out of line: the copy of mid-line runs in `push` is the hot path, and stays small.
+    #[inline(never)]
     fn step(&mut self, c: char) {
         match self.mode {
             Mode::Text => {
@@ -347,6 +401,20 @@ impl FenceParser {
     }
 }
 
+/// Where the line `text` starts ends: the index of its first `\n`, or its length. Short
+/// chunks (a token or a character, as models stream) are searched inline.
+fn line_end(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    if bytes.len() <= 16 {
+        bytes
+            .iter()
+            .position(|&b| b == b'\n')
+            .unwrap_or(bytes.len())
+    } else {
+        text.find('\n').unwrap_or(bytes.len())
+    }
+}
+
 /// The indentation state after `c`: a newline starts a line; up to three spaces keep it a
 /// possible fence line; anything else makes it mid-line.
 fn next_line_indent(indent: Option<u8>, c: char) -> Option<u8> {
@@ -377,9 +445,12 @@ pub(crate) fn is_py_whitespace(c: char) -> bool {
 pub(crate) fn dedent_strip(s: &str) -> String {
     let is_margin_char = |c: char| c == ' ' || c == '\t';
     let mut margin: Option<&str> = None;
+    // A line of only spaces and tabs, which the output empties.
+    let mut blank_with_margin = false;
     for line in s.split('\n') {
         let content = line.trim_start_matches(is_margin_char);
         if content.is_empty() {
+            blank_with_margin |= !line.is_empty();
             continue; // whitespace-only lines do not count
         }
         let indent = &line[..line.len() - content.len()];
@@ -398,6 +469,10 @@ pub(crate) fn dedent_strip(s: &str) -> String {
         });
     }
     let margin = margin.unwrap_or("");
+    if margin.is_empty() && !blank_with_margin {
+        // Nothing to take off any line (the usual block): one copy.
+        return s.trim_matches(is_py_whitespace).to_owned();
+    }
     let mut out = String::with_capacity(s.len());
     for (i, line) in s.split('\n').enumerate() {
         if i > 0 {

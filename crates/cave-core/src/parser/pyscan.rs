@@ -26,7 +26,7 @@ enum Frozen {
 
 #[derive(Clone, Copy, Debug)]
 struct OpenString {
-    quote: char,
+    quote: u8,
     triple: bool,
 }
 
@@ -37,7 +37,7 @@ pub(crate) struct PyScanner {
     scanned: usize,
     frozen: Option<Frozen>,
     string: Option<OpenString>,
-    brackets: Vec<char>,
+    brackets: Vec<u8>,
     indents: Vec<u32>,
     /// The previous line ended with a backslash continuation outside a string.
     continued: bool,
@@ -80,10 +80,18 @@ impl PyScanner {
     }
 
     fn scan_line(&mut self, line: &str) {
-        let chars: Vec<char> = line.chars().filter(|&c| c != '\r').collect();
+        // Bytes, not chars: everything the tokenizer looks for here is ASCII, and no byte of a
+        // multi-byte character is. A `\r` is dropped wherever it stands, as Python reads it.
+        let filtered: Vec<u8>;
+        let chars = if line.contains('\r') {
+            filtered = line.bytes().filter(|&b| b != b'\r').collect();
+            &filtered[..]
+        } else {
+            line.as_bytes()
+        };
         let mut i = 0;
         if self.string.is_none() && self.brackets.is_empty() && !self.continued {
-            i = self.indentation(&chars);
+            i = self.indentation(chars);
             if self.frozen.is_some() {
                 return;
             }
@@ -92,35 +100,35 @@ impl PyScanner {
         while i < chars.len() {
             let c = chars[i];
             if let Some(open) = self.string {
-                i = self.scan_string(&chars, i, open);
+                i = self.scan_string(chars, i, open);
                 if self.frozen.is_some() {
                     return;
                 }
                 continue;
             }
             match c {
-                '#' => return,
-                '\'' | '"' => {
+                b'#' => return,
+                b'\'' | b'"' => {
                     // Prefixes (r, b, f, u) do not change how the tokenizer finds the end.
                     let triple = chars.get(i + 1) == Some(&c) && chars.get(i + 2) == Some(&c);
                     self.string = Some(OpenString { quote: c, triple });
                     i += if triple { 3 } else { 1 };
                     continue;
                 }
-                '\\' => {
-                    if chars.get(i + 1) == Some(&'\n') {
+                b'\\' => {
+                    if chars.get(i + 1) == Some(&b'\n') {
                         self.continued = true;
                         return;
                     }
                     self.frozen = Some(Frozen::Other);
                     return;
                 }
-                '(' | '[' | '{' => self.brackets.push(c),
-                ')' | ']' | '}' => {
+                b'(' | b'[' | b'{' => self.brackets.push(c),
+                b')' | b']' | b'}' => {
                     let expected = match c {
-                        ')' => '(',
-                        ']' => '[',
-                        _ => '{',
+                        b')' => b'(',
+                        b']' => b'[',
+                        _ => b'{',
                     };
                     if self.brackets.pop() != Some(expected) {
                         self.frozen = Some(Frozen::Other);
@@ -134,10 +142,10 @@ impl PyScanner {
     }
 
     /// Continues an open string from `i`; returns the index after what it consumed.
-    fn scan_string(&mut self, chars: &[char], mut i: usize, open: OpenString) -> usize {
+    fn scan_string(&mut self, chars: &[u8], mut i: usize, open: OpenString) -> usize {
         while i < chars.len() {
             let c = chars[i];
-            if c == '\\' {
+            if c == b'\\' {
                 // An escape (in raw strings too, as far as the tokenizer is concerned) keeps the
                 // next character, a newline included, inside the string.
                 i += 2;
@@ -153,7 +161,7 @@ impl PyScanner {
                     return i + 3;
                 }
             }
-            if c == '\n' && !open.triple {
+            if c == b'\n' && !open.triple {
                 self.frozen = Some(Frozen::Unterminated);
                 return chars.len();
             }
@@ -163,20 +171,20 @@ impl PyScanner {
     }
 
     /// Handles the indentation of a logical line's first physical line; returns where it ends.
-    fn indentation(&mut self, chars: &[char]) -> usize {
+    fn indentation(&mut self, chars: &[u8]) -> usize {
         let mut column = 0u32;
         let mut i = 0;
         while let Some(&c) = chars.get(i) {
             match c {
-                ' ' => column += 1,
-                '\t' => column = (column / 8 + 1) * 8,
-                '\x0c' => column = 0,
+                b' ' => column += 1,
+                b'\t' => column = (column / 8 + 1) * 8,
+                b'\x0c' => column = 0,
                 _ => break,
             }
             i += 1;
         }
         // Blank and comment-only lines do not take part in indentation.
-        if matches!(chars.get(i), None | Some('\n') | Some('#')) {
+        if matches!(chars.get(i), None | Some(b'\n') | Some(b'#')) {
             return i;
         }
         let top = self.indents.last().copied().unwrap_or(0);
