@@ -177,6 +177,16 @@ def estimation():
         "estimate_1mb_mixed/script_heuristic",
         timed(lambda: default_token_estimate(text), n(30, 5)),
     )
+    # The same text as the Rust benchmark's `ascii_heavy`.
+    heavy = ""
+    while len(heavy.encode()) < 1_000_000:
+        heavy += "df = pd.read_csv('sales.csv')\nprint(df.groupby('region')['revenue'].sum())\n"
+        heavy += "region\nnorth    1204.50\nsouth     998.25\n"
+        heavy += "The north region leads — revenue is up 12% on last year's café sales.\n"
+    emit(
+        "estimate_1mb_ascii_heavy/script_heuristic",
+        timed(lambda: default_token_estimate(heavy), n(30, 5)),
+    )
 
 
 # --- runtimes -------------------------------------------------------------------------------

@@ -20,7 +20,29 @@ fn mixed() -> String {
     text
 }
 
+/// About 1 MB of what a history mostly holds: code, its output and English, with a non-ASCII
+/// character now and then.
+fn ascii_heavy() -> String {
+    let mut text = String::new();
+    while text.len() < 1_000_000 {
+        text.push_str(
+            "df = pd.read_csv('sales.csv')\nprint(df.groupby('region')['revenue'].sum())\n",
+        );
+        text.push_str("region\nnorth    1204.50\nsouth     998.25\n");
+        text.push_str("The north region leads — revenue is up 12% on last year's café sales.\n");
+    }
+    text
+}
+
 fn estimation(c: &mut Criterion) {
+    let text = ascii_heavy();
+    let mut group = c.benchmark_group("estimate_1mb_ascii_heavy");
+    group.throughput(Throughput::Bytes(text.len() as u64));
+    group.bench_function("script_heuristic", |b| {
+        b.iter(|| black_box(ScriptEstimator.estimate(black_box(&text))))
+    });
+    group.finish();
+
     let text = mixed();
     let mut group = c.benchmark_group("estimate_1mb_mixed");
     group.throughput(Throughput::Bytes(text.len() as u64));

@@ -55,13 +55,71 @@ const RANGES: &[(u32, u32, u64)] = &[
     (0x20000, 0x2FFFF, SUPPLEMENTARY),
 ];
 
+/// A page of 256 code points whose characters do not all cost the same (see [`PAGES`]).
+const MIXED: u8 = 0;
+
+/// The cost of every character of each page of the Basic Multilingual Plane (code point >> 8),
+/// or [`MIXED`] where a class starts or ends inside the page: one lookup for almost every
+/// character, CJK included, instead of a search of [`RANGES`].
+const PAGES: [u8; 256] = pages();
+
+const fn pages() -> [u8; 256] {
+    let mut pages = [DEFAULT as u8; 256];
+    let mut page = 0;
+    while page < 256 {
+        let first = (page as u32) << 8;
+        let last = first + 0xFF;
+        let mut r = 0;
+        while r < RANGES.len() {
+            let (from, to, quarters) = RANGES[r];
+            if from <= last && to >= first {
+                pages[page] = if from <= first && to >= last {
+                    quarters as u8
+                } else {
+                    MIXED
+                };
+            }
+            r += 1;
+        }
+        page += 1;
+    }
+    pages
+}
+
 /// The cost of one non-ASCII code point, in quarter tokens.
+#[inline]
 fn rate(c: u32) -> u64 {
+    if let Some(&quarters) = PAGES.get((c >> 8) as usize)
+        && quarters != MIXED
+    {
+        return u64::from(quarters);
+    }
     let at = RANGES.partition_point(|&(_, last, _)| last < c);
     match RANGES.get(at) {
         Some(&(first, _, quarters)) if first <= c => quarters,
         _ => DEFAULT,
     }
+}
+
+/// How many bytes `bytes` starts with are ASCII: 32 at a time, then 8, then one.
+#[inline]
+fn ascii_prefix(bytes: &[u8]) -> usize {
+    const HIGH: u64 = 0x8080_8080_8080_8080;
+    let word = |at: &[u8]| u64::from_le_bytes(at[..8].try_into().expect("8 bytes"));
+    let mut n = 0;
+    for block in bytes.chunks_exact(32) {
+        if (word(block) | word(&block[8..]) | word(&block[16..]) | word(&block[24..])) & HIGH != 0 {
+            break;
+        }
+        n += 32;
+    }
+    for block in bytes[n..].chunks_exact(8) {
+        if word(block) & HIGH != 0 {
+            break;
+        }
+        n += 8;
+    }
+    n + bytes[n..].iter().take_while(|b| b.is_ascii()).count()
 }
 
 impl ScriptEstimator {
@@ -71,42 +129,27 @@ impl ScriptEstimator {
         let mut quarters = 0u64;
         let mut i = 0;
         while i < bytes.len() {
-            // ASCII runs, eight bytes at a time where possible.
-            while i + 8 <= bytes.len() {
-                let word = u64::from_le_bytes([
-                    bytes[i],
-                    bytes[i + 1],
-                    bytes[i + 2],
-                    bytes[i + 3],
-                    bytes[i + 4],
-                    bytes[i + 5],
-                    bytes[i + 6],
-                    bytes[i + 7],
-                ]);
-                if word & 0x8080_8080_8080_8080 != 0 {
-                    break;
+            // An ASCII run: a quarter each.
+            let ascii = ascii_prefix(&bytes[i..]);
+            quarters += ascii as u64 * DEFAULT;
+            i += ascii;
+            // Then the multi-byte characters up to the next ASCII byte. `text` is valid UTF-8,
+            // so each lead byte gives its character's width.
+            while let Some(&b) = bytes.get(i)
+                && b >= 0x80
+            {
+                let (width, lead) = match b {
+                    0xC0..=0xDF => (2, u32::from(b & 0x1F)),
+                    0xE0..=0xEF => (3, u32::from(b & 0x0F)),
+                    _ => (4, u32::from(b & 0x07)),
+                };
+                let mut c = lead;
+                for &cont in &bytes[i + 1..(i + width).min(bytes.len())] {
+                    c = (c << 6) | u32::from(cont & 0x3F);
                 }
-                quarters += 8 * DEFAULT;
-                i += 8;
+                quarters += rate(c);
+                i += width;
             }
-            let Some(&b) = bytes.get(i) else { break };
-            if b < 0x80 {
-                quarters += DEFAULT;
-                i += 1;
-                continue;
-            }
-            // A multi-byte character: `text` is valid UTF-8, so the lead byte gives its width.
-            let (width, lead) = match b {
-                0xC0..=0xDF => (2, u32::from(b & 0x1F)),
-                0xE0..=0xEF => (3, u32::from(b & 0x0F)),
-                _ => (4, u32::from(b & 0x07)),
-            };
-            let mut c = lead;
-            for &cont in &bytes[i + 1..(i + width).min(bytes.len())] {
-                c = (c << 6) | u32::from(cont & 0x3F);
-            }
-            quarters += rate(c);
-            i += width;
         }
         quarters
     }
@@ -150,5 +193,57 @@ mod tests {
         }
         assert_eq!(rate(0x00E9), 1, "Latin-1 letters are default");
         assert_eq!(rate(0x1FBFE), 1);
+    }
+
+    /// The per-character rate by searching the ranges alone: what the page table must agree
+    /// with.
+    fn searched(c: u32) -> u64 {
+        RANGES
+            .iter()
+            .find(|&&(first, last, _)| first <= c && c <= last)
+            .map_or(DEFAULT, |&(_, _, q)| q)
+    }
+
+    #[test]
+    fn the_page_table_agrees_with_the_ranges_for_every_code_point() {
+        for c in (0x80..=0x10FFFF).filter_map(char::from_u32) {
+            assert_eq!(rate(c as u32), searched(c as u32), "U+{:04X}", c as u32);
+        }
+    }
+
+    #[test]
+    fn every_split_of_ascii_and_other_text_sums_per_character() {
+        let pieces = [
+            "a",
+            "abcdefgh",
+            &"x".repeat(33),
+            "é",
+            "你",
+            "😀",
+            "\u{200D}",
+            "ש",
+            " ",
+        ];
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        for _ in 0..2000 {
+            let mut text = String::new();
+            for _ in 0..(state % 40) {
+                state = state
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1);
+                text.push_str(pieces[(state >> 33) as usize % pieces.len()]);
+            }
+            let expected: u64 = text
+                .chars()
+                .map(|c| {
+                    if c.is_ascii() {
+                        DEFAULT
+                    } else {
+                        searched(c as u32)
+                    }
+                })
+                .sum();
+            assert_eq!(ScriptEstimator::quarters(&text), expected, "{text:?}");
+        }
     }
 }
