@@ -390,7 +390,27 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
             Some(format!("\n\n## {title}\n\n{table}"))
         })
         .collect();
-    let report = format!("{report}{load}");
+    let current = Snapshot::of(&figures, &memory);
+    let history = history_file(quick);
+    let warnings = match history.as_deref().and_then(Snapshot::load) {
+        Some(previous) => regressions(&previous, &current),
+        None => Vec::new(),
+    };
+    for warning in &warnings {
+        println!("warning: {warning}");
+    }
+    if let Some(history) = &history
+        && let Err(e) = current.save(history)
+    {
+        println!("xtask: this run's figures were not kept for the next ({e})");
+    }
+    let warned: String = if warnings.is_empty() {
+        String::new()
+    } else {
+        let lines: String = warnings.iter().map(|w| format!("- {w}\n")).collect();
+        format!("\n\n## More than {REGRESSION_PERCENT} % worse than the last run here\n\n{lines}")
+    };
+    let report = format!("{report}{load}{warned}");
     let path = root.join("target").join("bench-report.md");
     std::fs::write(&path, &report)
         .map_err(|e| format!("could not write {}: {e}", path.display()))?;
@@ -398,9 +418,148 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
     Ok(path)
 }
 
+/// How much worse (in percent) a figure may get from one run to the next on the same machine
+/// before the run says so.
+const REGRESSION_PERCENT: u32 = 25;
+
+/// The medians of one run, kept for the next run on the same machine to compare with.
+#[derive(Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct Snapshot {
+    /// Benchmark id → median nanoseconds.
+    times: BTreeMap<String, f64>,
+    /// Figure id → resident bytes.
+    memory: BTreeMap<String, u64>,
+}
+
+impl Snapshot {
+    fn of(figures: &[Figure], memory: &BTreeMap<String, u64>) -> Self {
+        Self {
+            times: figures.iter().map(|f| (f.id.clone(), f.median)).collect(),
+            memory: memory.clone(),
+        }
+    }
+
+    fn load(path: &Path) -> Option<Self> {
+        serde_json::from_str(&std::fs::read_to_string(path).ok()?).ok()
+    }
+
+    fn save(&self, path: &Path) -> Result<(), String> {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+        }
+        let text = serde_json::to_string_pretty(self).map_err(|e| e.to_string())?;
+        // Whole or not at all: a run stopped while writing leaves the last good one.
+        let partial = path.with_extension("json.partial");
+        std::fs::write(&partial, text).map_err(|e| e.to_string())?;
+        std::fs::rename(&partial, path).map_err(|e| e.to_string())
+    }
+}
+
+/// Where this machine's last figures are kept: outside the repository, so that CI's fresh
+/// clones on one machine see each other's (`CAVE_BENCH_HISTORY` names a directory instead of
+/// `~/.cache/cave-agent`). One file per machine (processor and cores) and per kind of run
+/// (`--quick` or full); `None` without a home.
+fn history_file(quick: bool) -> Option<PathBuf> {
+    let dir = match std::env::var_os("CAVE_BENCH_HISTORY") {
+        Some(dir) => PathBuf::from(dir),
+        None => std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache")))?
+            .join("cave-agent"),
+    };
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|info| {
+            info.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split_once(':'))
+                .map(|(_, name)| name.trim().to_owned())
+        })
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let machine: String = format!("{cpu}-{cores}")
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    let kind = if quick { "quick" } else { "full" };
+    Some(dir.join(format!("bench-last-{kind}-{machine}.json")))
+}
+
+/// The figures of `current` more than [`REGRESSION_PERCENT`] worse than in `previous`, one
+/// line each (time and memory alike: larger is worse).
+pub(crate) fn regressions(previous: &Snapshot, current: &Snapshot) -> Vec<String> {
+    let limit = 1.0 + f64::from(REGRESSION_PERCENT) / 100.0;
+    let mut lines = Vec::new();
+    for (id, &now) in &current.times {
+        if let Some(&before) = previous.times.get(id)
+            && before > 0.0
+            && now > before * limit
+        {
+            lines.push(format!(
+                "{id}: {} → {} ({:+.0} %) since the last run on this machine",
+                human(before),
+                human(now),
+                (now / before - 1.0) * 100.0
+            ));
+        }
+    }
+    for (id, &now) in &current.memory {
+        if let Some(&before) = previous.memory.get(id)
+            && before > 0
+            && now as f64 > before as f64 * limit
+        {
+            lines.push(format!(
+                "{id}: {} → {} ({:+.0} %) since the last run on this machine",
+                mib(before),
+                mib(now),
+                (now as f64 / before as f64 - 1.0) * 100.0
+            ));
+        }
+    }
+    lines
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn figures_more_than_a_quarter_worse_are_named() {
+        let snapshot = |times: &[(&str, f64)], memory: &[(&str, u64)]| Snapshot {
+            times: times.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+            memory: memory.iter().map(|(k, v)| ((*k).to_owned(), *v)).collect(),
+        };
+        let before = snapshot(
+            &[("a", 1000.0), ("b", 1000.0), ("c", 1000.0), ("gone", 5.0)],
+            &[("memory/host", 100 << 20)],
+        );
+        let after = snapshot(
+            &[("a", 1250.0), ("b", 1300.0), ("c", 500.0), ("new", 9e9)],
+            &[("memory/host", 130 << 20)],
+        );
+        let lines = regressions(&before, &after);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(
+            lines[0],
+            "b: 1.00 µs → 1.30 µs (+30 %) since the last run on this machine"
+        );
+        assert!(
+            lines[1].starts_with("memory/host: 100.0 MiB → 130.0 MiB (+30 %)"),
+            "{lines:?}"
+        );
+        // Kept and read back whole.
+        let dir = std::env::temp_dir().join(format!("xtask-history-{}", std::process::id()));
+        let path = dir.join("bench-last.json");
+        after.save(&path).unwrap();
+        assert_eq!(Snapshot::load(&path), Some(after));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn criterion_estimates_become_a_table() {
