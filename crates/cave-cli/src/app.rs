@@ -31,10 +31,8 @@ pub fn run(
         Command::Chat(args) => Persisted::open(&mut args.common),
         _ => Ok(None),
     };
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let serving = matches!(cli.command, Command::Mcp(crate::args::McpCommand::Serve(_)));
+    let rt = match async_runtime(serving) {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("cave: could not start the async runtime: {e}");
@@ -112,6 +110,22 @@ pub fn run(
             eprintln!("cave: {e}");
             Exit::Stopped
         }
+    }
+}
+
+/// The async runtime. One thread for a session of `run` or `chat`: per step the agent, the
+/// model's connection and the runtime's channels hand work to each other dozens of times, and
+/// across threads each hand-off is a wake-up that costs more than the work (≈0.4 ms a step
+/// here). Worker threads for `mcp serve`, whose clients are many.
+fn async_runtime(serving: bool) -> io::Result<tokio::runtime::Runtime> {
+    if serving {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
     }
 }
 
@@ -536,7 +550,15 @@ impl Session {
         let mut editor = rustyline::DefaultEditor::new().map_err(io::Error::other)?;
         let mut last = None;
         loop {
-            match editor.readline("you › ") {
+            // Read on a thread of its own, so that the runtime goes on meanwhile (a Jupyter
+            // connection's pings, MCP servers' messages, a spare kernel starting).
+            let reading = rt.spawn_blocking(move || {
+                let line = editor.readline("you › ");
+                (line, editor)
+            });
+            let line;
+            (line, editor) = rt.block_on(reading).map_err(io::Error::other)?;
+            match line {
                 Ok(line) if line.trim().is_empty() => continue,
                 Ok(line) if line.trim() == "/undo" => {
                     let _ = editor.add_history_entry(line.as_str());

@@ -30,6 +30,9 @@ pub(crate) struct Client {
     pub(crate) stream_usage: std::sync::atomic::AtomicBool,
     pub(crate) send_reasoning: bool,
     pub(crate) retry: RetryPolicy,
+    /// The last stream's end being read (see [`Client::release`]); the next request waits for
+    /// it briefly, so that it finds the connection back in the pool.
+    pub(crate) releasing: std::sync::Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 type Events = EventStream<BoxStream<'static, Result<bytes::Bytes, reqwest::Error>>>;
@@ -68,7 +71,46 @@ impl Client {
         })
     }
 
+    /// Reads the rest of a stream its reader is done with, so that the connection goes back
+    /// to the pool: without it every step opened a new connection, which for a hosted model is
+    /// a TLS handshake per step. After `[DONE]` only the terminating chunk is left; when the
+    /// agent stops at the end of a code block, the model's last tokens, its finish and usage
+    /// usually follow within milliseconds. What has already arrived is read at once, the rest
+    /// in the background for at most `wait` and [`RELEASE_EVENTS`] events: a model that goes
+    /// on talking past that loses the connection (closed, which stops its generation), as
+    /// before.
+    fn release(&self, mut events: Events, wait: Duration) {
+        use futures_util::FutureExt as _;
+        // Ended already (the connection is back in the pool when `events` is dropped), or broken.
+        if let Some(None | Some(Err(_))) = events.next().now_or_never() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let task = runtime.spawn(async move {
+            let drain = async {
+                for _ in 0..RELEASE_EVENTS {
+                    match events.next().await {
+                        Some(Ok(_)) => {}
+                        Some(Err(_)) | None => return,
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(wait, drain).await;
+        });
+        *self.releasing.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
     async fn connect(&self, body: &[u8]) -> Result<Body, ModelError> {
+        let releasing = self
+            .releasing
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(task) = releasing {
+            let _ = tokio::time::timeout(RELEASE_BEFORE_NEXT, task).await;
+        }
         let mut request = self
             .http
             .post(&self.endpoint)
@@ -200,6 +242,16 @@ pub(crate) fn stream(
     )))
 }
 
+/// How long a stream's end is awaited after `[DONE]` to keep its connection.
+const RELEASE_WAIT: Duration = Duration::from_secs(5);
+/// How long the rest of an answer is read after its reader stopped early (at a code block's
+/// end) to keep the connection: a model that stops there ends within this.
+const TAIL_WAIT: Duration = Duration::from_millis(250);
+/// How many events after `[DONE]` are read (and ignored) to keep the connection.
+const RELEASE_EVENTS: usize = 16;
+/// How long a request waits for the last stream's end before it opens a connection of its own.
+const RELEASE_BEFORE_NEXT: Duration = Duration::from_millis(50);
+
 struct StreamState {
     client: Arc<Client>,
     body: Vec<u8>,
@@ -215,6 +267,14 @@ struct StreamState {
     finished: bool,
     done: bool,
     pending: VecDeque<Delta>,
+}
+
+impl Drop for StreamState {
+    fn drop(&mut self) {
+        if let Some(events) = self.events.take() {
+            self.client.release(events, TAIL_WAIT);
+        }
+    }
 }
 
 impl StreamState {
@@ -322,6 +382,9 @@ impl StreamState {
                     let data = event.data.trim();
                     if data == "[DONE]" {
                         self.done = true;
+                        if let Some(events) = self.events.take() {
+                            self.client.release(events, RELEASE_WAIT);
+                        }
                         return None;
                     }
                     if data.is_empty() {
@@ -361,12 +424,12 @@ impl StreamState {
         let mut out = Delta::default();
         for choice in chunk.choices.into_iter().take(1) {
             if let Some(delta) = choice.delta {
-                out.text = delta.standard.content.unwrap_or_default();
+                out.text = delta.content.unwrap_or_default();
                 out.reasoning = delta
                     .reasoning_content
                     .or(delta.reasoning)
                     .unwrap_or_default();
-                out.refusal = delta.standard.refusal.unwrap_or_default();
+                out.refusal = delta.refusal.unwrap_or_default();
             }
             out.finish_reason = choice
                 .finish_reason
@@ -447,6 +510,7 @@ mod tests {
                 max_retries: 0,
                 ..RetryPolicy::default()
             },
+            releasing: Default::default(),
         });
         let chunk = |delta: &str| {
             format!(

@@ -48,6 +48,7 @@ fn build(
         stream_usage: config.stream_usage.unwrap_or(default_stream_usage).into(),
         send_reasoning: config.send_reasoning,
         retry: config.retry,
+        releasing: Default::default(),
     };
     Ok((Arc::new(client), info))
 }

@@ -1,11 +1,12 @@
 //! The OpenAI chat-completions wire format, as far as the adapters read and write it.
 
-use serde::Deserialize;
+use serde::ser::{SerializeMap as _, SerializeSeq as _};
+use serde::{Deserialize, Serialize, Serializer};
 use serde_json::{Map, Value as Json};
 
-/// The request body: async-openai's `CreateChatCompletionRequest`, with what it does not
-/// model added beside it (an assistant turn's `reasoning_content`, and the user's extra
-/// parameters, sent as given).
+/// The request body, written straight from the conversation (no copy of it is made: a long
+/// conversation is sent at every step). The user's extra parameters are sent as given and
+/// replace a field of the same name.
 pub(crate) struct RequestBody<'a> {
     pub(crate) model: &'a str,
     pub(crate) messages: &'a [cave_core::ChatMessage],
@@ -15,98 +16,116 @@ pub(crate) struct RequestBody<'a> {
     pub(crate) extra: &'a Map<String, Json>,
 }
 
-/// A user message's content: its text, and its images as `data:` URLs after it.
-fn user_content(
-    message: &cave_core::ChatMessage,
-) -> async_openai::types::chat::ChatCompletionRequestUserMessageContent {
-    use async_openai::types::chat::{
-        ChatCompletionRequestMessageContentPartImage, ChatCompletionRequestMessageContentPartText,
-        ChatCompletionRequestUserMessageContent as Content,
-        ChatCompletionRequestUserMessageContentPart as Part, ImageUrl,
-    };
-    if message.images.is_empty() {
-        return Content::Text(message.content.clone());
-    }
-    let text = Part::Text(ChatCompletionRequestMessageContentPartText {
-        text: message.content.clone(),
-        prompt_cache_breakpoint: None,
-    });
-    let images = message.images.iter().map(|image| {
-        Part::ImageUrl(ChatCompletionRequestMessageContentPartImage {
-            image_url: ImageUrl {
-                url: image.data_url(),
-                detail: None,
-            },
-            prompt_cache_breakpoint: None,
-        })
-    });
-    Content::Array(std::iter::once(text).chain(images).collect())
-}
-
 impl RequestBody<'_> {
     pub(crate) fn to_json(&self) -> serde_json::Result<Vec<u8>> {
-        use async_openai::types::chat::{
-            ChatCompletionRequestAssistantMessage, ChatCompletionRequestMessage,
-            ChatCompletionRequestSystemMessage, ChatCompletionRequestUserMessage,
-            ChatCompletionStreamOptions, CreateChatCompletionRequest,
-        };
-        use cave_core::ChatRole;
-        let messages = self
-            .messages
-            .iter()
-            .map(|m| match m.role {
-                ChatRole::System => {
-                    ChatCompletionRequestMessage::System(ChatCompletionRequestSystemMessage {
-                        content: m.content.as_str().into(),
-                        name: None,
-                    })
-                }
-                ChatRole::User => {
-                    ChatCompletionRequestMessage::User(ChatCompletionRequestUserMessage {
-                        content: user_content(m),
-                        name: None,
-                    })
-                }
-                ChatRole::Assistant => {
-                    ChatCompletionRequestMessage::Assistant(ChatCompletionRequestAssistantMessage {
-                        content: Some(m.content.as_str().into()),
-                        ..Default::default()
-                    })
-                }
-            })
-            .collect();
-        // `max_tokens` is what OpenAI-compatible servers read (OpenAI's own API takes it too).
-        #[allow(deprecated)]
-        let request = CreateChatCompletionRequest {
-            model: self.model.to_owned(),
-            messages,
-            stream: Some(true),
-            stream_options: self.stream_usage.then(|| ChatCompletionStreamOptions {
-                include_usage: Some(true),
-                ..Default::default()
-            }),
-            max_tokens: self.max_tokens,
-            ..Default::default()
-        };
-        let mut body = serde_json::to_value(&request)?;
-        if let Some(object) = body.as_object_mut() {
-            if self.send_reasoning
-                && let Some(Json::Array(wire)) = object.get_mut("messages")
-            {
-                for (message, ours) in wire.iter_mut().zip(self.messages) {
-                    if let (Some(reasoning), Some(message)) =
-                        (ours.reasoning.as_deref(), message.as_object_mut())
-                        && ours.role == ChatRole::Assistant
-                    {
-                        message.insert("reasoning_content".to_owned(), reasoning.into());
-                    }
-                }
-            }
-            for (key, value) in self.extra {
-                object.insert(key.clone(), value.clone());
-            }
+        serde_json::to_vec(self)
+    }
+}
+
+impl Serialize for RequestBody<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let ours = |key: &str| !self.extra.contains_key(key);
+        let mut map = serializer.serialize_map(None)?;
+        if ours("model") {
+            map.serialize_entry("model", self.model)?;
         }
-        serde_json::to_vec(&body)
+        if ours("messages") {
+            map.serialize_entry("messages", &Messages(self))?;
+        }
+        if ours("stream") {
+            map.serialize_entry("stream", &true)?;
+        }
+        if self.stream_usage && ours("stream_options") {
+            map.serialize_entry("stream_options", &StreamOptions)?;
+        }
+        if let Some(max) = self.max_tokens
+            && ours("max_tokens")
+        {
+            // `max_tokens` is what OpenAI-compatible servers read (OpenAI's own API too).
+            map.serialize_entry("max_tokens", &max)?;
+        }
+        for (key, value) in self.extra {
+            map.serialize_entry(key, value)?;
+        }
+        map.end()
+    }
+}
+
+/// `{"include_usage": true}`.
+struct StreamOptions;
+
+impl Serialize for StreamOptions {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(Some(1))?;
+        map.serialize_entry("include_usage", &true)?;
+        map.end()
+    }
+}
+
+struct Messages<'a, 'b>(&'b RequestBody<'a>);
+
+impl Serialize for Messages<'_, '_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use cave_core::ChatRole;
+        let body = self.0;
+        let mut seq = serializer.serialize_seq(Some(body.messages.len()))?;
+        for message in body.messages {
+            let reasoning = match message.reasoning.as_deref() {
+                Some(reasoning) if body.send_reasoning && message.role == ChatRole::Assistant => {
+                    Some(reasoning)
+                }
+                _ => None,
+            };
+            seq.serialize_element(&WireMessage { message, reasoning })?;
+        }
+        seq.end()
+    }
+}
+
+/// One message: its role and content, and for an assistant turn its reasoning when asked to.
+struct WireMessage<'a> {
+    message: &'a cave_core::ChatMessage,
+    reasoning: Option<&'a str>,
+}
+
+impl Serialize for WireMessage<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use cave_core::ChatRole;
+        let message = self.message;
+        let role = match message.role {
+            ChatRole::System => "system",
+            ChatRole::User => "user",
+            ChatRole::Assistant => "assistant",
+        };
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("role", role)?;
+        if message.role == ChatRole::User && !message.images.is_empty() {
+            map.serialize_entry("content", &UserParts(message))?;
+        } else {
+            map.serialize_entry("content", &message.content)?;
+        }
+        if let Some(reasoning) = self.reasoning {
+            map.serialize_entry("reasoning_content", reasoning)?;
+        }
+        map.end()
+    }
+}
+
+/// A user message with images: its text, then each image as a `data:` URL.
+struct UserParts<'a>(&'a cave_core::ChatMessage);
+
+impl Serialize for UserParts<'_> {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let message = self.0;
+        let mut seq = serializer.serialize_seq(Some(1 + message.images.len()))?;
+        seq.serialize_element(&serde_json::json!({"type": "text", "text": message.content}))?;
+        for image in &message.images {
+            seq.serialize_element(&serde_json::json!({
+                "type": "image_url",
+                "image_url": {"url": image.data_url()},
+            }))?;
+        }
+        seq.end()
     }
 }
 
@@ -162,11 +181,13 @@ pub(crate) struct ChunkChoice {
     pub(crate) finish_reason: Option<String>,
 }
 
-/// A chunk's delta: async-openai's, with the reasoning fields it does not model read beside it.
+/// A chunk's delta: the fields the adapters read (others, such as `role`, are ignored).
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ChunkDelta {
-    #[serde(flatten)]
-    pub(crate) standard: async_openai::types::chat::ChatCompletionStreamResponseDelta,
+    #[serde(default)]
+    pub(crate) content: Option<String>,
+    #[serde(default)]
+    pub(crate) refusal: Option<String>,
     /// DeepSeek, vLLM and others.
     #[serde(default)]
     pub(crate) reasoning_content: Option<String>,
@@ -254,4 +275,52 @@ mod tests {
             ])
         );
     }
+
+    /// Every kind of message, reasoning sent or not, usage asked or not, extra parameters
+    /// replacing a field: the body as async-openai's request types wrote it before.
+    #[test]
+    fn the_body_is_the_chat_completions_format() {
+        let mut with_image = ChatMessage::new(ChatRole::User, "Output:\nfigure");
+        with_image.images = vec![ImagePart::new("image/png", b"\x89PNG", 1, 1)];
+        let mut assistant = ChatMessage::new(ChatRole::Assistant, "Sure \"x\" \u{1F600}");
+        assistant.reasoning = Some("thought".into());
+        let messages = [
+            ChatMessage::new(ChatRole::System, "sys"),
+            ChatMessage::new(ChatRole::User, "plain"),
+            with_image,
+            assistant,
+            ChatMessage::new(ChatRole::Assistant, ""),
+        ];
+        let mut extra = Map::new();
+        extra.insert("temperature".into(), serde_json::json!(0.2));
+        extra.insert("max_tokens".into(), serde_json::json!(7));
+        let none = Map::new();
+        let cases = [
+            (true, Some(100), true, &extra),
+            (true, Some(100), true, &none),
+            (false, None, false, &extra),
+            (false, None, false, &none),
+        ];
+        for (case, golden) in cases.into_iter().zip(GOLDEN) {
+            let (stream_usage, max_tokens, send_reasoning, extra) = case;
+            let body = RequestBody {
+                model: "m",
+                messages: &messages,
+                stream_usage,
+                max_tokens,
+                send_reasoning,
+                extra,
+            };
+            let written: Json = serde_json::from_slice(&body.to_json().unwrap()).unwrap();
+            let expected: Json = serde_json::from_str(golden).unwrap();
+            assert_eq!(written, expected);
+        }
+    }
+
+    const GOLDEN: [&str; 4] = [
+        r#"{"max_tokens":7,"messages":[{"content":"sys","role":"system"},{"content":"plain","role":"user"},{"content":[{"text":"Output:\nfigure","type":"text"},{"image_url":{"url":"data:image/png;base64,iVBORw=="},"type":"image_url"}],"role":"user"},{"content":"Sure \"x\" 😀","reasoning_content":"thought","role":"assistant"},{"content":"","role":"assistant"}],"model":"m","stream":true,"stream_options":{"include_usage":true},"temperature":0.2}"#,
+        r#"{"max_tokens":100,"messages":[{"content":"sys","role":"system"},{"content":"plain","role":"user"},{"content":[{"text":"Output:\nfigure","type":"text"},{"image_url":{"url":"data:image/png;base64,iVBORw=="},"type":"image_url"}],"role":"user"},{"content":"Sure \"x\" 😀","reasoning_content":"thought","role":"assistant"},{"content":"","role":"assistant"}],"model":"m","stream":true,"stream_options":{"include_usage":true}}"#,
+        r#"{"max_tokens":7,"messages":[{"content":"sys","role":"system"},{"content":"plain","role":"user"},{"content":[{"text":"Output:\nfigure","type":"text"},{"image_url":{"url":"data:image/png;base64,iVBORw=="},"type":"image_url"}],"role":"user"},{"content":"Sure \"x\" 😀","role":"assistant"},{"content":"","role":"assistant"}],"model":"m","stream":true,"temperature":0.2}"#,
+        r#"{"messages":[{"content":"sys","role":"system"},{"content":"plain","role":"user"},{"content":[{"text":"Output:\nfigure","type":"text"},{"image_url":{"url":"data:image/png;base64,iVBORw=="},"type":"image_url"}],"role":"user"},{"content":"Sure \"x\" 😀","role":"assistant"},{"content":"","role":"assistant"}],"model":"m","stream":true}"#,
+    ];
 }

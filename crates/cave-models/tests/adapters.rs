@@ -102,6 +102,30 @@ async fn streams_an_answer_with_usage_and_sends_what_it_should() {
 }
 
 #[tokio::test]
+async fn consecutive_requests_share_one_connection() {
+    let done = || Reply::Sse(vec![text("Hi"), finish("stop"), Part::Done]);
+    // The stream's end comes a while after `[DONE]`: read in the background.
+    let late_end = Reply::Sse(vec![
+        text("Hi"),
+        finish("stop"),
+        Part::Done,
+        Part::Pause(Duration::from_millis(50)),
+    ]);
+    let server = TestServer::start([done(), late_end, done(), done()]).await;
+    let model = OpenAiModel::new(config(&server)).unwrap();
+    for request in 0..4 {
+        let (deltas, error) = collect(&model).await;
+        assert!(error.is_none(), "request {request}: {error:?}");
+        assert_eq!(text_of(&deltas), "Hi");
+        if request == 1 {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+    // Without reading past `[DONE]`, each request opened its own (4).
+    assert_eq!(server.connections(), 1);
+}
+
+#[tokio::test]
 async fn reasoning_arrives_under_either_field_name() {
     for field in ["reasoning_content", "reasoning"] {
         let server = TestServer::start([Reply::Sse(vec![
@@ -350,6 +374,33 @@ fn stopped(events: &[Event]) -> (StopReason, u32, Usage) {
         }) => (*stop_reason, *steps, *usage),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test]
+async fn at_agent_level_steps_keep_the_connection_unless_the_model_talks_on() {
+    // The agent stops reading at each block's end; the answer's finish, usage and end follow
+    // at once, so the connection is kept for the next step.
+    let step = || {
+        let mut parts = vec![text(&block("x = 1"))];
+        parts.extend([finish("stop"), usage(10, 5), Part::Done]);
+        Reply::Sse(parts)
+    };
+    let server = TestServer::start([step(), step(), step(), answer("Done.", 4, "stop")]).await;
+    let (_, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), None).await;
+    assert_eq!(stopped(&events).0, StopReason::Completed);
+    assert_eq!(server.received().len(), 4);
+    assert_eq!(server.connections(), 1, "every step on one connection");
+
+    // A model that goes on after its block (here: forever) loses its connection, which is
+    // how a server learns to stop generating.
+    let server = TestServer::start([
+        Reply::Sse(vec![text(&block("x = 1")), text(" and"), Part::Hang]),
+        answer("Done.", 4, "stop"),
+    ])
+    .await;
+    let (_, events) = run_agent(OpenAiModel::new(config(&server)).unwrap(), None).await;
+    assert_eq!(stopped(&events).0, StopReason::Completed);
+    assert_eq!(server.connections(), 2);
 }
 
 #[tokio::test]

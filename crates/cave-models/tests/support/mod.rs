@@ -1,6 +1,7 @@
 //! A real HTTP/1.1 server on 127.0.0.1 that speaks server-sent events like an OpenAI-compatible
 //! chat-completions endpoint, and injects scripted faults: error statuses with headers, stalls,
-//! connections dropped mid-stream.
+//! connections dropped mid-stream. Connections are kept alive between requests, as hosted APIs
+//! keep them (unless the request asks to close).
 
 use serde_json::{Value as Json, json};
 use std::collections::VecDeque;
@@ -65,6 +66,8 @@ struct State {
     /// Kept only while `record` is on (a benchmark sends many requests).
     received: Vec<Received>,
     record: bool,
+    /// Connections accepted so far.
+    connections: usize,
 }
 
 /// The server; it stops when dropped.
@@ -110,6 +113,8 @@ impl TestServer {
         let shared = state.clone();
         let task = tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
+                let _ = socket.set_nodelay(true);
+                shared.lock().unwrap().connections += 1;
                 let state = shared.clone();
                 tokio::spawn(async move {
                     let _ = serve(socket, state).await;
@@ -128,21 +133,44 @@ impl TestServer {
     pub fn received(&self) -> Vec<Received> {
         self.state.lock().unwrap().received.clone()
     }
+
+    /// How many connections clients have opened so far.
+    #[allow(dead_code)]
+    pub fn connections(&self) -> usize {
+        self.state.lock().unwrap().connections
+    }
 }
 
+/// Answers requests on one connection until the client closes it, asks to, or a scripted fault
+/// ends it.
 async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Result<()> {
-    // Read the head, then the body by Content-Length.
     let mut buf = Vec::new();
-    let head_end = loop {
-        let mut chunk = [0u8; 4096];
-        let n = socket.read(&mut chunk).await?;
-        if n == 0 {
-            return Ok(());
+    while let Some(keep) = serve_one(&mut socket, &mut buf, &state).await? {
+        if !keep {
+            break;
         }
-        buf.extend_from_slice(&chunk[..n]);
+    }
+    socket.shutdown().await
+}
+
+/// Answers one request; `None` when the client closed the connection first, else whether the
+/// connection may carry another request. Bytes past this request stay in `buf`.
+async fn serve_one(
+    socket: &mut TcpStream,
+    buf: &mut Vec<u8>,
+    state: &Mutex<State>,
+) -> std::io::Result<Option<bool>> {
+    // Read the head, then the body by Content-Length.
+    let head_end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break at + 4;
         }
+        let mut chunk = [0u8; 4096];
+        let n = socket.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
     };
     let head = String::from_utf8_lossy(&buf[..head_end]).into_owned();
     let mut lines = head.lines();
@@ -172,18 +200,23 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
         }
         buf.extend_from_slice(&chunk[..n]);
     }
-    let body = serde_json::from_slice(&buf[head_end..]).unwrap_or(Json::Null);
+    let end = (head_end + length).min(buf.len());
+    let body = serde_json::from_slice(&buf[head_end..end]).unwrap_or(Json::Null);
+    buf.drain(..end);
+    let keep = !headers
+        .iter()
+        .any(|(n, v)| n.eq_ignore_ascii_case("connection") && v.eq_ignore_ascii_case("close"));
     // A proxy in front (LiteLLM) lists the models first: answered aside, so the script is
     // the chat requests alone.
     if path.ends_with("/models") {
         let list = json!({"object": "list", "data": []}).to_string();
         let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
             list.len()
         );
         socket.write_all(head.as_bytes()).await?;
         socket.write_all(list.as_bytes()).await?;
-        return socket.shutdown().await;
+        return Ok(Some(keep));
     }
     let reply = {
         let mut state = state.lock().unwrap();
@@ -207,7 +240,7 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
                 .iter()
                 .any(|(n, _)| n.eq_ignore_ascii_case("content-type"));
             let mut head = format!(
-                "HTTP/1.1 {status} Scripted\r\n{}content-length: {}\r\nconnection: close\r\n",
+                "HTTP/1.1 {status} Scripted\r\n{}content-length: {}\r\n",
                 if typed {
                     ""
                 } else {
@@ -224,7 +257,7 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
         }
         Reply::Sse(parts) => {
             socket
-                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n")
+                .write_all(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n")
                 .await?;
             for part in parts {
                 let data = match part {
@@ -240,7 +273,7 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
                         continue;
                     }
                     // Without the terminating chunk, the client sees a broken body.
-                    Part::Drop => return Ok(()),
+                    Part::Drop => return Ok(Some(false)),
                 };
                 socket
                     .write_all(format!("{:x}\r\n{data}\r\n", data.len()).as_bytes())
@@ -250,7 +283,7 @@ async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Resu
             socket.write_all(b"0\r\n\r\n").await?;
         }
     }
-    socket.shutdown().await
+    Ok(Some(keep))
 }
 
 /// An error reply with a JSON body.

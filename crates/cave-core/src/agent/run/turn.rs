@@ -290,7 +290,8 @@ impl Run<'_> {
                 break;
             }
         }
-        // Closes the connection now: nothing more is read from it.
+        // Nothing more is read from the answer: the adapter keeps the connection if the rest
+        // arrives within moments, and closes it otherwise (which stops the model generating).
         drop(stream);
         self.seal_thinking(turn, &mut thinking_since).await;
         if !parser.is_complete() {
