@@ -550,17 +550,13 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None):
         except (SyntaxError, ValueError) as error:
             write("".join(traceback.format_exception_only(type(error), error)))
             return (type(error).__name__, str(error))
-        # A trailing expression's value is kept under a name no cell can spell, in the same
-        # code object: one compilation per cell (each costs ≈10 µs even for one line).
-        echo = bool(tree.body) and isinstance(tree.body[-1], ast.Expr)
-        if echo:
-            last = tree.body[-1]
-            target = ast.copy_location(ast.Name(_ECHO, ast.Store()), last)
-            tree.body[-1] = ast.copy_location(ast.Assign([target], last.value), last)
+        trailing = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            trailing = ast.Expression(tree.body.pop().value)
         try:
             _evaluate(compile(tree, filename, "exec", _TOP_LEVEL_AWAIT), namespace)
-            if echo:
-                value = namespace.pop(_ECHO, None)
+            if trailing is not None:
+                value = _evaluate(compile(trailing, filename, "eval", _TOP_LEVEL_AWAIT), namespace)
                 if value is not None:
                     namespace["_"] = value
                     if has_rich_form(value):
@@ -591,10 +587,6 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None):
 
 
 _HIDDEN_FILES.add(run_cell.__code__.co_filename)
-
-# Where a cell's trailing expression leaves its value (not an identifier, so no cell can
-# read or bind it).
-_ECHO = "<cave echo>"
 
 _KIND_NAMES = {}
 
