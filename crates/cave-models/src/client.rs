@@ -247,7 +247,7 @@ const RELEASE_WAIT: Duration = Duration::from_secs(5);
 /// How long the rest of an answer is read after its reader stopped early (at a code block's
 /// end) to keep the connection: a model that stops there ends within this.
 const TAIL_WAIT: Duration = Duration::from_millis(250);
-/// How many events after `[DONE]` are read (and ignored) to keep the connection.
+/// How many events a stream's end may still bring (read and ignored) to keep the connection.
 const RELEASE_EVENTS: usize = 16;
 /// How long a request waits for the last stream's end before it opens a connection of its own.
 const RELEASE_BEFORE_NEXT: Duration = Duration::from_millis(50);

@@ -145,21 +145,17 @@ impl TestServer {
 /// ends it.
 async fn serve(mut socket: TcpStream, state: Arc<Mutex<State>>) -> std::io::Result<()> {
     let mut buf = Vec::new();
-    while let Some(keep) = serve_one(&mut socket, &mut buf, &state).await? {
-        if !keep {
-            break;
-        }
-    }
+    while serve_one(&mut socket, &mut buf, &state).await? {}
     socket.shutdown().await
 }
 
-/// Answers one request; `None` when the client closed the connection first, else whether the
-/// connection may carry another request. Bytes past this request stay in `buf`.
+/// Answers one request; whether the connection may carry another (not when the client closed
+/// it, asked to, or a scripted fault ended it). Bytes past this request stay in `buf`.
 async fn serve_one(
     socket: &mut TcpStream,
     buf: &mut Vec<u8>,
     state: &Mutex<State>,
-) -> std::io::Result<Option<bool>> {
+) -> std::io::Result<bool> {
     // Read the head, then the body by Content-Length.
     let head_end = loop {
         if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
@@ -168,7 +164,7 @@ async fn serve_one(
         let mut chunk = [0u8; 4096];
         let n = socket.read(&mut chunk).await?;
         if n == 0 {
-            return Ok(None);
+            return Ok(false);
         }
         buf.extend_from_slice(&chunk[..n]);
     };
@@ -216,7 +212,7 @@ async fn serve_one(
         );
         socket.write_all(head.as_bytes()).await?;
         socket.write_all(list.as_bytes()).await?;
-        return Ok(Some(keep));
+        return Ok(keep);
     }
     let reply = {
         let mut state = state.lock().unwrap();
@@ -273,7 +269,7 @@ async fn serve_one(
                         continue;
                     }
                     // Without the terminating chunk, the client sees a broken body.
-                    Part::Drop => return Ok(Some(false)),
+                    Part::Drop => return Ok(false),
                 };
                 socket
                     .write_all(format!("{:x}\r\n{data}\r\n", data.len()).as_bytes())
@@ -283,7 +279,7 @@ async fn serve_one(
             socket.write_all(b"0\r\n\r\n").await?;
         }
     }
-    Ok(Some(keep))
+    Ok(keep)
 }
 
 /// An error reply with a JSON body.
