@@ -250,7 +250,10 @@ mod tests {
     }
 
     fn fake_ask(path: &Path) -> Result<Reported, String> {
-        let out = std::process::Command::new(path)
+        // Read by `sh` rather than executed: executing a file just written can fail with
+        // ETXTBSY while another test's fork still holds the writing descriptor.
+        let out = std::process::Command::new("/bin/sh")
+            .arg(path)
             .output()
             .map_err(|e| e.to_string())?;
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
