@@ -12,7 +12,7 @@ use cave_agent::{
     Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, KernelRuntime, MethodFilter,
     Model, Resource, Resources, Runtime, RuntimeError, RuntimeExt, SecretRedactor, StopReason,
 };
-use futures_util::StreamExt;
+use futures_util::{FutureExt as _, StreamExt};
 use std::io::{self, Write};
 use std::os::fd::AsFd;
 use std::sync::Arc;
@@ -152,6 +152,9 @@ impl Write for RedactingStdout {
         self.out.flush()
     }
 }
+
+/// Events written at most before the output is flushed while more keep coming.
+const HELD_EVENTS: usize = 64;
 
 /// The session's runtime, by kind: both are `Runtime`s; the in-process one also shares this
 /// process's descriptors.
@@ -499,9 +502,28 @@ impl Session {
         let mut events = self.agent.stream_until(prompt, cancel);
         let mut result = Ok(());
         let mut ticker = tokio::time::interval(std::time::Duration::from_millis(100));
+        let mut held = 0;
         loop {
+            // Events that are ready go out in one write (at most `HELD_EVENTS` of them, so that
+            // a fast stream is still seen as it goes); the buffer is sent before waiting.
+            let ready = if held < HELD_EVENTS {
+                events.next().now_or_never()
+            } else {
+                None
+            };
+            if ready.is_none() {
+                held = 0;
+                if let Err(e) = self.output.flush() {
+                    result = Err(e);
+                    break;
+                }
+            }
+            held += 1;
             // `next` is cancel-safe: a tick that wins the race loses no event.
-            let event = tokio::select! {
+            let event = if let Some(event) = ready {
+                event
+            } else {
+                tokio::select! {
                 event = events.next() => event,
                 _ = ticker.tick() => {
                     if let Err(e) = self.output.tick() {
@@ -509,6 +531,7 @@ impl Session {
                         break;
                     }
                     continue;
+                }
                 }
             };
             let Some(event) = event else { break };
@@ -533,6 +556,11 @@ impl Session {
             }
         }
         drop(events);
+        if let Err(e) = self.output.flush()
+            && result.is_ok()
+        {
+            result = Err(e);
+        }
         watcher.abort();
         self.persist(state_lost).await;
         result.map(|()| reason)

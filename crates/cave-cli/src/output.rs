@@ -37,8 +37,11 @@ pub enum Retrieved {
 
 /// Where a session's events and results go.
 pub trait Output {
-    /// Prints one event.
+    /// Writes one event; it reaches the terminal or the pipe at the next [`flush`](Self::flush)
+    /// (the session flushes whenever no further event is ready, so a burst is one write).
     fn event(&mut self, event: &Event) -> io::Result<()>;
+    /// Sends what the events written so far left in the buffer.
+    fn flush(&mut self) -> io::Result<()>;
     /// Prints a retrieved variable.
     fn retrieved(&mut self, retrieved: &Retrieved) -> io::Result<()>;
     /// Called about ten times a second while waiting (for a spinner).
@@ -47,7 +50,7 @@ pub trait Output {
     }
 }
 
-/// One JSON object per line, flushed per event: exactly the core's serde form.
+/// One JSON object per line: exactly the core's serde form.
 #[derive(Debug)]
 pub struct JsonLines<W> {
     out: W,
@@ -73,7 +76,12 @@ impl<W: Write> JsonLines<W> {
 
 impl<W: Write> Output for JsonLines<W> {
     fn event(&mut self, event: &Event) -> io::Result<()> {
-        self.line(event)
+        serde_json::to_writer(&mut self.out, event)?;
+        self.out.write_all(b"\n")
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
     }
 
     fn retrieved(&mut self, retrieved: &Retrieved) -> io::Result<()> {
@@ -564,6 +572,10 @@ impl<W: Write> Output for Human<W> {
             } => self.stopped(*stop_reason, *steps, *elapsed, usage, error.as_ref())?,
             _ => {}
         }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
         self.out.flush()
     }
 

@@ -40,7 +40,8 @@ fn host_call_span(cell: &tracing::Span, name: &str) -> tracing::Span {
 /// (`execute_tool NAME` after the OpenTelemetry GenAI conventions, a child of `cell`, the
 /// cell's span from [`CellOutput::span`](crate::CellOutput::span); `name` is the function's
 /// or `object.method`; the error's Python type is recorded when it raises), with
-/// [`show_from_host`] reaching `show`.
+/// [`show_from_host`] reaching `show`. A function that panics fails its call with a
+/// `RuntimeError` naming it, instead of taking down whatever runs the call.
 pub async fn run_host_call<F>(
     cell: &tracing::Span,
     name: &str,
@@ -51,12 +52,27 @@ where
     F: std::future::Future<Output = Result<crate::Value, crate::HostError>>,
 {
     let span = host_call_span(cell, name);
-    let result =
-        tracing::Instrument::instrument(HOST_DISPLAY.scope(show, call), span.clone()).await;
+    let call = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(call));
+    let result = tracing::Instrument::instrument(HOST_DISPLAY.scope(show, call), span.clone())
+        .await
+        .unwrap_or_else(|panic| Err(panicked(name, panic.as_ref())));
     if let Err(error) = &result {
         span.record("error.type", error.python_type.as_str());
     }
     result
+}
+
+/// The error of a host call whose function panicked, with the panic's message.
+fn panicked(name: &str, panic: &(dyn std::any::Any + Send)) -> crate::HostError {
+    let message = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "no message".to_owned());
+    crate::HostError::new(
+        "RuntimeError",
+        format!("the host function {name} panicked: {message}"),
+    )
 }
 
 /// One form of a display item: text (HTML, Markdown, SVG, JSON, LaTeX, plain text) or bytes

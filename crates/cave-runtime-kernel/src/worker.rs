@@ -765,14 +765,72 @@ async fn serve(
                 message
             })
             .and_then(|message| served.handle(message));
-        if let Err(what) = handled {
-            protocol_violation(&worker, what);
-            break;
+        match handled {
+            Ok(Handled::Answered) => read_soon(&mut reader),
+            Ok(Handled::Taken) => {}
+            Err(what) => {
+                protocol_violation(&worker, what);
+                break;
+            }
         }
     }
     // The worker is gone (or broke the protocol): nobody will answer what is pending.
     lock(&served.shared.pending).clear();
     served.outgoing.close();
+}
+
+/// How long the reader polls for the worker's next frame after answering one of its calls
+/// before it parks. A cell that calls the host usually calls again, or ends, within
+/// microseconds, while waking a parked thread costs tens of them on small machines; the
+/// worker polls for the answer the same way.
+const READ_SOON: std::time::Duration = std::time::Duration::from_micros(50);
+
+/// Reads what the worker sends within [`READ_SOON`] into the reader's buffer, without waiting
+/// for the reactor, so that the next `next()` finds it there.
+fn read_soon(
+    reader: &mut FramedRead<Counting<tokio::net::unix::OwnedReadHalf>, LengthDelimitedCodec>,
+) {
+    let until = std::time::Instant::now() + READ_SOON;
+    let mut chunk = [0u8; 8192];
+    // Read from the descriptor itself: tokio's `try_read` reads only once the reactor has seen
+    // it readable, and the reactor is not polled while this runs. Taking bytes behind tokio's
+    // back loses no wake-up: its next read finds none and waits for the next edge.
+    let fd = reader.get_ref().inner.as_ref().as_raw_fd();
+    while std::time::Instant::now() < until {
+        // SAFETY: a non-blocking read into a valid buffer of the given length from the socket
+        // the reader owns.
+        let n = unsafe {
+            libc::recv(
+                fd,
+                chunk.as_mut_ptr().cast(),
+                chunk.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match usize::try_from(n) {
+            Ok(0) => return, // The end: the next read sees it too.
+            Ok(n) => {
+                reader
+                    .get_ref()
+                    .received
+                    .fetch_add(n as u64, Ordering::SeqCst);
+                reader.read_buffer_mut().extend_from_slice(&chunk[..n]);
+                return;
+            }
+            Err(_) if std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock => {
+                std::hint::spin_loop()
+            }
+            Err(_) => return, // The next read reports it.
+        }
+    }
+}
+
+/// What handling a message did.
+enum Handled {
+    /// Nothing the worker waits for now, or only later.
+    Taken,
+    /// A call answered at once: the worker goes on right away.
+    Answered,
 }
 
 /// One message from the worker: its kind, the request it answers, the rest.
@@ -817,16 +875,16 @@ struct Served {
 }
 
 impl Served {
-    fn handle(&self, message: Message) -> Result<(), String> {
+    fn handle(&self, message: Message) -> Result<Handled, String> {
         match message.kind.as_str() {
             "out" => self.output(message),
             "display" => self.display(message)?,
             "done" => self.done(message),
             "reply" => self.reply(message),
-            "call" => self.call(message),
+            "call" => return Ok(self.call(message)),
             kind => return Err(format!("an unknown message {kind:?}")),
         }
-        Ok(())
+        Ok(Handled::Taken)
     }
 
     /// Output of an execution.
@@ -910,9 +968,10 @@ impl Served {
         }
     }
 
-    /// A call of a host function or method: run on a task of its own (it may call back into
-    /// the worker), answered with a `return` frame.
-    fn call(&self, mut message: Message) {
+    /// A call of a host function or method, answered with a `return` frame: at once when it
+    /// completes without waiting (most do), else on a task of its own (it may call back into
+    /// the worker, whose replies this reader must go on reading).
+    fn call(&self, mut message: Message) -> Handled {
         let id = message.id;
         let handle = match message.items.next() {
             Some(Value::Int(h)) => u64::try_from(h).unwrap_or(u64::MAX),
@@ -938,7 +997,7 @@ impl Served {
             _ => "unknown".to_owned(),
         };
         let cell = newest_cell(&self.shared).map_or_else(tracing::Span::none, |o| lock(&o).span());
-        tokio::spawn(async move {
+        let mut answer = Box::pin(async move {
             let result = match unsupported {
                 Some(what) => Err(HostError::new(
                     "TypeError",
@@ -946,6 +1005,7 @@ impl Served {
                         "an argument holds a {what}, which cannot be passed to a host function"
                     ),
                 )),
+                // A panic fails the call (`run_host_call` catches it), never this reader.
                 None => {
                     cave_core::run_host_call(&cell, &name, shown, host_call(callable, method, args))
                         .await
@@ -955,6 +1015,13 @@ impl Served {
                 let _ = outgoing.send(frame);
             }
         });
+        // Polled once here (a future must register its waker again at every poll, so the
+        // task's first poll repairs the no-op one of this).
+        if futures_util::FutureExt::now_or_never(answer.as_mut()).is_some() {
+            return Handled::Answered;
+        }
+        tokio::spawn(answer);
+        Handled::Taken
     }
 }
 

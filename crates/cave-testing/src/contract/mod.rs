@@ -50,6 +50,7 @@ macro_rules! runtime_contract_tests {
             python_source_functions_are_bound_as_written,
             generated_types_reach_host_functions_as_structs,
             host_objects_keep_their_state_in_the_host,
+            a_panicking_host_function_fails_its_call_only,
             a_replaced_object_has_its_new_methods,
             reset_restores_what_was_registered,
             bind_unique_hands_out_distinct_names,
@@ -122,6 +123,46 @@ pub fn without_position_marks(traceback: &str) -> String {
             mark.is_empty() || !mark.chars().all(|c| c == '~' || c == '^')
         })
         .collect()
+}
+
+/// A host function that panics fails its call with a `RuntimeError` the cell can catch, whether
+/// it panicked at once or after waiting; the runtime goes on serving calls.
+pub async fn a_panicking_host_function_fails_its_call_only(rt: &dyn Runtime) {
+    let now = Function::host("now", Signature::default(), |_args: Args| async move {
+        if true {
+            panic!("broken at once");
+        }
+        Ok(Value::None)
+    });
+    let later = Function::host("later", Signature::default(), |_args: Args| async move {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        if true {
+            panic!("broken after waiting");
+        }
+        Ok(Value::None)
+    });
+    let fine = Function::host("fine", Signature::default(), |_args: Args| async move {
+        Ok(Value::Int(7))
+    });
+    rt.register(
+        Resources::new()
+            .function(now)
+            .function(later)
+            .function(fine),
+    )
+    .await
+    .expect("registers");
+    let out = run(
+        rt,
+        "for f in (now, later):\n    try:\n        f()\n    except RuntimeError as e:\n        print(e)\nprint(fine())",
+    )
+    .await;
+    assert!(out.error.is_none(), "{out:?}");
+    assert_eq!(
+        out.output,
+        "the host function now panicked: broken at once\n\
+         the host function later panicked: broken after waiting\n7\n"
+    );
 }
 
 /// Runs a cell; the runtime itself must not fail.
