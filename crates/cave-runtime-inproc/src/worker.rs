@@ -14,10 +14,6 @@ use std::time::{Duration, Instant};
 /// the common case (a fast cell, or a burst of operations) into a few microseconds.
 const SPIN: Duration = Duration::from_micros(50);
 
-/// How long the caller goes on checking for the result between other tasks' turns (after
-/// [`SPIN`]) before it waits to be woken.
-const YIELDING: Duration = Duration::from_micros(300);
-
 type Job = Box<dyn for<'py> FnOnce(Python<'py>) + Send>;
 
 /// Sends jobs to the runtime's thread.
@@ -87,22 +83,11 @@ use another runtime, or return data for the model's code to use"
             }
         })?;
         let mut result = result;
-        let started = Instant::now();
-        while started.elapsed() < SPIN {
+        let spin_until = Instant::now() + SPIN;
+        while Instant::now() < spin_until {
             match result.try_recv() {
                 Ok(value) => return Ok(value),
                 Err(tokio::sync::oneshot::error::TryRecvError::Empty) => std::hint::spin_loop(),
-                Err(tokio::sync::oneshot::error::TryRecvError::Closed) => break,
-            }
-        }
-        // Then, for a while, polled between the other tasks' turns rather than parked: a cell
-        // that runs in a few hundred microseconds (most do, once the interpreter's thread has
-        // woken) answers without a second wake-up, and nothing else waits meanwhile.
-        while started.elapsed() < YIELDING {
-            tokio::task::yield_now().await;
-            match result.try_recv() {
-                Ok(value) => return Ok(value),
-                Err(tokio::sync::oneshot::error::TryRecvError::Empty) => {}
                 Err(tokio::sync::oneshot::error::TryRecvError::Closed) => break,
             }
         }
