@@ -766,7 +766,7 @@ async fn serve(
             })
             .and_then(|message| served.handle(message));
         match handled {
-            Ok(Handled::Answered) => read_soon(&mut reader),
+            Ok(Handled::Answered) => read_soon(&reader),
             Ok(Handled::Taken) => {}
             Err(what) => {
                 protocol_violation(&worker, what);
@@ -785,44 +785,34 @@ async fn serve(
 /// worker polls for the answer the same way.
 const READ_SOON: std::time::Duration = std::time::Duration::from_micros(50);
 
-/// Reads what the worker sends within [`READ_SOON`] into the reader's buffer, without waiting
-/// for the reactor, so that the next `next()` finds it there.
-fn read_soon(
-    reader: &mut FramedRead<Counting<tokio::net::unix::OwnedReadHalf>, LengthDelimitedCodec>,
-) {
-    let until = std::time::Instant::now() + READ_SOON;
-    let mut chunk = [0u8; 8192];
-    // Read from the descriptor itself: tokio's `try_read` reads only once the reactor has seen
-    // it readable, and the reactor is not polled while this runs. Taking bytes behind tokio's
-    // back loses no wake-up: its next read finds none and waits for the next edge.
-    let fd = reader.get_ref().inner.as_ref().as_raw_fd();
-    while std::time::Instant::now() < until {
-        // SAFETY: a non-blocking read into a valid buffer of the given length from the socket
-        // the reader owns.
-        let n = unsafe {
-            libc::recv(
-                fd,
-                chunk.as_mut_ptr().cast(),
-                chunk.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        match usize::try_from(n) {
-            Ok(0) => return, // The end: the next read sees it too.
-            Ok(n) => {
-                reader
-                    .get_ref()
-                    .received
-                    .fetch_add(n as u64, Ordering::SeqCst);
-                reader.read_buffer_mut().extend_from_slice(&chunk[..n]);
-                return;
-            }
-            Err(_) if std::io::Error::last_os_error().kind() == std::io::ErrorKind::WouldBlock => {
-                std::hint::spin_loop()
-            }
-            Err(_) => return, // The next read reports it.
-        }
+/// Waits, spinning, up to [`READ_SOON`] for the worker's next frame to arrive.
+fn read_soon(reader: &FramedRead<Counting<tokio::net::unix::OwnedReadHalf>, LengthDelimitedCodec>) {
+    let started = std::time::Instant::now();
+    while started.elapsed() < READ_SOON && !arrived(reader) {
+        std::hint::spin_loop();
     }
+}
+
+/// Whether the socket holds something to read now (or its end, or an error): asked of the
+/// descriptor itself, leaving the bytes where they are, because tokio learns of them only when
+/// its reactor is polled, which it is not while this spins. The reader's next read then finds
+/// them at once, or its reactor does without sleeping (the readiness is there to be seen).
+fn arrived(
+    reader: &FramedRead<Counting<tokio::net::unix::OwnedReadHalf>, LengthDelimitedCodec>,
+) -> bool {
+    let fd = reader.get_ref().inner.as_ref().as_raw_fd();
+    let mut byte = 0u8;
+    // SAFETY: a non-blocking peek of one byte into a valid buffer, on the socket the reader
+    // owns.
+    let n = unsafe {
+        libc::recv(
+            fd,
+            (&raw mut byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n >= 0 || std::io::Error::last_os_error().kind() != std::io::ErrorKind::WouldBlock
 }
 
 /// What handling a message did.
