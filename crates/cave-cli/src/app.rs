@@ -520,19 +520,18 @@ impl Session {
             }
             held += 1;
             // `next` is cancel-safe: a tick that wins the race loses no event.
-            let event = if let Some(event) = ready {
-                event
-            } else {
-                tokio::select! {
-                event = events.next() => event,
-                _ = ticker.tick() => {
-                    if let Err(e) = self.output.tick() {
-                        result = Err(e);
-                        break;
+            let event = match ready {
+                Some(event) => event,
+                None => tokio::select! {
+                    event = events.next() => event,
+                    _ = ticker.tick() => {
+                        if let Err(e) = self.output.tick() {
+                            result = Err(e);
+                            break;
+                        }
+                        continue;
                     }
-                    continue;
-                }
-                }
+                },
             };
             let Some(event) = event else { break };
             if let Event::Stopped { stop_reason, .. } = &event {
