@@ -183,6 +183,11 @@ fn initialize() -> Result<PythonEnvironment, InProcError> {
         let module = PyModule::from_code(py, &source, &file, &name).map_err(setup)?;
         // The runtime's `write` is its own, not a cell's: threads a cell starts keep it.
         module.call_method1("install", (true,)).map_err(setup)?;
+        // Runtimes share this interpreter and run cells on threads of their own, and the
+        // standard library reads `typing` from `sys.modules` without taking the import lock
+        // (dataclasses with postponed annotations): while one runtime imported it first, another
+        // saw a half-initialised module. Imported here, before any cell runs.
+        py.import("typing").map_err(setup)?;
         let _ = EXECUTOR.set(module.unbind());
         tracing::info!(source = ?environment.source, executable = ?environment.executable, "embedded Python ready");
         Ok(environment)
