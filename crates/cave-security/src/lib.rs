@@ -25,6 +25,7 @@
 
 mod literal;
 mod policy;
+mod statements;
 
 pub use policy::{PolicyError, SecurityPolicy};
 

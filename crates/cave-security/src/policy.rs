@@ -1,6 +1,7 @@
 //! `SecurityPolicy`: the rules, and one walk over the syntax tree that checks them all.
 
 use crate::literal::{self, Prefix};
+use crate::statements;
 use cave_core::{CodePolicy, Violation, ViolationKind, normalize_name};
 use regex::Regex;
 use std::borrow::Cow;
@@ -234,6 +235,21 @@ impl SecurityPolicy {
     /// a way to reach names by string does. Non-ASCII code always gets the full check (Python
     /// folds `ｅｖａｌ` into `eval`).
     fn may_violate(&self, code: &str) -> bool {
+        !code.is_ascii() || self.words().any(|word| contains_word(code, word))
+    }
+
+    /// Where in `code` the words of [`may_violate`](Self::may_violate) occur, in order.
+    fn word_offsets(&self, code: &str) -> Vec<usize> {
+        let mut offsets: Vec<usize> = self
+            .words()
+            .flat_map(|word| word_matches(code, word))
+            .collect();
+        offsets.sort_unstable();
+        offsets
+    }
+
+    /// The words whose presence makes a cell worth analysing.
+    fn words(&self) -> impl Iterator<Item = &str> {
         const DOORS: &[&str] = &[
             "__import__",
             "import_module",
@@ -250,14 +266,11 @@ impl SecurityPolicy {
             "methodcaller",
             "getattr_static",
         ];
-        if !code.is_ascii() {
-            return true;
-        }
-        if self.computed_names
-            && (contains_word(code, "format") || contains_word(code, "format_map"))
-        {
-            return true;
-        }
+        let formats: &[&str] = if self.computed_names {
+            &["format", "format_map"]
+        } else {
+            &[]
+        };
         let import_roots = self
             .imports
             .iter()
@@ -269,10 +282,12 @@ impl SecurityPolicy {
             .chain(&self.attributes)
             .flat_map(|r| r.names.iter())
             .map(String::as_str);
-        import_roots
+        formats
+            .iter()
+            .copied()
+            .chain(import_roots)
             .chain(names)
             .chain(DOORS.iter().copied())
-            .any(|word| contains_word(code, word))
     }
 
     /// Returns true if and only if the policy has no rules.
@@ -298,12 +313,17 @@ where
 
 /// Returns true if and only if `word` occurs in `code` not inside a longer identifier.
 fn contains_word(code: &str, word: &str) -> bool {
+    word_matches(code, word).next().is_some()
+}
+
+/// Where `word` occurs in `code` not inside a longer identifier.
+fn word_matches<'c>(code: &'c str, word: &'c str) -> impl Iterator<Item = usize> + 'c {
     let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
     let bytes = code.as_bytes();
-    code.match_indices(word).any(|(at, _)| {
+    code.match_indices(word).filter_map(move |(at, _)| {
         let before = at.checked_sub(1).map(|i| bytes[i]);
         let after = bytes.get(at + word.len()).copied();
-        !before.is_some_and(is_ident) && !after.is_some_and(is_ident)
+        (!before.is_some_and(is_ident) && !after.is_some_and(is_ident)).then_some(at)
     })
 }
 
@@ -325,6 +345,14 @@ fn with_description(message: String, description: &Option<String>) -> String {
 
 impl CodePolicy for SecurityPolicy {
     fn check(&self, code: &str) -> Vec<Violation> {
+        self.check_statements(code, true)
+    }
+}
+
+impl SecurityPolicy {
+    /// The check; `split`: parse only the top-level statements that could break a rule
+    /// (the same answer as the whole cell's, when the cell parses).
+    fn check_statements(&self, code: &str, split: bool) -> Vec<Violation> {
         if code.trim().is_empty() {
             return vec![Violation::new("The code is empty").with_kind(ViolationKind::Syntax)];
         }
@@ -366,24 +394,52 @@ impl CodePolicy for SecurityPolicy {
             ));
             return found;
         }
-        let Some(tree) = parser.parse(code, None) else {
+        // Parsing is most of a check's time, and a statement without a forbidden word or a
+        // door to one cannot break a rule: only the statements that could are parsed.
+        if let Some(statements) =
+            statements::top_level_statements(code).filter(|s| split && s.len() > 1)
+        {
+            let mut parts = Vec::new();
+            let mut too_deep = false;
+            let mut all_parsed = true;
+            let mut lines_before = 0;
+            let offsets = self.word_offsets(code);
+            let mut next_word = offsets.iter().copied().peekable();
+            for statement in statements {
+                let mut has_word = false;
+                while next_word.next_if(|&at| at < statement.end).is_some() {
+                    has_word = true;
+                }
+                let text = &code[statement];
+                if has_word || !text.is_ascii() {
+                    match self.walk(&mut parser, text, lines_before, too_deep) {
+                        Some(walk) if walk.syntax_error.is_none() => {
+                            too_deep = walk.too_deep;
+                            parts.extend(walk.found);
+                        }
+                        // Perhaps split inside a statement: the whole cell decides.
+                        _ => {
+                            all_parsed = false;
+                            break;
+                        }
+                    }
+                }
+                lines_before += text.matches('\n').count();
+            }
+            if all_parsed {
+                found.extend(parts);
+                return found;
+            }
+        }
+        let Some(mut walk) = self.walk(&mut parser, code, 0, false) else {
             found.push(
                 Violation::new("The code policy could not parse the code")
                     .with_kind(ViolationKind::TooComplex),
             );
             return found;
         };
-        let mut walk = Walk {
-            policy: self,
-            source: code.as_bytes(),
-            found,
-            syntax_error: None,
-            parents: Vec::new(),
-            too_deep: false,
-        };
-        walk.visit(&mut tree.walk());
         if let Some(line) = walk.syntax_error {
-            walk.found.insert(
+            found.insert(
                 0,
                 Violation::new(format!(
                     "Syntax error at line {line}: the code does not parse"
@@ -392,14 +448,53 @@ impl CodePolicy for SecurityPolicy {
                 .with_kind(ViolationKind::Syntax),
             );
         }
-        walk.found
+        found.append(&mut walk.found);
+        found
     }
+
+    /// Parses `source` (lines numbered from `first_line + 1`) and checks every node; `None`
+    /// if the parser gave up. `too_deep`: the cell was already reported as nested too deep.
+    fn walk(
+        &self,
+        parser: &mut Parser,
+        source: &str,
+        first_line: usize,
+        too_deep: bool,
+    ) -> Option<Walked> {
+        let tree = parser.parse(source, None)?;
+        let mut walk = Walk {
+            policy: self,
+            source: source.as_bytes(),
+            first_line,
+            found: Vec::new(),
+            syntax_error: None,
+            parents: Vec::new(),
+            too_deep,
+        };
+        walk.visit(&mut tree.walk());
+        Some(Walked {
+            found: walk.found,
+            syntax_error: walk.syntax_error,
+            too_deep: walk.too_deep,
+        })
+    }
+}
+
+/// What a walk over one parsed source found.
+struct Walked {
+    found: Vec<Violation>,
+    /// The first line with a syntax error.
+    syntax_error: Option<usize>,
+    /// Reported as nested too deep.
+    too_deep: bool,
 }
 
 /// One pass over the tree.
 struct Walk<'a, 't> {
     policy: &'a SecurityPolicy,
     source: &'a [u8],
+    /// Lines of the cell before `source`.
+    first_line: usize,
     found: Vec<Violation>,
     syntax_error: Option<usize>,
     /// Kinds of the ancestors of the current node.
@@ -434,8 +529,8 @@ impl<'a, 't> Walk<'a, 't> {
         python_name(self.text(node))
     }
 
-    fn line(node: Node<'_>) -> usize {
-        node.start_position().row + 1
+    fn line(&self, node: Node<'_>) -> usize {
+        self.first_line + node.start_position().row + 1
     }
 
     fn visit(&mut self, cursor: &mut TreeCursor<'t>) {
@@ -449,7 +544,7 @@ impl<'a, 't> Walk<'a, 't> {
                 // Fail closed: what lies below is not analysed, so the cell is refused.
                 if !self.too_deep {
                     self.too_deep = true;
-                    let line = Self::line(node);
+                    let line = self.line(node);
                     self.found.push(
                         Violation::new(format!(
                             "The code nests deeper than the code policy analyses ({MAX_TREE_DEPTH} levels) at line {line}: split the expression into steps"
@@ -478,7 +573,7 @@ impl<'a, 't> Walk<'a, 't> {
 
     fn check_node(&mut self, node: Node<'_>, field: Option<&str>) {
         if (node.is_error() || node.is_missing()) && self.syntax_error.is_none() {
-            self.syntax_error = Some(Self::line(node));
+            self.syntax_error = Some(self.line(node));
         }
         if !node.is_named() {
             return;
@@ -494,7 +589,7 @@ impl<'a, 't> Walk<'a, 't> {
                         _ => Some(self.name(child).into_owned()),
                     };
                     if let Some(module) = module {
-                        self.import(&module, Self::line(child));
+                        self.import(&module, self.line(child));
                     }
                 }
             }
@@ -504,7 +599,7 @@ impl<'a, 't> Walk<'a, 't> {
                     .filter(|m| m.kind() == "dotted_name")
                 {
                     let module = self.name(module).into_owned();
-                    self.import(&module, Self::line(node));
+                    self.import(&module, self.line(node));
                 }
                 if self.policy.computed_names {
                     self.renamed_imports(node);
@@ -514,7 +609,7 @@ impl<'a, 't> Walk<'a, 't> {
             "attribute" => {
                 if let Some(name) = node.child_by_field_name("attribute") {
                     let name = self.name(name).into_owned();
-                    let line = Self::line(node);
+                    let line = self.line(node);
                     self.attribute(&name, line);
                     let called = self.parents.last() == Some(&"call") && field == Some("function");
                     // (`df.open` is a column as often as a function: only functions that
@@ -566,7 +661,7 @@ impl<'a, 't> Walk<'a, 't> {
             };
             let name = self.name(name);
             if BY_STRING.contains(&name.as_ref()) {
-                let line = Self::line(child);
+                let line = self.line(child);
                 self.found.push(
                     Violation::new(format!(
                         "'{name}' imported under another name at line {line}: the strict policy must see every access by name; import it as it is"
@@ -642,7 +737,7 @@ impl<'a, 't> Walk<'a, 't> {
                 .unwrap_or_default(),
             _ => return,
         };
-        let line = Self::line(node);
+        let line = self.line(node);
         self.called_name(&name, line, Use::Call);
         let args: Vec<Node<'_>> = node
             .child_by_field_name("arguments")
@@ -720,7 +815,7 @@ impl<'a, 't> Walk<'a, 't> {
         if !namespace_like {
             return;
         }
-        let line = Self::line(node);
+        let line = self.line(node);
         match node
             .child_by_field_name("subscript")
             .and_then(|k| self.literal(k))
@@ -787,7 +882,7 @@ impl<'a, 't> Walk<'a, 't> {
             return;
         }
         let name = self.name(node).into_owned();
-        let line = Self::line(node);
+        let line = self.line(node);
         self.called_name(&name, line, Use::Reference);
         self.by_string_as_value(&name, line);
     }
@@ -909,4 +1004,93 @@ fn format_field_attributes(template: &str) -> Vec<&str> {
         at = field_end.max(at + 1);
     }
     found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::SecurityPolicy;
+    use cave_core::{CodePolicy, ViolationKind};
+    use proptest::prelude::*;
+
+    /// Statements that are hard to split: code-like text in strings, clauses and decorators at
+    /// column 0, joined lines, f-strings, brackets over lines, indentation, and statements
+    /// that break rules or do not parse.
+    const TRICKY: &[&str] = &[
+        "x = 1\n",
+        "s = '''\nimport os\neval(1)\n'''\n",
+        "s = \"\"\"\n\"\"\"; eval(1)\n",
+        "t = r'\\''; open('f')\n",
+        "if x:\n    y = 1\nelse:\n    getattr(x, 'ev' 'al')\n",
+        "try:\n    import os\nexcept ImportError:\n    pass\nfinally:\n    z = vars()['open']\n",
+        "@decorator(getattr)\ndef f(a=eval):\n    return a\n",
+        "@property\n\nclass C:\n    x = __builtins__\n",
+        "v = (1,\neval)\n",
+        "w = [\n    open,\n]\n",
+        "u = 1 + \\\n    2; g = getattr\n",
+        "f'{x!r:>{w}}'\n",
+        "f\"{d['k']}\" + 'import os'\n",
+        "print(f'{getattr(x, \"__globals__\")}')\n",
+        "'{0.__globals__}'.format(f)\n",
+        "    indented = eval\n",
+        "def broken(:\n",
+        "x = (\n",
+        "# a comment\n",
+        "\n",
+        "from importlib import import_module as im\n",
+        "result = summarize(data)\n",
+        "for k in range(3):\n    print(k)\n# col 0 comment\n    print(open)\n",
+        "lambda: globals()\n",
+        "ｅｖａｌ('1')\n",
+        "class D:\n    def m(self):\n        return self.__dict__\n",
+        "match p:\n    case {'k': v}:\n        eval(v)\n",
+        "async def a():\n    await b(__import__('os'))\n",
+    ];
+
+    fn corpus() -> Vec<&'static str> {
+        let allowed = include_str!("../tests/corpus/allowed.py");
+        let refused = include_str!("../tests/corpus/refused.py");
+        allowed
+            .split("# ---\n")
+            .chain(refused.split("# ---\n"))
+            .chain(TRICKY.iter().copied())
+            .collect()
+    }
+
+    fn policy() -> SecurityPolicy {
+        SecurityPolicy::strict()
+            .deny_calls(["summarize"], None)
+            .deny_regex(r"rm\s+-rf", None)
+            .unwrap()
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        /// Parsing only the statements that could break a rule finds what parsing the whole
+        /// cell finds, with the same lines, whenever the cell parses.
+        #[test]
+        fn the_statements_parsed_alone_find_what_the_whole_cell_shows(
+            picks in prop::collection::vec(any::<prop::sample::Index>(), 1..8)
+        ) {
+            let pieces = corpus();
+            let code: String = picks.iter().map(|i| *i.get(&pieces)).collect();
+            let policy = policy();
+            let whole = policy.check_statements(&code, false);
+            if !whole.iter().any(|v| v.kind == ViolationKind::Syntax) {
+                prop_assert_eq!(policy.check(&code), whole, "{:?}", code);
+            }
+        }
+    }
+
+    #[test]
+    fn a_statement_that_does_not_parse_alone_is_analysed_in_the_whole_cell() {
+        let policy = policy();
+        let broken = "x = 1\ndef f(:\n    eval(1)\n";
+        let found = policy.check(broken);
+        assert_eq!(found[0].kind, ViolationKind::Syntax, "{found:?}");
+        assert!(
+            found.iter().any(|v| v.message.contains("'eval'")),
+            "{found:?}"
+        );
+    }
 }

@@ -1,0 +1,308 @@
+//! Where a cell's top-level statements begin, so that the policy parses only the statements
+//! whose words could break a rule.
+//!
+//! A conservative reading of Python's tokens (strings, brackets, comments, line joins): it
+//! splits only where a line starts at column 0 outside any string or bracket, and answers
+//! `None` (analyse the cell whole) on anything it is not sure of, such as a quote inside an
+//! f-string's field that Python 3.11 and 3.12 read differently, a `\r`, or an unterminated
+//! string. A part too many is harmless (statements merged); a split inside a statement would
+//! not be, so the policy also analyses the whole cell when a part does not parse.
+
+use std::ops::Range;
+
+/// The byte ranges of the cell's top-level statements, in order and covering the whole cell
+/// (comments and blank lines belong to the statement before them; decorators, `else`,
+/// `elif`, `except` and `finally` to theirs). `None` when the cell is not split.
+pub(crate) fn top_level_statements(code: &str) -> Option<Vec<Range<usize>>> {
+    let b = code.as_bytes();
+    let mut starts = vec![0];
+    let mut depth = 0usize;
+    let mut at = 0;
+    let mut line_start = true;
+    // The previous line ended with a backslash: this one continues it.
+    let mut joined = false;
+    // The last statement that started at column 0 is a decorator: the next one is its target.
+    let mut decorated = false;
+    while at < b.len() {
+        if line_start {
+            line_start = false;
+            let c = b[at];
+            if depth == 0 && !joined && begins_statement(c) {
+                if at > 0 && !decorated && !continues_clause(&b[at..]) {
+                    starts.push(at);
+                }
+                decorated = c == b'@';
+            }
+            joined = false;
+        }
+        match b[at] {
+            b'\n' => {
+                line_start = true;
+                at += 1;
+            }
+            b'\r' => return None,
+            b'#' => {
+                at = b[at..]
+                    .iter()
+                    .position(|&c| c == b'\n')
+                    .map_or(b.len(), |i| at + i)
+            }
+            b'\\' => {
+                if b.get(at + 1) != Some(&b'\n') {
+                    return None;
+                }
+                joined = true;
+                line_start = true;
+                at += 2;
+            }
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                at += 1;
+            }
+            b')' | b']' | b'}' => {
+                depth = depth.checked_sub(1)?;
+                at += 1;
+            }
+            b'\'' | b'"' => at = skip_string(b, at, Prefix::default(), 0)?,
+            c if c.is_ascii_alphanumeric() || c == b'_' => {
+                let end = identifier_end(b, at);
+                if matches!(b.get(end), Some(b'\'' | b'"')) {
+                    at = skip_string(b, end, Prefix::of(&b[at..end])?, 0)?;
+                } else {
+                    at = end;
+                }
+            }
+            _ => at += 1,
+        }
+    }
+    if depth != 0 || joined {
+        return None;
+    }
+    let mut ranges: Vec<Range<usize>> = starts.windows(2).map(|w| w[0]..w[1]).collect();
+    ranges.push(starts[starts.len() - 1]..b.len());
+    Some(ranges)
+}
+
+/// A line starting with this byte at column 0 starts a statement (or a clause of one).
+/// Anything else (indentation, a comment, a blank line, a stray byte) never splits.
+fn begins_statement(c: u8) -> bool {
+    c.is_ascii_alphanumeric()
+        || matches!(
+            c,
+            b'_' | b'@' | b'(' | b'[' | b'{' | b'\'' | b'"' | b'-' | b'+' | b'~' | b'*' | b'.'
+        )
+}
+
+/// `else`, `elif`, `except`, `finally`: the next clause of the statement above.
+fn continues_clause(line: &[u8]) -> bool {
+    ["else", "elif", "except", "finally"].iter().any(|k| {
+        line.starts_with(k.as_bytes())
+            && !line
+                .get(k.len())
+                .is_some_and(|&c| c.is_ascii_alphanumeric() || c == b'_' || !c.is_ascii())
+    })
+}
+
+fn identifier_end(b: &[u8], from: usize) -> usize {
+    b[from..]
+        .iter()
+        .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_' || !c.is_ascii()))
+        .map_or(b.len(), |i| from + i)
+}
+
+/// A string's prefix, as far as the split cares: whether it has replacement fields.
+#[derive(Clone, Copy, Default)]
+struct Prefix {
+    fields: bool,
+}
+
+impl Prefix {
+    /// `None` for a word before a quote that is not a string prefix (a syntax error).
+    fn of(word: &[u8]) -> Option<Self> {
+        let word = word.to_ascii_lowercase();
+        let known = ["r", "u", "b", "br", "rb", "f", "fr", "rf", "t", "tr", "rt"];
+        known
+            .contains(&std::str::from_utf8(&word).ok()?)
+            .then(|| Self {
+                fields: word.contains(&b'f') || word.contains(&b't'),
+            })
+    }
+}
+
+/// Deepest nesting of fields in format specs that is followed (`f"{x:{w}}"` is one level;
+/// Python allows two).
+const MAX_FIELD_NESTING: usize = 2;
+
+/// From the opening quote at `at` to just after the closing one.
+fn skip_string(b: &[u8], at: usize, prefix: Prefix, nesting: usize) -> Option<usize> {
+    let q = b[at];
+    let triple = b.get(at..at + 3) == Some(&[q, q, q][..]);
+    let mut i = at + if triple { 3 } else { 1 };
+    loop {
+        let c = *b.get(i)?;
+        match c {
+            // An escape, in raw strings too (`r"\""` is one string): the next byte is content.
+            b'\\' => {
+                if b.get(i + 1) == Some(&b'\r') {
+                    return None;
+                }
+                i += 2;
+            }
+            b'\n' | b'\r' if !triple => return None,
+            b'\r' => return None,
+            _ if c == q => {
+                if !triple {
+                    return Some(i + 1);
+                }
+                if b.get(i..i + 3) == Some(&[q, q, q][..]) {
+                    return Some(i + 3);
+                }
+                i += 1;
+            }
+            b'{' if prefix.fields => {
+                if b.get(i + 1) == Some(&b'{') {
+                    i += 2;
+                } else {
+                    i = skip_field(b, i + 1, q, nesting)?;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+/// An f-string's replacement field, from after its `{` to after its `}`. Gives up on what
+/// Python versions read differently: the enclosing quote, a backslash, a comment or a line
+/// break inside the field, a nested f-string.
+fn skip_field(b: &[u8], from: usize, quote: u8, nesting: usize) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut i = from;
+    loop {
+        let c = *b.get(i)?;
+        match c {
+            b'(' | b'[' | b'{' => {
+                depth += 1;
+                i += 1;
+            }
+            b')' | b']' => {
+                depth = depth.checked_sub(1)?;
+                i += 1;
+            }
+            b'}' if depth == 0 => return Some(i + 1),
+            b'}' => {
+                depth -= 1;
+                i += 1;
+            }
+            b'\\' | b'#' | b'\n' | b'\r' => return None,
+            b'\'' | b'"' if c == quote => return None,
+            b'\'' | b'"' => i = skip_string(b, i, Prefix::default(), MAX_FIELD_NESTING)?,
+            // The format spec: literal text, with fields of its own.
+            b':' if depth == 0 => return skip_spec(b, i + 1, quote, nesting),
+            c if c.is_ascii_alphanumeric() || c == b'_' => {
+                let end = identifier_end(b, i);
+                if matches!(b.get(end), Some(b'\'' | b'"')) {
+                    let prefix = Prefix::of(&b[i..end])?;
+                    if prefix.fields || b[end] == quote {
+                        return None;
+                    }
+                    i = skip_string(b, end, prefix, MAX_FIELD_NESTING)?;
+                } else {
+                    i = end;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+}
+
+/// A format spec, from after its `:` to after the field's closing `}`.
+fn skip_spec(b: &[u8], from: usize, quote: u8, nesting: usize) -> Option<usize> {
+    let mut i = from;
+    loop {
+        let c = *b.get(i)?;
+        match c {
+            b'}' => return Some(i + 1),
+            b'{' if nesting < MAX_FIELD_NESTING => i = skip_field(b, i + 1, quote, nesting + 1)?,
+            b'{' | b'\\' | b'\n' | b'\r' | b'\'' | b'"' => return None,
+            _ => i += 1,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::top_level_statements;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Any text, however malformed: no panic, and the parts cover it in order, each
+        /// starting a line.
+        #[test]
+        fn parts_cover_the_cell_and_start_lines(code in "[a-f_@#'\"\\\\(){}\\[\\]:!=\n \tré]{0,80}") {
+            if let Some(parts) = top_level_statements(&code) {
+                let mut expected = 0;
+                for part in &parts {
+                    prop_assert_eq!(part.start, expected);
+                    prop_assert!(part.start == 0 || code.as_bytes()[part.start - 1] == b'\n');
+                    prop_assert!(part.end > part.start || code.is_empty());
+                    expected = part.end;
+                }
+                prop_assert_eq!(expected, code.len());
+            }
+        }
+    }
+
+    fn parts(code: &str) -> Option<Vec<&str>> {
+        top_level_statements(code).map(|r| r.into_iter().map(|r| &code[r]).collect())
+    }
+
+    #[test]
+    fn statements_split_at_column_zero_only() {
+        assert_eq!(
+            parts("import os\nx = 1\n\ndef f():\n    return 2\n# note\ny = f()\n").unwrap(),
+            [
+                "import os\n",
+                "x = 1\n\n",
+                "def f():\n    return 2\n# note\n",
+                "y = f()\n"
+            ]
+        );
+    }
+
+    #[test]
+    fn clauses_decorators_brackets_and_joins_stay_with_their_statement() {
+        for code in [
+            "if a:\n    b()\nelif c:\n    d()\nelse:\n    e()\n",
+            "try:\n    a()\nexcept E:\n    b()\nfinally:\n    c()\n",
+            "@dec\n@other(1,\n2)\ndef f():\n    pass\n",
+            "x = (1,\n2)\n",
+            "x = 1 + \\\n2\n",
+            "s = '''\nimport os\n'''\n",
+            "s = f'{a!r:>{w}}'\n",
+            "s = f\"{d['k']}\" + rb'\\''\n",
+        ] {
+            assert_eq!(parts(code).unwrap(), [code], "{code:?}");
+        }
+        assert_eq!(
+            parts("elsewhere = 1\nelse_ = 2\n").unwrap(),
+            ["elsewhere = 1\n", "else_ = 2\n"]
+        );
+    }
+
+    #[test]
+    fn what_versions_read_differently_or_does_not_tokenize_is_not_split() {
+        for code in [
+            "s = f\"{d[\"k\"]}\"\nx = 1\n",
+            "s = f'{x # c\n}'\nx = 1\n",
+            "s = f'{f\"{x}\"}'\nx = 1\n",
+            "s = 'open\nx = 1\n",
+            "x = (1\ny = 2\n",
+            "x = 1)\ny = 2\n",
+            "x = 1\r\ny = 2\r\n",
+            "x = 1 \\ y\nz = 2\n",
+            "x = q'a'\ny = 2\n",
+        ] {
+            assert_eq!(parts(code), None, "{code:?}");
+        }
+    }
+}
