@@ -4,6 +4,7 @@ use crate::args::{Cli, Command, Provider, SkillsCommand};
 use crate::config::{self, Config, ModelSource, OutputMode, RuntimeChoice};
 use crate::exit::Exit;
 use crate::output::{Human, JsonLines, Output, Retrieved};
+use crate::stop::{TerminalSettings, Termination, stop_requested};
 use anyhow::Context;
 use cave_agent::ContextCompactor;
 use cave_agent::inproc::{CapturedStreams, StdioCapture};
@@ -61,6 +62,16 @@ pub fn run(
         }
     };
     let redactor = SecretRedactor::for_api_key(key_text.as_deref());
+    let termination = {
+        let _runtime = rt.enter();
+        match Termination::listen() {
+            Ok(termination) => termination,
+            Err(e) => {
+                eprintln!("cave: cannot listen for SIGTERM: {e}");
+                return Exit::Stopped;
+            }
+        }
+    };
     // Held to the end of `run`, whichever way it ends: dropping it sends the spans left.
     let mut traces = None;
     let session = config::resolve(common, api_key, &secrets).and_then(|mut config| {
@@ -68,7 +79,7 @@ pub fn run(
             traces = Some(cave_agent::otel::install(otlp).context("--otlp")?);
         }
         let persisted = persisted.context("--session")?;
-        rt.block_on(Session::build(config, &redactor, persisted))
+        rt.block_on(Session::build(config, &redactor, persisted, termination))
     });
     let mut session = match session {
         Ok(session) => session,
@@ -90,8 +101,10 @@ pub fn run(
     for tools in std::mem::take(&mut session.mcp) {
         rt.block_on(tools.server().close(MCP_GRACE));
     }
+    let terminated = session.termination.received();
     if let Some(view) = session.view.take() {
         let keep = matches!(cli.command, Command::Run(_))
+            && !terminated
             && std::io::IsTerminal::is_terminal(&io::stdin());
         rt.block_on(view.finish(keep));
     }
@@ -99,7 +112,7 @@ pub fn run(
     for message in &missing {
         eprintln!("cave: {}", redactor.redact(message));
     }
-    match result {
+    let exit = match result {
         // A variable asked for and not there: the run did not give what was expected.
         Ok(Some(StopReason::Completed)) | Ok(None) if !missing.is_empty() => Exit::Stopped,
         Ok(Some(StopReason::Completed)) | Ok(None) => Exit::Completed,
@@ -110,7 +123,16 @@ pub fn run(
             eprintln!("cave: {e}");
             Exit::Stopped
         }
+    };
+    if !terminated {
+        return exit;
     }
+    eprintln!("cave: stopped by SIGTERM");
+    drop(session);
+    drop(traces);
+    // `chat`'s line editor may be blocked reading a line that will not come: not waited for.
+    rt.shutdown_background();
+    Exit::Stopped
 }
 
 /// The async runtime. One thread for a session of `run` or `chat`: per step the agent, the
@@ -209,6 +231,8 @@ struct Session {
     persisted: Option<Persisted>,
     /// Removes the API key from what is said on stderr.
     redactor: SecretRedactor,
+    /// SIGTERM: ends the turn that runs and the session.
+    termination: Termination,
 }
 
 /// A session directory (`--session`): the directory, what it held when the command started,
@@ -325,7 +349,7 @@ impl LiveView {
         self.feed.end();
         if keep {
             eprintln!("cave: the page stays at {} until Ctrl-C", self.viewer.url());
-            let _ = tokio::signal::ctrl_c().await;
+            let _ = stop_requested().await;
         }
         // Pages that are open get the last events and the end before the server stops.
         self.viewer.close(std::time::Duration::from_secs(2)).await;
@@ -340,6 +364,7 @@ impl Session {
         config: Config,
         redactor: &SecretRedactor,
         mut persisted: Option<Persisted>,
+        termination: Termination,
     ) -> anyhow::Result<Self> {
         let Config {
             model,
@@ -438,6 +463,7 @@ impl Session {
             mcp: servers,
             persisted,
             redactor: redactor.clone(),
+            termination,
         })
     }
 
@@ -491,6 +517,7 @@ impl Session {
             None => None,
         };
         let cancel = CancellationToken::new();
+        let _terminates = self.termination.guard(&cancel);
         let on_interrupt = cancel.clone();
         let watcher = tokio::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
@@ -568,6 +595,9 @@ impl Session {
     async fn run_prompts(&mut self, prompts: Vec<String>) -> io::Result<Option<StopReason>> {
         let mut last = None;
         for prompt in prompts {
+            if self.termination.received() {
+                break;
+            }
             last = self.turn(prompt).await?;
         }
         Ok(last)
@@ -575,16 +605,33 @@ impl Session {
 
     fn chat(&mut self, rt: &tokio::runtime::Runtime) -> io::Result<Option<StopReason>> {
         let mut editor = rustyline::DefaultEditor::new().map_err(io::Error::other)?;
+        let terminal = TerminalSettings::save();
         let mut last = None;
         loop {
             // Read on a thread of its own, so that the runtime goes on meanwhile (a Jupyter
             // connection's pings, MCP servers' messages, a spare kernel starting).
+            if self.termination.received() {
+                return Ok(last);
+            }
             let reading = rt.spawn_blocking(move || {
                 let line = editor.readline("you › ");
                 (line, editor)
             });
+            let termination = self.termination.clone();
+            let read = rt.block_on(async {
+                tokio::select! {
+                    read = reading => Some(read),
+                    () = termination.arrived() => None,
+                }
+            });
+            // SIGTERM while waiting for a line: the reading thread stays blocked in it (`run`
+            // then does not wait for it).
+            let Some(read) = read else {
+                terminal.restore();
+                return Ok(last);
+            };
             let line;
-            (line, editor) = rt.block_on(reading).map_err(io::Error::other)?;
+            (line, editor) = read.map_err(io::Error::other)?;
             match line {
                 Ok(line) if line.trim().is_empty() => continue,
                 Ok(line) if line.trim() == "/undo" => {
@@ -918,9 +965,9 @@ async fn serve_http(
             config::SERVE_TOKEN_VARIABLE
         );
     }
-    tokio::signal::ctrl_c()
+    stop_requested()
         .await
-        .context("cannot wait for Ctrl-C")?;
+        .context("cannot wait for Ctrl-C or SIGTERM")?;
     serving.stop().await;
     Ok(())
 }
@@ -941,10 +988,10 @@ async fn view_command(args: &crate::args::ViewArgs) -> Exit {
         }
     };
     eprintln!("cave: viewing {title} at {} (Ctrl-C stops)", viewer.url());
-    match tokio::signal::ctrl_c().await {
+    match stop_requested().await {
         Ok(()) => Exit::Completed,
         Err(e) => {
-            eprintln!("cave: cannot wait for Ctrl-C: {e}");
+            eprintln!("cave: cannot wait for Ctrl-C or SIGTERM: {e}");
             Exit::Stopped
         }
     }

@@ -16,6 +16,7 @@ pub mod images;
 mod markdown;
 pub mod output;
 mod sixel;
+mod stop;
 pub mod units;
 pub mod view;
 

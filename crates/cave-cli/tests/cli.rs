@@ -694,14 +694,6 @@ async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
         answer("Still here.", 8, "stop"),
     ])
     .await;
-    /// Kills the child if the test fails before it exits (its cell spins forever).
-    struct KillOnDrop(std::process::Child);
-    impl Drop for KillOnDrop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
     let mut child = KillOnDrop(
         command(Some(&server), &["chat", "--json"])
             .stdin(std::process::Stdio::piped())
@@ -741,6 +733,122 @@ async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
         "the session and its state survived the interrupt"
     );
     assert_eq!(child.0.wait().unwrap().code(), Some(0));
+}
+
+/// SIGTERM (what `docker stop`, systemd and `timeout` send) ends `cave run` the way Ctrl-C
+/// ends a turn: the cell interrupted, the last events written, the session saved, exit 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_ends_a_run_after_stopping_its_cell() {
+    use std::io::{BufRead, BufReader};
+    let server = server([
+        answer(&block("kept = 'yes'\nwhile True:\n    pass"), 16, "stop"),
+        answer("Done.", 8, "stop"),
+    ])
+    .await;
+    let dir = std::env::temp_dir().join(format!("cave-sigterm-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut child = KillOnDrop(
+        command(
+            Some(&server),
+            &[
+                "run",
+                "--json",
+                "--session",
+                dir.to_str().unwrap(),
+                "Spin.",
+                "Then this.",
+            ],
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    let mut next_event =
+        move || -> Option<Json> { Some(serde_json::from_str(&lines.next()?.unwrap()).unwrap()) };
+    while next_event().expect("a code event")["type"] != "code" {}
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let mut rest = Vec::new();
+    while let Some(event) = next_event() {
+        rest.push(event);
+    }
+    let stopped: Vec<&Json> = rest.iter().filter(|e| e["type"] == "stopped").collect();
+    assert_eq!(stopped.len(), 1, "one turn, then no other: {rest:?}");
+    assert_eq!(stopped[0]["stop_reason"], "cancelled");
+    let status = child.0.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cave: stopped by SIGTERM"), "{stderr}");
+    // The session was saved with what the cell set before it was stopped.
+    let resumed = cave(
+        Some(&server),
+        &[
+            "run",
+            "--json",
+            "--session",
+            dir.to_str().unwrap(),
+            "--retrieve",
+            "kept",
+            "Resume.",
+        ],
+    );
+    let retrieved = events(&resumed)
+        .into_iter()
+        .find(|e| e["type"] == "retrieved")
+        .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&resumed.stderr)));
+    assert_eq!(retrieved["value"], "yes");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SIGTERM while `cave chat` waits for the next line: it ends at once (the line editor's
+/// thread is not waited for), exit 1.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigterm_ends_a_chat_waiting_for_its_next_line() {
+    use std::io::{BufRead, BufReader, Write as _};
+    let server = server([answer("Hello.", 8, "stop")]).await;
+    let mut child = KillOnDrop(
+        command(Some(&server), &["chat", "--json"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut stdin = child.0.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    stdin.write_all(b"Hi.\n").unwrap();
+    loop {
+        let event: Json = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        if event["type"] == "stopped" {
+            break;
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
+    // SAFETY: sending a signal to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    // stdin stays open: only the signal can end it.
+    let status = child.0.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cave: stopped by SIGTERM"), "{stderr}");
+    drop(stdin);
+}
+
+/// Kills the child if a test fails before it exits.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -400,6 +400,30 @@ async fn a_running_session_updates_its_page_live() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// `cave view` serves until it is stopped: by Ctrl-C, or by SIGTERM as a service manager
+/// stops it (exit 0 either way).
+#[test]
+fn the_viewer_stops_at_sigint_or_sigterm() {
+    let dir = temp_dir("signals");
+    let file = recorded_session(&dir);
+    for signal in [libc::SIGINT, libc::SIGTERM] {
+        let mut command = cave(None);
+        command
+            .arg("view")
+            .arg(&file)
+            .args(["--addr", "127.0.0.1:0"]);
+        let mut running = Running::start(command);
+        let url = running.url();
+        assert!(get(&url, "/", None).0.contains("200"), "{}", running.seen);
+        let pid = libc::pid_t::try_from(running.child.id()).unwrap();
+        // SAFETY: a signal to the child this test started.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+        let status = running.child.wait().unwrap();
+        assert_eq!(status.code(), Some(0), "signal {signal}: {}", running.seen);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// Sends one HTTP/1.1 request; the status line and the whole answer.
 fn get(url: &str, path: &str, host: Option<&str>) -> (String, String) {
     let authority = url
