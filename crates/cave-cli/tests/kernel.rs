@@ -140,6 +140,70 @@ async fn a_crash_is_reported_and_the_model_carries_on() {
     assert!(told, "{second}");
 }
 
+/// A host killed while its cell runs (SIGKILL: nothing of it can clean up) leaves its work
+/// directories, with what the cell wrote there; the next `cave` on the kernel runtime removes
+/// them once they are old enough to be sure nobody is about to take them.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_work_directories_of_a_killed_host_are_swept_by_the_next_one() {
+    use std::io::{BufRead, BufReader};
+    let server = TestServer::start([
+        answer(
+            &block("open('mine.txt', 'w').write('kept')\nwhile True:\n    pass"),
+            16,
+            "stop",
+        ),
+        answer(&block("print(1)"), 8, "stop"),
+        answer("Done.", 8, "stop"),
+    ])
+    .await;
+    let mut killed = command(&server, "kernel", &["Spin."])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = killed.id();
+    let mut lines = BufReader::new(killed.stdout.take().unwrap()).lines();
+    loop {
+        let event: Json = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        if event["type"] == "code" {
+            break;
+        }
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    killed.kill().unwrap();
+    killed.wait().unwrap();
+    let prefix = format!("cave-kernel-{pid}-");
+    let left = || -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(std::env::temp_dir())
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+            .map(|e| e.path())
+            .collect()
+    };
+    let dirs = left();
+    assert!(
+        dirs.iter().any(|d| d.join("mine.txt").exists()),
+        "the killed host's directories: {dirs:?}"
+    );
+    // As if the host had been killed an hour ago.
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    for dir in &dirs {
+        std::fs::File::open(dir)
+            .unwrap()
+            .set_modified(hour_ago)
+            .unwrap();
+    }
+    let next = cave(&server, &["Print."]);
+    assert_eq!(
+        next.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&next.stderr)
+    );
+    assert_eq!(left(), Vec::<std::path::PathBuf>::new());
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_cell_times_out_and_the_key_is_not_in_the_child() {
     let server = TestServer::start([

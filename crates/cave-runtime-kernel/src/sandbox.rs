@@ -353,12 +353,16 @@ impl Prepared {
         }
     }
 
-    /// In the child, between `fork` and `exec`: namespaces, `no_new_privs`, Landlock, then
-    /// seccomp (last: it would refuse what the others need).
+    /// In the child, between `fork` and `exec`: namespaces, `no_new_privs`, Landlock,
+    /// `before_seccomp`, then seccomp (last: it would refuse what the others need).
     ///
     /// # Safety
-    /// Only in a forked child before `exec`; makes only system calls on what `new` prepared.
-    pub(crate) unsafe fn apply(&self) -> std::io::Result<()> {
+    /// Only in a forked child before `exec`; makes only system calls on what `new` prepared,
+    /// and `before_seccomp` must be async-signal-safe.
+    pub(crate) unsafe fn apply(
+        &self,
+        before_seccomp: &dyn Fn() -> std::io::Result<()>,
+    ) -> std::io::Result<()> {
         if let Some(maps) = &self.namespaces {
             maps.enter()?;
         }
@@ -377,6 +381,7 @@ impl Prepared {
                 return Err(std::io::Error::last_os_error());
             }
         }
+        before_seccomp()?;
         for filter in &self.filters {
             seccompiler::apply_filter(filter).map_err(std::io::Error::other)?;
         }
@@ -799,26 +804,46 @@ mod tests {
 }
 
 /// A per-runtime work directory: the child's current directory, removed with the runtime.
+///
+/// The host holds a lock on it while it lives, so that a host killed before it could remove
+/// its own (SIGKILL, a crash, the machine's memory killer) leaves a directory the next host
+/// can tell is nobody's: [`WorkDir::create`] sweeps those once a process. A lock, not a pid,
+/// because a host in another pid namespace may share the temporary directory.
 #[derive(Debug)]
 pub(crate) struct WorkDir {
     path: PathBuf,
+    /// Locked (`flock`) until the runtime drops it; closed on exec, so children do not hold it.
+    _held: std::fs::File,
 }
+
+/// How work directories are named: `cave-kernel-<host pid>-<count>-<nanoseconds>`.
+const WORK_DIR_PREFIX: &str = "cave-kernel-";
+
+/// A directory younger than this is never swept: its host may be between creating and
+/// locking it.
+const UNLOCKED_FOR: std::time::Duration = std::time::Duration::from_secs(60);
 
 impl WorkDir {
     /// A fresh directory under the system's temporary directory.
     pub(crate) fn create() -> std::io::Result<WorkDir> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
+        static SWEPT: std::sync::Once = std::sync::Once::new();
+        let temp = std::env::temp_dir();
+        SWEPT.call_once(|| sweep_work_dirs(&temp, UNLOCKED_FOR));
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
-            "cave-kernel-{}-{}-{nanos}",
+        let path = temp.join(format!(
+            "{WORK_DIR_PREFIX}{}-{}-{nanos}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
         std::fs::create_dir(&path)?;
-        Ok(WorkDir { path })
+        let held = std::fs::File::open(&path)?;
+        // Where locks are not supported, nobody can take the lock either, so nobody sweeps it.
+        let _ = held.try_lock();
+        Ok(WorkDir { path, _held: held })
     }
 
     /// Its path.
@@ -827,8 +852,99 @@ impl WorkDir {
     }
 }
 
+/// Removes the work directories in `parent` that no host holds and that are older than
+/// `unlocked_for`: those of hosts killed before they could remove their own.
+fn sweep_work_dirs(parent: &Path, unlocked_for: std::time::Duration) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let ours = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(WORK_DIR_PREFIX))
+            .is_some_and(|rest| {
+                let parts: Vec<&str> = rest.split('-').collect();
+                parts.len() == 3
+                    && parts
+                        .iter()
+                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
+            });
+        if !ours {
+            continue;
+        }
+        let path = entry.path();
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= unlocked_for);
+        if !old || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        // Held while it is removed, so that nobody takes it meanwhile.
+        let Ok(dir) = std::fs::File::open(&path) else {
+            continue;
+        };
+        if dir.try_lock().is_ok() {
+            tracing::info!(dir = %path.display(), "removing the work directory of a host that is gone");
+            let _ = std::fs::remove_dir_all(&path);
+        }
+    }
+}
+
 impl Drop for WorkDir {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+#[cfg(test)]
+mod work_dir_tests {
+    use super::*;
+
+    /// An old work directory nobody holds is removed; a held one, a recent one, and anything
+    /// not named as ours stay.
+    #[test]
+    fn only_old_work_directories_nobody_holds_are_swept() {
+        let parent = std::env::temp_dir().join(format!("cave-work-sweep-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&parent);
+        std::fs::create_dir(&parent).unwrap();
+        let gone = parent.join(format!("{WORK_DIR_PREFIX}4194305-0-1"));
+        let held = parent.join(format!("{WORK_DIR_PREFIX}4194305-1-1"));
+        let recent = parent.join(format!("{WORK_DIR_PREFIX}4194305-2-1"));
+        let foreign = parent.join(format!("{WORK_DIR_PREFIX}py-4194305"));
+        for dir in [&gone, &held, &recent, &foreign] {
+            std::fs::create_dir(dir).unwrap();
+        }
+        std::fs::write(gone.join("left.csv"), "a,b\n").unwrap();
+        let holder = std::fs::File::open(&held).unwrap();
+        holder.try_lock().unwrap();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        for dir in [&gone, &held, &foreign] {
+            std::fs::File::open(dir)
+                .unwrap()
+                .set_modified(hour_ago)
+                .unwrap();
+        }
+        sweep_work_dirs(&parent, UNLOCKED_FOR);
+        assert!(!gone.exists(), "an old directory nobody holds");
+        assert!(held.exists(), "a host holds it");
+        assert!(recent.exists(), "too recent to be sure");
+        assert!(foreign.exists(), "not named as ours");
+        drop(holder);
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
+
+    /// A runtime's directory is held while it lives and removed when it is dropped.
+    #[test]
+    fn a_work_directory_is_held_until_dropped() {
+        let dir = WorkDir::create().unwrap();
+        let path = dir.path().to_owned();
+        let other = std::fs::File::open(&path).unwrap();
+        assert!(other.try_lock().is_err(), "held by its runtime");
+        drop(dir);
+        assert!(!path.exists());
     }
 }

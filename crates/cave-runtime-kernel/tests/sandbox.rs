@@ -388,3 +388,26 @@ async fn a_fork_loop_is_refused_under_the_defaults() {
     assert!(made < 512, "{made} processes");
     assert_eq!(run(&rt, "1 + 1").await.output, "2\n");
 }
+
+/// A host that holds more descriptors than the child's open-files limit (a host with a few
+/// hundred sessions) still starts sandboxed kernels, and the limit holds in them. (The child
+/// holds the host's descriptors until `exec` closes them; set too early, the limit refused
+/// the descriptors the sandbox's setup opens.)
+#[tokio::test]
+async fn a_host_holding_more_descriptors_than_the_limit_starts_sandboxed_kernels() {
+    let limit = cave_runtime_kernel::DEFAULT_OPEN_FILES;
+    let null = std::fs::File::open("/dev/null").unwrap();
+    let held: Result<Vec<std::fs::File>, _> = (0..limit + 100).map(|_| null.try_clone()).collect();
+    let Ok(held) = held else {
+        eprintln!(
+            "skipped: this process may not hold {} descriptors",
+            limit + 100
+        );
+        return;
+    };
+    let rt = KernelRuntime::with_config(KernelConfig::new().spare(false)).unwrap();
+    assert_eq!(run(&rt, "print('started')").await.output, "started\n");
+    let limits = rt.limits().await.expect("the child's limits");
+    assert_eq!(limits.open_files, Some(limit));
+    drop(held);
+}

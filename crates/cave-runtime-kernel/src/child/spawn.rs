@@ -284,15 +284,6 @@ impl ChildSetup {
             {
                 return Err(failed());
             }
-            for &(resource, value) in &self.rlimits {
-                let limit = libc::rlimit {
-                    rlim_cur: value,
-                    rlim_max: value,
-                };
-                if libc::setrlimit(resource, &limit) != 0 {
-                    return Err(failed());
-                }
-            }
         }
         // SAFETY: in the forked child, as `run` itself.
         unsafe {
@@ -301,12 +292,31 @@ impl ChildSetup {
             if let Some(hook) = &self.hook {
                 hook()?;
             }
-            // Last: the layers restrict what the steps above need.
+            // Last: the layers restrict what the steps above need. The limits go in just
+            // before seccomp: until `exec` closes them, the child still holds every descriptor
+            // the host had, so under the open-files limit the steps that open one (entering
+            // the user namespace writes its maps) failed once the host held more than the
+            // limit (a host with 200 sessions).
             match &self.sandbox {
-                Some(sandbox) => sandbox.apply(),
-                None => Ok(()),
+                Some(sandbox) => sandbox.apply(&|| self.limit()),
+                None => self.limit(),
             }
         }
+    }
+
+    /// Sets the resource limits (async-signal-safe).
+    fn limit(&self) -> std::io::Result<()> {
+        for &(resource, value) in &self.rlimits {
+            let limit = libc::rlimit {
+                rlim_cur: value,
+                rlim_max: value,
+            };
+            // SAFETY: one system call on a value prepared before the fork.
+            if unsafe { libc::setrlimit(resource, &limit) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+        }
+        Ok(())
     }
 }
 
