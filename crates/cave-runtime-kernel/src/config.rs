@@ -341,7 +341,8 @@ impl KernelConfig {
         limits
     }
 
-    /// Adds code to run in the child between `fork` and `exec`.
+    /// Adds code to run in the child between `fork` and `exec`: after it joined its process
+    /// group and control group, before the sandbox's layers and the resource limits.
     ///
     /// # Safety
     /// `hook` runs in a forked copy of this process where only async-signal-safe calls are
