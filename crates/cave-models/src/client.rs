@@ -102,7 +102,7 @@ impl Client {
         *self.releasing.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
     }
 
-    async fn connect(&self, body: &[u8]) -> Result<Body, ModelError> {
+    async fn connect(&self, body: &bytes::Bytes) -> Result<Body, ModelError> {
         let releasing = self
             .releasing
             .lock()
@@ -116,7 +116,7 @@ impl Client {
             .post(&self.endpoint)
             .header(reqwest::header::CONTENT_TYPE, "application/json")
             .header(reqwest::header::ACCEPT, "text/event-stream")
-            .body(body.to_vec());
+            .body(body.clone());
         if let Some(key) = &self.api_key {
             request = request.bearer_auth(key.expose());
         }
@@ -231,8 +231,8 @@ pub(crate) fn stream(
     client: Arc<Client>,
     request: &ChatRequest,
 ) -> Result<DeltaStream, ModelError> {
-    let body = client.body(request)?;
-    let state = StreamState::new(client, body, request.clone(), None);
+    let body = client.body(request)?.into();
+    let state = StreamState::new(client, body, None);
     Ok(Box::pin(futures_util::stream::unfold(
         state,
         |mut state| async move {
@@ -240,6 +240,20 @@ pub(crate) fn stream(
             Some((item, state))
         },
     )))
+}
+
+/// `body` without its `stream_options` (for a server that refuses them; rare enough that the
+/// body is read back rather than the request kept for it).
+fn without_stream_options(body: &[u8]) -> Result<bytes::Bytes, ModelError> {
+    let invalid = |e: serde_json::Error| {
+        ModelError::new(
+            ModelErrorKind::InvalidRequest,
+            format!("could not encode the request: {e}"),
+        )
+    };
+    let mut json: Map<String, Json> = serde_json::from_slice(body).map_err(invalid)?;
+    json.remove("stream_options");
+    Ok(serde_json::to_vec(&json).map_err(invalid)?.into())
 }
 
 /// How long a stream's end is awaited after `[DONE]` to keep its connection.
@@ -254,9 +268,8 @@ const RELEASE_BEFORE_NEXT: Duration = Duration::from_millis(50);
 
 struct StreamState {
     client: Arc<Client>,
-    body: Vec<u8>,
-    /// For a body without `stream_options`, if the server refuses them.
-    request: ChatRequest,
+    /// Sent again as it is by each attempt (the history, once serialised, is not copied).
+    body: bytes::Bytes,
     events: Option<Events>,
     retries: u32,
     /// A backoff to sleep before the next connection attempt.
@@ -279,16 +292,10 @@ impl Drop for StreamState {
 
 impl StreamState {
     /// A stream about to connect (or reading `events` already).
-    fn new(
-        client: Arc<Client>,
-        body: Vec<u8>,
-        request: ChatRequest,
-        events: Option<Events>,
-    ) -> Self {
+    fn new(client: Arc<Client>, body: bytes::Bytes, events: Option<Events>) -> Self {
         Self {
             client,
             body,
-            request,
             events,
             retries: 0,
             wait: None,
@@ -323,7 +330,7 @@ impl StreamState {
                         self.client
                             .stream_usage
                             .store(false, std::sync::atomic::Ordering::Relaxed);
-                        match self.client.body(&self.request) {
+                        match without_stream_options(&self.body) {
                             Ok(body) => self.body = body,
                             Err(e) => {
                                 self.done = true;
@@ -536,8 +543,7 @@ mod tests {
         // The harness reads what it is given: the first seed, whole, is an answer.
         let mut whole = StreamState::new(
             client.clone(),
-            Vec::new(),
-            ChatRequest::new(Vec::new()),
+            bytes::Bytes::new(),
             Some(
                 futures_util::stream::iter([Ok(bytes::Bytes::from(seeds[0].clone()))])
                     .boxed()
@@ -563,12 +569,7 @@ mod tests {
                 rest = &rest[n..];
             }
             let events: Events = futures_util::stream::iter(pieces).boxed().eventsource();
-            let mut state = StreamState::new(
-                client.clone(),
-                Vec::new(),
-                ChatRequest::new(Vec::new()),
-                Some(events),
-            );
+            let mut state = StreamState::new(client.clone(), bytes::Bytes::new(), Some(events));
             runtime.block_on(async {
                 // Bounded: a stream of n bytes yields at most n deltas and one end.
                 for _ in 0..=input.len() + 1 {
