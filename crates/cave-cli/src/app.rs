@@ -67,7 +67,7 @@ pub fn run(
         match Termination::listen() {
             Ok(termination) => termination,
             Err(e) => {
-                eprintln!("cave: cannot listen for SIGTERM: {e}");
+                eprintln!("cave: cannot listen for SIGTERM and SIGHUP: {e}");
                 return Exit::Stopped;
             }
         }
@@ -101,10 +101,10 @@ pub fn run(
     for tools in std::mem::take(&mut session.mcp) {
         rt.block_on(tools.server().close(MCP_GRACE));
     }
-    let terminated = session.termination.received();
+    let terminated = session.termination.signal();
     if let Some(view) = session.view.take() {
         let keep = matches!(cli.command, Command::Run(_))
-            && !terminated
+            && terminated.is_none()
             && std::io::IsTerminal::is_terminal(&io::stdin());
         rt.block_on(view.finish(keep));
     }
@@ -124,11 +124,12 @@ pub fn run(
             Exit::Stopped
         }
     };
-    if !terminated {
+    let Some(signal) = terminated else {
         return exit;
-    }
-    eprintln!("cave: stopped by SIGTERM");
+    };
+    // After the session: with `--json` its capture holds descriptor 2 until then.
     drop(session);
+    eprintln!("cave: stopped by {signal}");
     drop(traces);
     // `chat`'s line editor may be blocked reading a line that will not come: not waited for.
     rt.shutdown_background();
@@ -231,7 +232,7 @@ struct Session {
     persisted: Option<Persisted>,
     /// Removes the API key from what is said on stderr.
     redactor: SecretRedactor,
-    /// SIGTERM: ends the turn that runs and the session.
+    /// SIGTERM or SIGHUP: ends the turn that runs and the session.
     termination: Termination,
 }
 
@@ -608,11 +609,11 @@ impl Session {
         let terminal = TerminalSettings::save();
         let mut last = None;
         loop {
-            // Read on a thread of its own, so that the runtime goes on meanwhile (a Jupyter
-            // connection's pings, MCP servers' messages, a spare kernel starting).
             if self.termination.received() {
                 return Ok(last);
             }
+            // Read on a thread of its own, so that the runtime goes on meanwhile (a Jupyter
+            // connection's pings, MCP servers' messages, a spare kernel starting).
             let reading = rt.spawn_blocking(move || {
                 let line = editor.readline("you › ");
                 (line, editor)
@@ -624,8 +625,8 @@ impl Session {
                     () = termination.arrived() => None,
                 }
             });
-            // SIGTERM while waiting for a line: the reading thread stays blocked in it (`run`
-            // then does not wait for it).
+            // SIGTERM or SIGHUP while waiting for a line: the reading thread stays blocked in
+            // it (`run` then does not wait for it).
             let Some(read) = read else {
                 terminal.restore();
                 return Ok(last);

@@ -739,13 +739,23 @@ async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
 /// ends a turn: the cell interrupted, the last events written, the session saved, exit 1.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_ends_a_run_after_stopping_its_cell() {
+    a_signal_ends_a_run_after_stopping_its_cell(libc::SIGTERM, "SIGTERM").await;
+}
+
+/// SIGHUP (the terminal or the SSH connection went) does the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn sighup_ends_a_run_after_stopping_its_cell() {
+    a_signal_ends_a_run_after_stopping_its_cell(libc::SIGHUP, "SIGHUP").await;
+}
+
+async fn a_signal_ends_a_run_after_stopping_its_cell(signal: libc::c_int, name: &str) {
     use std::io::{BufRead, BufReader};
     let server = server([
         answer(&block("kept = 'yes'\nwhile True:\n    pass"), 16, "stop"),
         answer("Done.", 8, "stop"),
     ])
     .await;
-    let dir = std::env::temp_dir().join(format!("cave-sigterm-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("cave-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let mut child = KillOnDrop(
         command(
@@ -771,7 +781,7 @@ async fn sigterm_ends_a_run_after_stopping_its_cell() {
     std::thread::sleep(std::time::Duration::from_millis(300));
     let pid = libc::pid_t::try_from(child.0.id()).unwrap();
     // SAFETY: sending a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
     let mut rest = Vec::new();
     while let Some(event) = next_event() {
         rest.push(event);
@@ -783,7 +793,10 @@ async fn sigterm_ends_a_run_after_stopping_its_cell() {
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
     assert_eq!(status.code(), Some(1), "{stderr}");
-    assert!(stderr.contains("cave: stopped by SIGTERM"), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cave: stopped by {name}")),
+        "{stderr}"
+    );
     // The session was saved with what the cell set before it was stopped.
     let resumed = cave(
         Some(&server),
@@ -803,6 +816,48 @@ async fn sigterm_ends_a_run_after_stopping_its_cell() {
         .unwrap_or_else(|| panic!("{}", String::from_utf8_lossy(&resumed.stderr)));
     assert_eq!(retrieved["value"], "yes");
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Started with SIGHUP ignored (as `nohup` starts it), `cave` keeps ignoring it: the run goes
+/// on through a hangup, and SIGTERM still ends it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_started_with_sighup_ignored_goes_on_through_one() {
+    use std::io::{BufRead, BufReader};
+    use std::os::unix::process::CommandExt as _;
+    let server = server([answer(&block("while True:\n    pass"), 16, "stop")]).await;
+    let mut command = command(Some(&server), &["run", "--json", "Spin."]);
+    // SAFETY: one async-signal-safe call between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let mut child = KillOnDrop(
+        command
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
+    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
+    loop {
+        let event: Json = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+        if event["type"] == "code" {
+            break;
+        }
+    }
+    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
+    // SAFETY: sending signals to our own child process.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(child.0.try_wait().unwrap().is_none(), "SIGHUP stopped it");
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let status = child.0.wait().unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cave: stopped by SIGTERM"), "{stderr}");
 }
 
 /// SIGTERM while `cave chat` waits for the next line: it ends at once (the line editor's
