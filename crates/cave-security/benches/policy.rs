@@ -43,6 +43,16 @@ fn four_rules(c: &mut Criterion) {
     c.bench_function("check_300_lines_4_rules_door_in_every_block", |b| {
         b.iter(|| black_box(policy.check(black_box(&every))))
     });
+    // The worst case: a door's name on every line (in a comment), so every statement is
+    // parsed and walked, one by one.
+    let every_line: String = code
+        .lines()
+        .map(|line| format!("{line}  # getattr\n"))
+        .collect();
+    assert!(policy.check(&every_line).is_empty());
+    c.bench_function("check_300_lines_4_rules_door_on_every_line", |b| {
+        b.iter(|| black_box(policy.check(black_box(&every_line))))
+    });
 }
 
 criterion_group!(benches, four_rules);

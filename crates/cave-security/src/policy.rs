@@ -6,6 +6,7 @@ use cave_core::{CodePolicy, Violation, ViolationKind, normalize_name};
 use regex::Regex;
 use std::borrow::Cow;
 use std::collections::BTreeSet;
+use std::ops::Range;
 use tree_sitter::{Node, Parser, TreeCursor};
 
 /// A rule's pattern did not compile.
@@ -231,14 +232,9 @@ impl SecurityPolicy {
             .deny_computed_names()
     }
 
-    /// Whether the tree could hold a violation: some forbidden name appears as a whole word, or
-    /// a way to reach names by string does. Non-ASCII code always gets the full check (Python
-    /// folds `ｅｖａｌ` into `eval`).
-    fn may_violate(&self, code: &str) -> bool {
-        !code.is_ascii() || self.words().any(|word| contains_word(code, word))
-    }
-
-    /// Where in `code` the words of [`may_violate`](Self::may_violate) occur, in order.
+    /// Where in `code` the words whose presence makes a cell worth analysing occur, in order:
+    /// a forbidden name, or a way to reach names by string, as a whole word. (Non-ASCII code
+    /// is always analysed: Python folds `ｅｖａｌ` into `eval`.)
     fn word_offsets(&self, code: &str) -> Vec<usize> {
         let mut offsets: Vec<usize> = self
             .words()
@@ -311,11 +307,6 @@ where
     }
 }
 
-/// Returns true if and only if `word` occurs in `code` not inside a longer identifier.
-fn contains_word(code: &str, word: &str) -> bool {
-    word_matches(code, word).next().is_some()
-}
-
 /// Where `word` occurs in `code` not inside a longer identifier.
 fn word_matches<'c>(code: &'c str, word: &'c str) -> impl Iterator<Item = usize> + 'c {
     let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
@@ -371,9 +362,11 @@ impl SecurityPolicy {
                 );
             }
         }
-        if !self.may_violate(code) {
-            // No forbidden name and no door to one: nothing the tree could show. (Code that
-            // does not parse is then reported by Python itself when it runs.)
+        // Where the words that could break a rule occur: none (in ASCII code) means nothing
+        // the tree could show. (Code that does not parse is then reported by Python itself
+        // when it runs.)
+        let offsets = self.word_offsets(code);
+        if offsets.is_empty() && code.is_ascii() {
             return found;
         }
         if code.len() > MAX_ANALYSED_BYTES {
@@ -396,40 +389,9 @@ impl SecurityPolicy {
         }
         // Parsing is most of a check's time, and a statement without a forbidden word or a
         // door to one cannot break a rule: only the statements that could are parsed.
-        if let Some(statements) =
-            statements::top_level_statements(code).filter(|s| split && s.len() > 1)
-        {
-            let mut parts = Vec::new();
-            let mut too_deep = false;
-            let mut all_parsed = true;
-            let mut lines_before = 0;
-            let offsets = self.word_offsets(code);
-            let mut next_word = offsets.iter().copied().peekable();
-            for statement in statements {
-                let mut has_word = false;
-                while next_word.next_if(|&at| at < statement.end).is_some() {
-                    has_word = true;
-                }
-                let text = &code[statement];
-                if has_word || !text.is_ascii() {
-                    match self.walk(&mut parser, text, lines_before, too_deep) {
-                        Some(walk) if walk.syntax_error.is_none() => {
-                            too_deep = walk.too_deep;
-                            parts.extend(walk.found);
-                        }
-                        // Perhaps split inside a statement: the whole cell decides.
-                        _ => {
-                            all_parsed = false;
-                            break;
-                        }
-                    }
-                }
-                lines_before += text.matches('\n').count();
-            }
-            if all_parsed {
-                found.extend(parts);
-                return found;
-            }
+        if split && let Some(parts) = self.check_parts(&mut parser, code, &offsets) {
+            found.extend(parts);
+            return found;
         }
         let Some(mut walk) = self.walk(&mut parser, code, 0, false) else {
             found.push(
@@ -450,6 +412,74 @@ impl SecurityPolicy {
         }
         found.append(&mut walk.found);
         found
+    }
+
+    /// The violations of the cell's top-level statements that hold a word at `offsets` (or
+    /// non-ASCII text), each parsed alone; of a compound statement whose header holds none,
+    /// only its block's statements that do. `None` when the cell is not split, when the parts
+    /// to read are most of it (one parse is then cheaper than many), or when a part does not
+    /// parse alone (perhaps split inside a statement): then the whole cell decides.
+    fn check_parts(
+        &self,
+        parser: &mut Parser,
+        code: &str,
+        offsets: &[usize],
+    ) -> Option<Vec<Violation>> {
+        let statements = statements::top_level_statements(code)?;
+        if statements.len() < 2 && !statements.first().is_some_and(|s| is_block(code, s)) {
+            return None;
+        }
+        let worth_reading = |range: &Range<usize>| {
+            let first = offsets.partition_point(|&at| at < range.start);
+            offsets.get(first).is_some_and(|&at| at < range.end) || !code[range.clone()].is_ascii()
+        };
+        // What to parse: (range in the cell, whether it is a block's statement, lines before).
+        let mut parts: Vec<(Range<usize>, bool, usize)> = Vec::new();
+        let mut lines_before = 0;
+        for statement in statements {
+            let text = &code[statement.clone()];
+            if worth_reading(&statement) {
+                let in_cell = |r: Range<usize>| statement.start + r.start..statement.start + r.end;
+                match statements::block_statements(text)
+                    .filter(|(header, _)| !worth_reading(&in_cell(0..*header)))
+                {
+                    Some((_, block)) => {
+                        let (mut line, mut counted) = (lines_before, 0);
+                        for part in block {
+                            if worth_reading(&in_cell(part.clone())) {
+                                line += text[counted..part.start].matches('\n').count();
+                                counted = part.start;
+                                parts.push((in_cell(part), true, line));
+                            }
+                        }
+                    }
+                    None => parts.push((statement, false, lines_before)),
+                }
+            }
+            lines_before += text.matches('\n').count();
+        }
+        let to_read: usize = parts.iter().map(|(range, _, _)| range.len()).sum();
+        if to_read > code.len() / 4 * 3 {
+            return None;
+        }
+        let mut found = Vec::new();
+        let mut too_deep = false;
+        for (range, in_block, line) in parts {
+            let walk = if in_block {
+                // Under a header of its own, a block's statement parses as it does in place:
+                // same text, indentation and depth.
+                let source = format!("{BLOCK_HEADER}{}", &code[range]);
+                self.walk(parser, &source, line - 1, too_deep)?
+            } else {
+                self.walk(parser, &code[range], line, too_deep)?
+            };
+            if walk.syntax_error.is_some() {
+                return None;
+            }
+            too_deep = walk.too_deep;
+            found.extend(walk.found);
+        }
+        Some(found)
     }
 
     /// Parses `source` (lines numbered from `first_line + 1`) and checks every node; `None`
@@ -487,6 +517,14 @@ struct Walked {
     syntax_error: Option<usize>,
     /// Reported as nested too deep.
     too_deep: bool,
+}
+
+/// The line a block's statement is parsed under, alone: any compound header would do.
+const BLOCK_HEADER: &str = "if 1:\n";
+
+/// Whether the cell's `statement` is a compound statement whose block can be split.
+fn is_block(code: &str, statement: &Range<usize>) -> bool {
+    statements::block_statements(&code[statement.clone()]).is_some()
 }
 
 /// One pass over the tree.
@@ -1044,6 +1082,18 @@ mod tests {
         "class D:\n    def m(self):\n        return self.__dict__\n",
         "match p:\n    case {'k': v}:\n        eval(v)\n",
         "async def a():\n    await b(__import__('os'))\n",
+        "def g(x):\n    y = x\n    return getattr(y, 'open')\n",
+        "def h():\n    '''doc\nimport os\n'''\n    z = eval\n\n    @dec\n    def inner():\n        return globals()\n",
+        "class E:\n    a = 1\n    b = vars()['x']\n    def m(self, v=__builtins__):\n        pass\n",
+        "while True:\n    x = (1,\neval)\n    break\n",
+        "if a:\n\tb = getattr(c, 'd')\n\te = 1\n",
+        "def k():\n    x = 1\n  y = open\n",
+        "for i in x:\n    s = \"\"\"\n__import__('os')\n\"\"\"\n    import subprocess\n",
+        "def f():\n    x = 1; import os\n    if x:\n        pass\n    else:\n        getattr(x, 'y')\n",
+        "with getattr(a, 'b') as c:\n    d = 1\n",
+        "def ｆ():\n    x = 1\n",
+        "def one(): return open\n",
+        "class F:\n    def m(self):\n        pass\n    x = ｅｖａｌ\n",
     ];
 
     fn corpus() -> Vec<&'static str> {
@@ -1080,6 +1130,19 @@ mod tests {
                 prop_assert_eq!(policy.check(&code), whole, "{:?}", code);
             }
         }
+    }
+
+    #[test]
+    fn a_forbidden_name_in_a_long_function_is_found_at_its_line() {
+        let mut code = "x = 1\n".repeat(20);
+        code.push_str("def f(df):\n");
+        code.push_str(&"    y = df.sum()\n".repeat(20));
+        code.push_str("    z = getattr(df, 'ev' 'al')\n    return z\n");
+        code.push_str(&"w = 2\n".repeat(20));
+        let found = policy().check(&code);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].line, Some(42), "{found:?}");
+        assert_eq!(found, policy().check_statements(&code, false));
     }
 
     #[test]

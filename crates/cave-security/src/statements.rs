@@ -16,22 +16,93 @@ use std::ops::Range;
 pub(crate) fn top_level_statements(code: &str) -> Option<Vec<Range<usize>>> {
     let b = code.as_bytes();
     let mut starts = vec![0];
+    // The last statement that started at column 0 is a decorator: the next one is its target.
+    let mut decorated = false;
+    for at in logical_lines(code)? {
+        let c = b[at];
+        if begins_statement(c) {
+            if at > 0 && !decorated && !continues_clause(&b[at..]) {
+                starts.push(at);
+            }
+            decorated = c == b'@';
+        }
+    }
+    Some(ranges(&starts, b.len()))
+}
+
+/// A compound statement (`statement`, one of [`top_level_statements`]) as its header and the
+/// statements of its block: the header's end, then the block's statements, covering the rest
+/// in order (comments, blank lines, clauses and decorators kept as at the top level). `None`
+/// when the statement is not one header followed by one indented block: a decorated
+/// definition, a statement with `else`/`except` clauses, a one-line body, a simple statement.
+pub(crate) fn block_statements(statement: &str) -> Option<(usize, Vec<Range<usize>>)> {
+    let b = statement.as_bytes();
+    let lines = logical_lines(statement)?;
+    // The header: the first logical line, which must start the statement (not a decorator).
+    if b.first().is_none_or(|&c| c == b'@' || !begins_statement(c)) {
+        return None;
+    }
+    let mut starts: Vec<usize> = Vec::new();
+    let mut indent: Option<&[u8]> = None;
+    let mut decorated = false;
+    for at in lines.into_iter().skip(1) {
+        let width = b[at..]
+            .iter()
+            .position(|&c| !matches!(c, b' ' | b'\t' | b'\x0c'))
+            .unwrap_or(b.len() - at);
+        // Blank and comment-only lines: their indentation means nothing to Python.
+        if matches!(b.get(at + width), None | Some(b'\n' | b'#')) {
+            continue;
+        }
+        let whitespace = &b[at..at + width];
+        let block = *indent.get_or_insert(whitespace);
+        if block.is_empty() {
+            // Back at the header's column (a clause) or no indented block at all.
+            return None;
+        }
+        if whitespace == block {
+            let c = b[at + width];
+            if !begins_statement(c) {
+                return None;
+            }
+            if starts.is_empty() || (!decorated && !continues_clause(&b[at + width..])) {
+                starts.push(at);
+            }
+            decorated = c == b'@';
+        } else if !whitespace.starts_with(block) {
+            // Less indented than the block, or indented differently: not sure where it ends.
+            return None;
+        }
+    }
+    let header_end = *starts.first()?;
+    Some((header_end, ranges(&starts, b.len())))
+}
+
+/// Consecutive ranges from each start to the next, the last to `end`.
+fn ranges(starts: &[usize], end: usize) -> Vec<Range<usize>> {
+    let mut ranges: Vec<Range<usize>> = starts.windows(2).map(|w| w[0]..w[1]).collect();
+    if let Some(&last) = starts.last() {
+        ranges.push(last..end);
+    }
+    ranges
+}
+
+/// Where the code's logical lines begin (lines that start outside any string and bracket and
+/// do not continue a joined line; the first at 0), or `None` when the code does not
+/// tokenize the same on every Python version (see the module's documentation).
+fn logical_lines(code: &str) -> Option<Vec<usize>> {
+    let b = code.as_bytes();
+    let mut lines = Vec::new();
     let mut depth = 0usize;
     let mut at = 0;
     let mut line_start = true;
     // The previous line ended with a backslash: this one continues it.
     let mut joined = false;
-    // The last statement that started at column 0 is a decorator: the next one is its target.
-    let mut decorated = false;
     while at < b.len() {
         if line_start {
             line_start = false;
-            let c = b[at];
-            if depth == 0 && !joined && begins_statement(c) {
-                if at > 0 && !decorated && !continues_clause(&b[at..]) {
-                    starts.push(at);
-                }
-                decorated = c == b'@';
+            if depth == 0 && !joined {
+                lines.push(at);
             }
             joined = false;
         }
@@ -78,9 +149,7 @@ pub(crate) fn top_level_statements(code: &str) -> Option<Vec<Range<usize>>> {
     if depth != 0 || joined {
         return None;
     }
-    let mut ranges: Vec<Range<usize>> = starts.windows(2).map(|w| w[0]..w[1]).collect();
-    ranges.push(starts[starts.len() - 1]..b.len());
-    Some(ranges)
+    Some(lines)
 }
 
 /// A line starting with this byte at column 0 starts a statement (or a clause of one).
@@ -231,7 +300,7 @@ fn skip_spec(b: &[u8], from: usize, quote: u8, nesting: usize) -> Option<usize> 
 
 #[cfg(test)]
 mod tests {
-    use super::top_level_statements;
+    use super::{block_statements, top_level_statements};
     use proptest::prelude::*;
 
     proptest! {
@@ -249,6 +318,62 @@ mod tests {
                 }
                 prop_assert_eq!(expected, code.len());
             }
+        }
+    }
+
+    proptest! {
+        /// Any text: no panic, and the header and the block's statements cover it in order.
+        #[test]
+        fn block_parts_cover_the_statement(code in "[a-f_@#'\"\\\\(){}\\[\\]:!=\n \tré]{0,80}") {
+            if let Some((header, parts)) = block_statements(&code) {
+                let mut expected = header;
+                prop_assert!(header > 0);
+                for part in &parts {
+                    prop_assert_eq!(part.start, expected);
+                    prop_assert!(code.as_bytes()[part.start - 1] == b'\n');
+                    expected = part.end;
+                }
+                prop_assert_eq!(expected, code.len());
+            }
+        }
+    }
+
+    fn block(code: &str) -> Option<(&str, Vec<&str>)> {
+        block_statements(code)
+            .map(|(header, r)| (&code[..header], r.into_iter().map(|r| &code[r]).collect()))
+    }
+
+    #[test]
+    fn a_block_splits_at_its_own_indentation() {
+        let code = "def f(x):\n    '''doc\nimport os\n'''\n    y = (1,\n2)\n\n    if y:\n        z = 1\n    else:\n        z = 2\n# note\n    @dec\n    def g():\n        pass\n    return z\n";
+        assert_eq!(
+            block(code).unwrap(),
+            (
+                "def f(x):\n",
+                vec![
+                    "    '''doc\nimport os\n'''\n",
+                    "    y = (1,\n2)\n\n",
+                    "    if y:\n        z = 1\n    else:\n        z = 2\n# note\n",
+                    "    @dec\n    def g():\n        pass\n",
+                    "    return z\n",
+                ]
+            )
+        );
+    }
+
+    #[test]
+    fn what_is_not_one_header_and_one_block_is_not_split() {
+        for code in [
+            "x = 1\n",
+            "def f(): return 1\n",
+            "@dec\ndef f():\n    pass\n",
+            "if a:\n    b = 1\nelse:\n    c = 2\n",
+            "def f():\n    x = 1\n  y = 2\n",
+            "def f():\n    x = 1\n\ty = 2\n",
+            "# c\ndef f():\n    pass\n",
+            "def f():\n    x = (1\n",
+        ] {
+            assert_eq!(block(code), None, "{code:?}");
         }
     }
 
