@@ -687,52 +687,28 @@ async fn undo_takes_the_last_turn_back() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn ctrl_c_cancels_the_running_turn_and_keeps_the_session() {
-    use std::io::{BufRead, BufReader, Write as _};
     let server = server([
         answer(&block("kept = 'yes'\nwhile True:\n    pass"), 16, "stop"),
         answer(&block("print(kept)"), 8, "stop"),
         answer("Still here.", 8, "stop"),
     ])
     .await;
-    let mut child = KillOnDrop(
-        command(Some(&server), &["chat", "--json"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    let mut stdin = child.0.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
-    let mut next_event =
-        move || -> Json { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
-    stdin.write_all(b"Spin.\n").unwrap();
-    while next_event()["type"] != "code" {}
+    let mut cave = Running::spawn(command(Some(&server), &["chat", "--json"]), true);
+    cave.write(b"Spin.\n");
+    cave.until("code");
     std::thread::sleep(std::time::Duration::from_millis(300));
     // A real SIGINT, as Ctrl-C sends (no `kill` program needed).
-    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
-    // SAFETY: sending a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
-    let stopped = loop {
-        let event = next_event();
-        if event["type"] == "stopped" {
-            break event;
-        }
-    };
-    assert_eq!(stopped["stop_reason"], "cancelled");
-    stdin.write_all(b"Again.\n").unwrap();
-    drop(stdin);
-    let result = loop {
-        let event = next_event();
-        if event["type"] == "execution_result" {
-            break event;
-        }
-    };
+    cave.signal(libc::SIGINT);
+    assert_eq!(cave.until("stopped")["stop_reason"], "cancelled");
+    cave.write(b"Again.\n");
+    cave.close_stdin();
     assert_eq!(
-        result["output"], "yes\n",
+        cave.until("execution_result")["output"],
+        "yes\n",
         "the session and its state survived the interrupt"
     );
-    assert_eq!(child.0.wait().unwrap().code(), Some(0));
+    let (status, stderr) = cave.finish();
+    assert_eq!(status.code(), Some(0), "{stderr}");
 }
 
 /// SIGTERM (what `docker stop`, systemd and `timeout` send) ends `cave run` the way Ctrl-C
@@ -749,7 +725,6 @@ async fn sighup_ends_a_run_after_stopping_its_cell() {
 }
 
 async fn a_signal_ends_a_run_after_stopping_its_cell(signal: libc::c_int, name: &str) {
-    use std::io::{BufRead, BufReader};
     let server = server([
         answer(&block("kept = 'yes'\nwhile True:\n    pass"), 16, "stop"),
         answer("Done.", 8, "stop"),
@@ -757,59 +732,33 @@ async fn a_signal_ends_a_run_after_stopping_its_cell(signal: libc::c_int, name: 
     .await;
     let dir = std::env::temp_dir().join(format!("cave-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let mut child = KillOnDrop(
-        command(
-            Some(&server),
-            &[
-                "run",
-                "--json",
-                "--session",
-                dir.to_str().unwrap(),
-                "Spin.",
-                "Then this.",
-            ],
-        )
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap(),
-    );
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
-    let mut next_event =
-        move || -> Option<Json> { Some(serde_json::from_str(&lines.next()?.unwrap()).unwrap()) };
-    while next_event().expect("a code event")["type"] != "code" {}
+    let session = dir.to_str().unwrap();
+    let run = ["run", "--json", "--session", session, "Spin.", "Then this."];
+    let mut cave_run = Running::spawn(command(Some(&server), &run), false);
+    cave_run.until("code");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
-    // SAFETY: sending a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
-    let mut rest = Vec::new();
-    while let Some(event) = next_event() {
-        rest.push(event);
-    }
+    cave_run.signal(signal);
+    let rest: Vec<Json> = std::iter::from_fn(|| cave_run.next_event()).collect();
     let stopped: Vec<&Json> = rest.iter().filter(|e| e["type"] == "stopped").collect();
     assert_eq!(stopped.len(), 1, "one turn, then no other: {rest:?}");
     assert_eq!(stopped[0]["stop_reason"], "cancelled");
-    let status = child.0.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    let (status, stderr) = cave_run.finish();
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(
         stderr.contains(&format!("cave: stopped by {name}")),
         "{stderr}"
     );
     // The session was saved with what the cell set before it was stopped.
-    let resumed = cave(
-        Some(&server),
-        &[
-            "run",
-            "--json",
-            "--session",
-            dir.to_str().unwrap(),
-            "--retrieve",
-            "kept",
-            "Resume.",
-        ],
-    );
+    let resume = [
+        "run",
+        "--json",
+        "--session",
+        session,
+        "--retrieve",
+        "kept",
+        "Resume.",
+    ];
+    let resumed = cave(Some(&server), &resume);
     let retrieved = events(&resumed)
         .into_iter()
         .find(|e| e["type"] == "retrieved")
@@ -822,7 +771,6 @@ async fn a_signal_ends_a_run_after_stopping_its_cell(signal: libc::c_int, name: 
 /// on through a hangup, and SIGTERM still ends it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_run_started_with_sighup_ignored_goes_on_through_one() {
-    use std::io::{BufRead, BufReader};
     use std::os::unix::process::CommandExt as _;
     let server = server([answer(&block("while True:\n    pass"), 16, "stop")]).await;
     let mut command = command(Some(&server), &["run", "--json", "Spin."]);
@@ -833,29 +781,16 @@ async fn a_run_started_with_sighup_ignored_goes_on_through_one() {
             Ok(())
         });
     }
-    let mut child = KillOnDrop(
-        command
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
-    loop {
-        let event: Json = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        if event["type"] == "code" {
-            break;
-        }
-    }
-    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
-    // SAFETY: sending signals to our own child process.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGHUP) }, 0);
+    let mut cave = Running::spawn(command, false);
+    cave.until("code");
+    cave.signal(libc::SIGHUP);
     std::thread::sleep(std::time::Duration::from_millis(500));
-    assert!(child.0.try_wait().unwrap().is_none(), "SIGHUP stopped it");
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
-    let status = child.0.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(
+        cave.child.0.try_wait().unwrap().is_none(),
+        "SIGHUP stopped it"
+    );
+    cave.signal(libc::SIGTERM);
+    let (status, stderr) = cave.finish();
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cave: stopped by SIGTERM"), "{stderr}");
 }
@@ -864,36 +799,87 @@ async fn a_run_started_with_sighup_ignored_goes_on_through_one() {
 /// thread is not waited for), exit 1.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigterm_ends_a_chat_waiting_for_its_next_line() {
-    use std::io::{BufRead, BufReader, Write as _};
     let server = server([answer("Hello.", 8, "stop")]).await;
-    let mut child = KillOnDrop(
-        command(Some(&server), &["chat", "--json"])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut stdin = child.0.stdin.take().unwrap();
-    let mut lines = BufReader::new(child.0.stdout.take().unwrap()).lines();
-    stdin.write_all(b"Hi.\n").unwrap();
-    loop {
-        let event: Json = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
-        if event["type"] == "stopped" {
-            break;
-        }
-    }
+    let mut cave = Running::spawn(command(Some(&server), &["chat", "--json"]), true);
+    cave.write(b"Hi.\n");
+    cave.until("stopped");
     std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = libc::pid_t::try_from(child.0.id()).unwrap();
-    // SAFETY: sending a signal to our own child process.
-    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
     // stdin stays open: only the signal can end it.
-    let status = child.0.wait().unwrap();
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    cave.signal(libc::SIGTERM);
+    let (status, stderr) = cave.finish();
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("cave: stopped by SIGTERM"), "{stderr}");
-    drop(stdin);
+}
+
+/// A `cave` process read event by event (`--json`), with its standard error kept for the end.
+struct Running {
+    child: KillOnDrop,
+    events: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+    stdin: Option<std::process::ChildStdin>,
+}
+
+impl Running {
+    /// Starts `command` with its output piped, and its input too when `input`.
+    fn spawn(mut command: Command, input: bool) -> Self {
+        use std::io::BufRead as _;
+        use std::process::Stdio;
+        let stdin = if input { Stdio::piped() } else { Stdio::null() };
+        let mut child = command
+            .stdin(stdin)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let events = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let stdin = child.stdin.take();
+        Self {
+            child: KillOnDrop(child),
+            events,
+            stdin,
+        }
+    }
+
+    /// Writes to its input (left open until [`close_stdin`](Self::close_stdin)).
+    fn write(&mut self, bytes: &[u8]) {
+        std::io::Write::write_all(self.stdin.as_mut().expect("spawned with input"), bytes).unwrap();
+    }
+
+    fn close_stdin(&mut self) {
+        self.stdin = None;
+    }
+
+    /// The next event, or `None` at the end of its output.
+    fn next_event(&mut self) -> Option<Json> {
+        Some(serde_json::from_str(&self.events.next()?.unwrap()).unwrap())
+    }
+
+    /// Reads events up to the first of type `kind`, and returns it.
+    fn until(&mut self, kind: &str) -> Json {
+        loop {
+            let event = self
+                .next_event()
+                .unwrap_or_else(|| panic!("the output ended before a {kind:?} event"));
+            if event["type"] == kind {
+                return event;
+            }
+        }
+    }
+
+    /// Sends it `signal`.
+    fn signal(&self, signal: libc::c_int) {
+        let pid = libc::pid_t::try_from(self.child.0.id()).unwrap();
+        // SAFETY: sending a signal to our own child process.
+        assert_eq!(unsafe { libc::kill(pid, signal) }, 0);
+    }
+
+    /// Waits for it to end (its input left as it is): its exit status and what it wrote to
+    /// standard error.
+    fn finish(mut self) -> (std::process::ExitStatus, String) {
+        let mut stderr = String::new();
+        let mut pipe = self.child.0.stderr.take().unwrap();
+        std::io::Read::read_to_string(&mut pipe, &mut stderr).unwrap();
+        (self.child.0.wait().unwrap(), stderr)
+    }
 }
 
 /// Kills the child if a test fails before it exits.

@@ -223,28 +223,17 @@ fn sweep_stale_once(parent: &Path) {
 /// processes when the host went, so they are empty (a group that is not stays: the kernel
 /// refuses to remove it).
 fn sweep_stale(parent: &Path, after: std::time::Duration) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(PREFIX))
-            .and_then(|rest| rest.split('-').next())
+    for (path, rest) in crate::stale::stale_entries(parent, PREFIX, after) {
+        let Some(pid) = rest
+            .split('-')
+            .next()
             .and_then(|pid| pid.parse::<u32>().ok())
         else {
             continue;
         };
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age >= after);
         let gone = pid != std::process::id() && !Path::new("/proc").join(pid.to_string()).exists();
-        if old && gone {
-            let _ = std::fs::remove_dir(entry.path());
+        if gone {
+            let _ = std::fs::remove_dir(path);
         }
     }
 }
@@ -365,9 +354,7 @@ mod tests {
     /// anything not named as ours stay.
     #[test]
     fn only_old_groups_of_hosts_that_are_gone_are_swept() {
-        let parent = std::env::temp_dir().join(format!("cave-sweep-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&parent);
-        std::fs::create_dir(&parent).unwrap();
+        let parent = crate::stale::testing::sweep_parent("sweep");
         // No process has pid 4194304 or above (the kernel's limit is 2^22).
         let gone = parent.join(format!("{PREFIX}4194305-0-1"));
         let gone_recent = parent.join(format!("{PREFIX}4194306-0-1"));
@@ -376,13 +363,7 @@ mod tests {
         for dir in [&gone, &gone_recent, &ours, &foreign] {
             std::fs::create_dir(dir).unwrap();
         }
-        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-        for dir in [&gone, &ours, &foreign] {
-            std::fs::File::open(dir)
-                .unwrap()
-                .set_modified(hour_ago)
-                .unwrap();
-        }
+        crate::stale::testing::backdate(&[&gone, &ours, &foreign]);
         sweep_stale(&parent, STALE_AFTER);
         assert!(!gone.exists(), "an old group of a host that is gone");
         assert!(gone_recent.exists(), "too recent to be sure");

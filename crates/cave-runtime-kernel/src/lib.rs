@@ -38,6 +38,7 @@ mod pool;
 mod runtime;
 mod sandbox;
 mod spec;
+mod stale;
 mod worker;
 
 pub use checkpoint::Checkpoint;

@@ -855,32 +855,14 @@ impl WorkDir {
 /// Removes the work directories in `parent` that no host holds and that are older than
 /// `unlocked_for`: those of hosts killed before they could remove their own.
 fn sweep_work_dirs(parent: &Path, unlocked_for: std::time::Duration) {
-    let Ok(entries) = std::fs::read_dir(parent) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let ours = name
-            .to_str()
-            .and_then(|n| n.strip_prefix(WORK_DIR_PREFIX))
-            .is_some_and(|rest| {
-                let parts: Vec<&str> = rest.split('-').collect();
-                parts.len() == 3
-                    && parts
-                        .iter()
-                        .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()))
-            });
-        if !ours {
-            continue;
-        }
-        let path = entry.path();
-        let old = entry
-            .metadata()
-            .and_then(|m| m.modified())
-            .ok()
-            .and_then(|t| t.elapsed().ok())
-            .is_some_and(|age| age >= unlocked_for);
-        if !old || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+    for (path, rest) in crate::stale::stale_entries(parent, WORK_DIR_PREFIX, unlocked_for) {
+        // PID-N-NANOS: a runtime's, not another of our directories with the same prefix.
+        let parts: Vec<&str> = rest.split('-').collect();
+        let ours = parts.len() == 3
+            && parts
+                .iter()
+                .all(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+        if !ours || !std::fs::symlink_metadata(&path).is_ok_and(|m| m.is_dir()) {
             continue;
         }
         // Held while it is removed, so that nobody takes it meanwhile.
@@ -908,9 +890,7 @@ mod work_dir_tests {
     /// not named as ours stay.
     #[test]
     fn only_old_work_directories_nobody_holds_are_swept() {
-        let parent = std::env::temp_dir().join(format!("cave-work-sweep-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&parent);
-        std::fs::create_dir(&parent).unwrap();
+        let parent = crate::stale::testing::sweep_parent("work-sweep");
         let gone = parent.join(format!("{WORK_DIR_PREFIX}4194305-0-1"));
         let held = parent.join(format!("{WORK_DIR_PREFIX}4194305-1-1"));
         let recent = parent.join(format!("{WORK_DIR_PREFIX}4194305-2-1"));
@@ -921,13 +901,7 @@ mod work_dir_tests {
         std::fs::write(gone.join("left.csv"), "a,b\n").unwrap();
         let holder = std::fs::File::open(&held).unwrap();
         holder.try_lock().unwrap();
-        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-        for dir in [&gone, &held, &foreign] {
-            std::fs::File::open(dir)
-                .unwrap()
-                .set_modified(hour_ago)
-                .unwrap();
-        }
+        crate::stale::testing::backdate(&[&gone, &held, &foreign]);
         sweep_work_dirs(&parent, UNLOCKED_FOR);
         assert!(!gone.exists(), "an old directory nobody holds");
         assert!(held.exists(), "a host holds it");
