@@ -1,7 +1,8 @@
 //! The cost of one agent step through the `cave` binary against a local SSE server (the same
 //! 60-character answer with a code block, streamed in 8-character chunks, at every step), on
 //! the in-process and the kernel runtime; and the server's own floor per request, measured in
-//! the same run by a bare HTTP client, which a step cannot go below.
+//! the same run by a bare HTTP client sending the very requests a run sent (the history grows
+//! with each step, and the server reads each body), which a step cannot go below.
 //!
 //! A step's figure is the difference between a run of `STEPS + 1` steps and a run of one,
 //! divided by `STEPS`: start-up and shutdown cancel out.
@@ -40,8 +41,7 @@ fn cave(base_url: &str, runtime: &str, steps: u32) -> Duration {
 
 /// One request as the model adapter makes it, on a connection kept alive between requests (as
 /// the adapter keeps its own), read to the end of the stream.
-fn bare_request(stream: &mut std::net::TcpStream, address: &str) -> Duration {
-    let body = r#"{"model":"bench-model","stream":true,"messages":[{"role":"user","content":"Compute."}]}"#;
+fn bare_request(stream: &mut std::net::TcpStream, address: &str, body: &str) -> Duration {
     let start = Instant::now();
     write!(
         stream,
@@ -77,12 +77,23 @@ fn steps(c: &mut Criterion) {
         .to_owned();
     let mut group = c.benchmark_group("cave_step");
     group.sample_size(10);
+    // The bodies of a whole run, as the floor's requests: its history grows step by step.
+    server.record(true);
+    cave(&base_url, "inproc", STEPS + 1);
+    server.record(false);
+    let bodies: Vec<String> = server
+        .received()
+        .iter()
+        .map(|r| r.body.to_string())
+        .collect();
+    assert_eq!(bodies.len(), STEPS as usize + 1, "one request a step");
     group.bench_function("server_floor_per_request", |b| {
         let mut stream = std::net::TcpStream::connect(&address).expect("the server listens");
         stream.set_nodelay(true).expect("TCP_NODELAY");
+        let mut next = bodies.iter().cycle();
         b.iter_custom(|iters| {
             (0..iters)
-                .map(|_| bare_request(&mut stream, &address))
+                .map(|_| bare_request(&mut stream, &address, next.next().unwrap()))
                 .sum()
         })
     });

@@ -129,6 +129,12 @@ impl TestServer {
         format!("http://{}/v1", self.addr)
     }
 
+    /// Starts (or stops) keeping the requests it receives.
+    #[allow(dead_code)]
+    pub fn record(&self, on: bool) {
+        self.state.lock().unwrap().record = on;
+    }
+
     /// The requests received so far.
     pub fn received(&self) -> Vec<Received> {
         self.state.lock().unwrap().received.clone()
