@@ -14,7 +14,7 @@ async fn a_run_goes_through_a_jupyter_kernel() {
     let Some(gateway) = gateway::gateway() else {
         return;
     };
-    let skills = std::env::temp_dir().join(format!("cave-cli-jupyter-{}", std::process::id()));
+    let skills = cave_agent::testing::TestDir::new("cli-jupyter");
     std::fs::create_dir_all(skills.join("greet")).expect("a temp dir");
     std::fs::write(
         skills.join("greet/SKILL.md"),
@@ -103,7 +103,8 @@ fn jupyter_options_are_checked() {
         "--jupyter-url",
         "http://127.0.0.1:1",
     ];
-    let not_pem = std::env::temp_dir().join(format!("cave-cli-not-pem-{}", std::process::id()));
+    let dir = cave_agent::testing::TestDir::new("cli-not-pem");
+    let not_pem = dir.join("not.pem");
     std::fs::write(&not_pem, "not a certificate\n").expect("writes");
     let not_pem = not_pem.to_str().expect("a UTF-8 path");
     let cases: [(Vec<&str>, &str); 8] = [

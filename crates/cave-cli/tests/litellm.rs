@@ -26,6 +26,9 @@ fn litellm() -> Option<PathBuf> {
 struct Proxy {
     child: Child,
     port: u16,
+    /// Its configuration, removed once the proxy has stopped (`drop` runs before the fields
+    /// drop).
+    _dir: cave_agent::testing::TestDir,
 }
 
 impl Drop for Proxy {
@@ -42,12 +45,10 @@ impl Proxy {
 
     /// A proxy with the test's mock models and `models` (more `model_list` entries).
     fn with_models(program: &PathBuf, models: &str) -> Proxy {
-        let dir = std::env::temp_dir().join(format!(
-            "cave-litellm-{}-{}",
-            std::process::id(),
-            models.len()
-        ));
-        std::fs::create_dir_all(&dir).expect("temp dir");
+        // One directory a proxy: tests start proxies at the same time.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = cave_agent::testing::TestDir::new(&format!("litellm-{n}"));
         let config = dir.join("config.yaml");
         std::fs::write(
             &config,
@@ -69,7 +70,11 @@ impl Proxy {
             .stderr(Stdio::null())
             .spawn()
             .expect("the proxy starts");
-        let proxy = Proxy { child, port };
+        let proxy = Proxy {
+            child,
+            port,
+            _dir: dir,
+        };
         // Generous: the proxy imports a lot before it listens.
         let deadline = Instant::now() + Duration::from_secs(120);
         while Instant::now() < deadline {

@@ -1,15 +1,14 @@
 //! `cave skills list|validate` and `cave run --skills`, through the binary.
 
 use crate::support::{TestServer, answer};
+use cave_agent::testing::TestDir;
 use serde_json::Value as Json;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cave-cli-skills-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory for one test, removed when it ends.
+fn dir(test: &str) -> TestDir {
+    TestDir::new(&format!("cli-skills-{test}"))
 }
 
 fn write(path: &Path, text: &str) {

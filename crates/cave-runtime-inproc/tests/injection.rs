@@ -80,12 +80,26 @@ async fn a_pandas_dataframe_is_shared_not_copied() {
     assert_eq!(summary["c"], [11, 22, 33]);
 }
 
-fn python_file(name: &str, source: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("cave-py-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+/// `name.py` holding `source`, in a directory of its own removed when the result is dropped.
+fn python_file(name: &str, source: &str) -> PythonFile {
+    let dir = cave_testing::TestDir::new(&format!("py-{name}"));
     let path = dir.join(format!("{name}.py"));
     std::fs::write(&path, source).unwrap();
-    path
+    PythonFile { path, _dir: dir }
+}
+
+/// A Python file of a test, and the directory that holds it.
+struct PythonFile {
+    path: std::path::PathBuf,
+    _dir: cave_testing::TestDir,
+}
+
+impl std::ops::Deref for PythonFile {
+    type Target = std::path::Path;
+
+    fn deref(&self) -> &std::path::Path {
+        &self.path
+    }
 }
 
 #[tokio::test]

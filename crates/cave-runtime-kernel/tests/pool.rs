@@ -127,8 +127,7 @@ async fn a_failed_start_reaches_the_waiting_runtime() {
 /// gateway overloaded) is tried again in the background, so the pool fills once it can.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_start_is_tried_again_in_the_background() {
-    let dir = std::env::temp_dir().join(format!("cave-pool-retry-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = cave_testing::TestDir::new("pool-retry");
     let marker = dir.join("broken");
     std::fs::write(&marker, "").unwrap();
     let python = std::env::var("CAVE_PYTHON").unwrap_or_else(|_| "python3".to_owned());

@@ -1,14 +1,12 @@
 //! Reading, checking and using skills.
 
 use cave_skills::{Skill, SkillSet, discover};
-use std::path::{Path, PathBuf};
+use cave_testing::TestDir;
+use std::path::Path;
 
-/// A fresh directory for one test.
-fn dir(test: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("cave-skills-{test}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// A fresh directory for one test, removed when it ends.
+fn dir(test: &str) -> TestDir {
+    TestDir::new(&format!("skills-{test}"))
 }
 
 fn write(path: &Path, text: &str) {

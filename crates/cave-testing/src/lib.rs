@@ -2,7 +2,8 @@
 //! agents offline, the runtime contract every runtime passes ([`contract`]), seeded
 //! mutations for decoders ([`fuzz`]), whether a process is still there ([`process`]), and what
 //! tests and benchmarks measure of processes ([`measure`]), and a `tracing` subscriber that
-//! keeps spans ([`spans`]).
+//! keeps spans ([`spans`]), and a directory removed when a test is done with it
+//! ([`TestDir`]).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -25,11 +26,14 @@
 #![warn(unreachable_pub, missing_debug_implementations)]
 
 pub mod contract;
+mod dir;
 pub mod fuzz;
 pub mod measure;
 pub mod phoenix;
 pub mod process;
 pub mod spans;
+
+pub use dir::TestDir;
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]
