@@ -336,14 +336,14 @@ fn with_description(message: String, description: &Option<String>) -> String {
 
 impl CodePolicy for SecurityPolicy {
     fn check(&self, code: &str) -> Vec<Violation> {
-        self.check_statements(code, true)
+        self.check_statements(code, Split::WhenCheaper)
     }
 }
 
 impl SecurityPolicy {
-    /// The check; `split`: parse only the top-level statements that could break a rule
-    /// (the same answer as the whole cell's, when the cell parses).
-    fn check_statements(&self, code: &str, split: bool) -> Vec<Violation> {
+    /// The check; `split`: whether to parse only the statements that could break a rule (the
+    /// same answer as the whole cell's, when the cell parses).
+    fn check_statements(&self, code: &str, split: Split) -> Vec<Violation> {
         if code.trim().is_empty() {
             return vec![Violation::new("The code is empty").with_kind(ViolationKind::Syntax)];
         }
@@ -389,7 +389,9 @@ impl SecurityPolicy {
         }
         // Parsing is most of a check's time, and a statement without a forbidden word or a
         // door to one cannot break a rule: only the statements that could are parsed.
-        if split && let Some(parts) = self.check_parts(&mut parser, code, &offsets) {
+        if split != Split::Never
+            && let Some(parts) = self.check_parts(&mut parser, code, &offsets, split)
+        {
             found.extend(parts);
             return found;
         }
@@ -424,6 +426,7 @@ impl SecurityPolicy {
         parser: &mut Parser,
         code: &str,
         offsets: &[usize],
+        split: Split,
     ) -> Option<Vec<Violation>> {
         let statements = statements::top_level_statements(code)?;
         if statements.len() < 2 && !statements.first().is_some_and(|s| is_block(code, s)) {
@@ -459,7 +462,7 @@ impl SecurityPolicy {
             lines_before += text.matches('\n').count();
         }
         let to_read: usize = parts.iter().map(|(range, _, _)| range.len()).sum();
-        if to_read > code.len() / 4 * 3 {
+        if split == Split::WhenCheaper && to_read > code.len() / 4 * 3 {
             return None;
         }
         let mut found = Vec::new();
@@ -517,6 +520,18 @@ struct Walked {
     syntax_error: Option<usize>,
     /// Reported as nested too deep.
     too_deep: bool,
+}
+
+/// Whether a check parses the statements that could break a rule alone.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Split {
+    /// The whole cell, always.
+    Never,
+    /// Those statements, unless they are most of the cell (one parse is then cheaper).
+    WhenCheaper,
+    /// Those statements, however many (to test the split).
+    #[cfg(test)]
+    Always,
 }
 
 /// The line a block's statement is parsed under, alone: any compound header would do.
@@ -1046,7 +1061,7 @@ fn format_field_attributes(template: &str) -> Vec<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::SecurityPolicy;
+    use super::{SecurityPolicy, Split};
     use cave_core::{CodePolicy, ViolationKind};
     use proptest::prelude::*;
 
@@ -1125,9 +1140,10 @@ mod tests {
             let pieces = corpus();
             let code: String = picks.iter().map(|i| *i.get(&pieces)).collect();
             let policy = policy();
-            let whole = policy.check_statements(&code, false);
+            let whole = policy.check_statements(&code, Split::Never);
             if !whole.iter().any(|v| v.kind == ViolationKind::Syntax) {
-                prop_assert_eq!(policy.check(&code), whole, "{:?}", code);
+                prop_assert_eq!(policy.check(&code), whole.clone(), "{:?}", code);
+                prop_assert_eq!(policy.check_statements(&code, Split::Always), whole, "{:?}", code);
             }
         }
     }
@@ -1142,7 +1158,7 @@ mod tests {
         let found = policy().check(&code);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].line, Some(42), "{found:?}");
-        assert_eq!(found, policy().check_statements(&code, false));
+        assert_eq!(found, policy().check_statements(&code, Split::Never));
     }
 
     #[test]
