@@ -1,8 +1,9 @@
-//! Where a cell's top-level statements begin, so that the policy parses only the statements
-//! whose words could break a rule.
+//! Where a cell's top-level statements begin, and those of a compound statement's block, so
+//! that the policy parses only the statements whose words could break a rule.
 //!
 //! A conservative reading of Python's tokens (strings, brackets, comments, line joins): it
-//! splits only where a line starts at column 0 outside any string or bracket, and answers
+//! splits only where a line starts outside any string or bracket, at column 0 (or at exactly
+//! the block's indentation, every other line of the block indented further), and answers
 //! `None` (analyse the cell whole) on anything it is not sure of, such as a quote inside an
 //! f-string's field that Python 3.11 and 3.12 read differently, a `\r`, or an unterminated
 //! string. A part too many is harmless (statements merged); a split inside a statement would
