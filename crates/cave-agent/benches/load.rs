@@ -13,7 +13,7 @@
 
 use cave_agent::kernel::{KernelConfig, KernelPool, PoolConfig, Sandbox};
 use cave_agent::testing::measure::{
-    descendants, open_descriptors, percentile, resident_self, resident_tree,
+    descendants, open_descriptors, percentile, resident_self, resident_tree, started_since,
 };
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{
@@ -76,7 +76,7 @@ struct Level {
     steps: Vec<Duration>,
     memory_per_session: u64,
     leaked_descriptors: i64,
-    leaked_processes: i64,
+    leaked_processes: usize,
     wall: Duration,
 }
 
@@ -88,7 +88,7 @@ fn strict() -> KernelConfig {
 async fn level(n: usize, source: Source) -> Level {
     let me = std::process::id();
     let descriptors_before = open_descriptors();
-    let processes_before = descendants(me).len();
+    let processes_before = descendants(me);
     let pool = match source {
         Source::Pool => {
             // One start at a time refills it while the sessions arrive (half a core here).
@@ -168,7 +168,6 @@ async fn level(n: usize, source: Source) -> Level {
     drop(pool);
     // What ends asynchronously (reapers, the pool's own ready workers) has a moment.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let processes_after = descendants(me).len();
     Level {
         sessions: n,
         source,
@@ -176,7 +175,7 @@ async fn level(n: usize, source: Source) -> Level {
         steps,
         memory_per_session: (host + children) / n as u64,
         leaked_descriptors: open_descriptors() as i64 - descriptors_before as i64,
-        leaked_processes: processes_after as i64 - processes_before as i64,
+        leaked_processes: started_since(me, &processes_before).len(),
         wall,
     }
 }

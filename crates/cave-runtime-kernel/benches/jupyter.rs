@@ -21,6 +21,7 @@ use cave_core::{Args, DiscardOutput, Function, Resources, Runtime, Signature, Va
 use cave_runtime_kernel::{KernelPool, KernelRuntime, PoolConfig};
 use cave_testing::measure::{
     cpu_time, descendants, open_descriptors, percentile, resident, resident_self, resident_tree,
+    started_since,
 };
 use criterion::Criterion;
 use std::sync::Arc;
@@ -75,7 +76,7 @@ struct Level {
     gateway_cpu: Duration,
     kernels_cpu: Duration,
     leaked_descriptors: i64,
-    leaked_processes: i64,
+    leaked_processes: usize,
     wall: Duration,
 }
 
@@ -85,7 +86,7 @@ struct Level {
 async fn level(gateway: &support::Gateway, n: usize, pooled: bool) -> Level {
     let me = std::process::id();
     let descriptors_before = open_descriptors();
-    let processes_before = descendants(me).len();
+    let processes_before = descendants(me);
     let gateway_pid = gateway_pid();
     // Before the pool fills: its kernels are the sessions'.
     let overhead = || resident_self() + gateway_pid.and_then(resident).unwrap_or(0);
@@ -243,9 +244,9 @@ async fn level(gateway: &support::Gateway, n: usize, pooled: bool) -> Level {
     // loaded one takes a while.
     let settled = Instant::now();
     loop {
-        measured.leaked_processes = descendants(me).len() as i64 - processes_before as i64;
+        measured.leaked_processes = started_since(me, &processes_before).len();
         measured.leaked_descriptors = open_descriptors() as i64 - descriptors_before as i64;
-        let clean = measured.leaked_processes <= 0 && measured.leaked_descriptors <= 0;
+        let clean = measured.leaked_processes == 0 && measured.leaked_descriptors <= 0;
         if clean || settled.elapsed() > Duration::from_secs(60) {
             break;
         }

@@ -78,6 +78,16 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     parents.keys().copied().filter(|p| below(*p)).collect()
 }
 
+/// The processes below `pid` that are not in `before` (its [`descendants`] taken earlier):
+/// what the work since then started and left running. Unlike a difference of counts, one of
+/// `before` that ended meanwhile does not hide one that was left, nor shows as minus one.
+pub fn started_since(pid: u32, before: &[u32]) -> Vec<u32> {
+    descendants(pid)
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect()
+}
+
 /// The resident memory of `pid` and all its descendants, in bytes.
 pub fn resident_tree(pid: u32) -> u64 {
     std::iter::once(pid)
@@ -128,6 +138,27 @@ mod tests {
         assert_eq!(resident(child.id()), None);
         assert_eq!(cpu_time(child.id()), None);
         assert!(!descendants(me).contains(&child.id()));
+    }
+
+    #[test]
+    fn what_started_since_is_told_apart_from_what_ended() {
+        let sleep = || {
+            std::process::Command::new("sleep")
+                .arg("30")
+                .spawn()
+                .unwrap()
+        };
+        let me = std::process::id();
+        let mut old = sleep();
+        let before = descendants(me);
+        let mut new = sleep();
+        old.kill().unwrap();
+        old.wait().unwrap();
+        // One ended and one started: the counts are equal, the new one is still found.
+        assert_eq!(started_since(me, &before), vec![new.id()]);
+        new.kill().unwrap();
+        new.wait().unwrap();
+        assert_eq!(started_since(me, &before), Vec::<u32>::new());
     }
 
     #[test]
