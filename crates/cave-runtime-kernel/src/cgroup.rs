@@ -354,7 +354,7 @@ mod tests {
     /// anything not named as ours stay.
     #[test]
     fn only_old_groups_of_hosts_that_are_gone_are_swept() {
-        let parent = crate::stale::testing::sweep_parent("sweep");
+        let parent = cave_testing::TestDir::new("sweep");
         // No process has pid 4194304 or above (the kernel's limit is 2^22).
         let gone = parent.join(format!("{PREFIX}4194305-0-1"));
         let gone_recent = parent.join(format!("{PREFIX}4194306-0-1"));
@@ -368,6 +368,5 @@ mod tests {
         assert!(!gone.exists(), "an old group of a host that is gone");
         assert!(gone_recent.exists(), "too recent to be sure");
         assert!(ours.exists() && foreign.exists());
-        std::fs::remove_dir_all(&parent).unwrap();
     }
 }

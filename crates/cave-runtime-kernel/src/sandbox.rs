@@ -890,7 +890,7 @@ mod work_dir_tests {
     /// not named as ours stay.
     #[test]
     fn only_old_work_directories_nobody_holds_are_swept() {
-        let parent = crate::stale::testing::sweep_parent("work-sweep");
+        let parent = cave_testing::TestDir::new("work-sweep");
         let gone = parent.join(format!("{WORK_DIR_PREFIX}4194305-0-1"));
         let held = parent.join(format!("{WORK_DIR_PREFIX}4194305-1-1"));
         let recent = parent.join(format!("{WORK_DIR_PREFIX}4194305-2-1"));
@@ -908,7 +908,6 @@ mod work_dir_tests {
         assert!(recent.exists(), "too recent to be sure");
         assert!(foreign.exists(), "not named as ours");
         drop(holder);
-        std::fs::remove_dir_all(&parent).unwrap();
     }
 
     /// A runtime's directory is held while it lives and removed when it is dropped.

@@ -30,15 +30,7 @@ pub(crate) fn stale_entries<'p>(
 
 #[cfg(test)]
 pub(crate) mod testing {
-    use std::path::{Path, PathBuf};
-
-    /// A fresh directory for a sweep test, named for the test and this process.
-    pub(crate) fn sweep_parent(test: &str) -> PathBuf {
-        let parent = std::env::temp_dir().join(format!("cave-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&parent);
-        std::fs::create_dir(&parent).unwrap();
-        parent
-    }
+    use std::path::Path;
 
     /// Makes each of `dirs` look an hour old.
     pub(crate) fn backdate(dirs: &[&Path]) {

@@ -419,8 +419,9 @@ impl SecurityPolicy {
     /// The violations of the cell's top-level statements that hold a word at `offsets` (or
     /// non-ASCII text), each parsed alone; of a compound statement whose header holds none,
     /// only its block's statements that do. `None` when the cell is not split, when the parts
-    /// to read are most of it (one parse is then cheaper than many), or when a part does not
-    /// parse alone (perhaps split inside a statement): then the whole cell decides.
+    /// to read are most of it (one parse is then cheaper than many; so is a cell of one simple
+    /// statement), or when a part does not parse alone (perhaps split inside a statement): then
+    /// the whole cell decides.
     fn check_parts(
         &self,
         parser: &mut Parser,
@@ -429,9 +430,6 @@ impl SecurityPolicy {
         split: Split,
     ) -> Option<Vec<Violation>> {
         let statements = statements::top_level_statements(code)?;
-        if statements.len() < 2 && !statements.first().is_some_and(|s| is_block(code, s)) {
-            return None;
-        }
         let worth_reading = |range: &Range<usize>| {
             let first = offsets.partition_point(|&at| at < range.start);
             offsets.get(first).is_some_and(|&at| at < range.end) || !code[range.clone()].is_ascii()
@@ -536,11 +534,6 @@ enum Split {
 
 /// The line a block's statement is parsed under, alone: any compound header would do.
 const BLOCK_HEADER: &str = "if 1:\n";
-
-/// Whether the cell's `statement` is a compound statement whose block can be split.
-fn is_block(code: &str, statement: &Range<usize>) -> bool {
-    statements::block_statements(&code[statement.clone()]).is_some()
-}
 
 /// One pass over the tree.
 struct Walk<'a, 't> {
