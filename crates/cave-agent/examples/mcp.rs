@@ -1,6 +1,7 @@
-//! Code mode over MCP: PyPI's `mcp-server-time` becomes the object `time`, and the model calls
-//! its tools from code: three zones in one cell, in a loop, instead of one tool call per turn.
-//! The host reads the result back as a Rust value; the server ends with the program.
+//! Code mode over MCP: PyPI's `mcp-server-time` becomes the object `clock` (not `time`, which a
+//! cell's `import time` would rebind), and the model calls its tools from code: three zones in
+//! one cell, in a loop, instead of one tool call per turn. The host reads the result back as a
+//! Rust value; the server ends with the program.
 //!
 //! Needs the server: `pip install mcp-server-time` (or set `CAVE_MCP_TIME` to its program;
 //! `cargo xtask test` installs it in `target/mcp-venv`). Offline, with the model's answers
@@ -20,7 +21,7 @@ use std::sync::Arc;
 fn script() -> Vec<Reply> {
     vec![
         common::code(
-            "zones = ['Asia/Tokyo', 'Europe/Paris', 'America/New_York']\noffsets = {z: time.get_current_time(z)['datetime'][-6:] for z in zones}\nprint(offsets)",
+            "zones = ['Asia/Tokyo', 'Europe/Paris', 'America/New_York']\noffsets = {z: clock.get_current_time(z)['datetime'][-6:] for z in zones}\nprint(offsets)",
         ),
         Reply::text("Tokyo is ahead of Paris and New York; the offsets are in `offsets`."),
     ]
@@ -36,7 +37,7 @@ async fn run(
     model: Arc<dyn Model>,
 ) -> Result<BTreeMap<String, String>, Box<dyn std::error::Error>> {
     let command = StdioServer::new(server_program(), ["--local-timezone", "UTC"]);
-    let server = McpServer::stdio("time", &command).await.map_err(|e| {
+    let server = McpServer::stdio("clock", &command).await.map_err(|e| {
         format!("{e} (install the server: pip install mcp-server-time, or set CAVE_MCP_TIME)")
     })?;
     let server = Arc::new(server);

@@ -3,7 +3,7 @@
 
 use cave_agent::testing::measure::resident_self as resident;
 use cave_agent::testing::{Reply, ScriptedModel};
-use cave_agent::{Agent, DEFAULT_MAX_CELL_OUTPUT, Event, InProcRuntime, Message, Runtime};
+use cave_agent::{Agent, DEFAULT_MAX_HELD_OUTPUT, Event, InProcRuntime, Message, Runtime};
 use futures_util::StreamExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -62,7 +62,7 @@ async fn flood(runtime: impl Runtime + 'static, seconds: u64) -> (u64, u64) {
     .await;
     assert!(stopped, "the cell was stopped");
     assert!(
-        shown <= DEFAULT_MAX_CELL_OUTPUT as u64 + 4096,
+        shown <= DEFAULT_MAX_HELD_OUTPUT as u64 + 4096,
         "{shown} bytes shown live"
     );
     let lines: u64 = agent
@@ -82,7 +82,7 @@ async fn flood(runtime: impl Runtime + 'static, seconds: u64) -> (u64, u64) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_printing_loop_leaves_the_host_bounded() {
-    let bound = 8 * DEFAULT_MAX_CELL_OUTPUT as u64;
+    let bound = 8 * DEFAULT_MAX_HELD_OUTPUT as u64;
     // Eight seconds print enough here; a machine busy with other work gets longer (what is
     // checked is the host's growth while a cell prints more than it may hold).
     let mut results = Vec::new();

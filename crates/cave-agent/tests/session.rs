@@ -6,7 +6,10 @@
 //! And a host killed with SIGKILL in the middle of saves leaves a session that loads.
 
 use cave_agent::session::{Restored, Saved, Session, SessionError};
-use cave_agent::{DiscardOutput, InProcRuntime, KernelRuntime, Message, Runtime};
+use cave_agent::{
+    DiscardOutput, Function, InProcRuntime, KernelRuntime, Message, ObjectBinding, Resources,
+    Runtime, Shared, Signature,
+};
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -44,6 +47,36 @@ fn has_pandas() -> bool {
     .is_ok_and(|s| s.success())
 }
 
+/// A host object: its class (`KvStore`) is bound beside it, the host's and not the model's.
+#[cave_agent::object]
+#[derive(Debug, Default)]
+struct KvStore {
+    /// How many values it holds.
+    #[cave(get)]
+    len: i64,
+}
+
+#[cave_agent::object]
+impl KvStore {
+    /// Stores one more value; the new count.
+    pub fn put(&mut self) -> i64 {
+        self.len += 1;
+        self.len
+    }
+}
+
+/// What the host registers at each start: an object, and a function whose Python source
+/// defines a helper beside it.
+fn host_resources(store: &std::sync::Arc<Shared<KvStore>>) -> Resources {
+    Resources::new()
+        .object(ObjectBinding::new("store", store.clone()))
+        .function(Function::python(
+            "tripled",
+            Signature::default(),
+            "def _times(n, k):\n    return n * k\ndef helper3(n):\n    return _times(n, 3)\ndef tripled(n):\n    return helper3(n)\n",
+        ))
+}
+
 /// The round trip on `make`'s runtimes.
 async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
     let dir = scratch(name);
@@ -51,6 +84,8 @@ async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
     let session = Session::open(dir.join("session")).unwrap();
     let first = make();
     first.register_python_file(&py, false).await.unwrap();
+    let store = Shared::new(KvStore::default());
+    first.register(host_resources(&store)).await.unwrap();
     let pandas = has_pandas();
     run(
         &*first,
@@ -93,10 +128,12 @@ async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
             "{expected} not saved: {report:?}"
         );
     }
-    assert!(
-        !saved.contains(&"Point"),
-        "the host's class was saved: {report:?}"
-    );
+    for host in ["Point", "KvStore", "store", "tripled", "helper3"] {
+        assert!(
+            !saved.contains(&host),
+            "the host's {host} was saved: {report:?}"
+        );
+    }
     assert!(!saved.contains(&"_private"));
     // Nothing of the save is left in the namespace.
     assert_eq!(
@@ -112,9 +149,18 @@ async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
     assert_eq!(loaded.registration["py"][0], py.to_str().unwrap());
     let second = make();
     second.register_python_file(&py, false).await.unwrap();
+    second.register(host_resources(&store)).await.unwrap();
     let restored = second_restore(&session, &loaded, &*second).await;
     let line = restored.line();
     assert!(line.contains("not restored: lock ("), "{line}");
+    assert!(
+        !line.contains("KvStore") && !line.contains("helper3"),
+        "only what the model's code made is reported: {line}"
+    );
+    assert_eq!(
+        run(&*second, "print(store.put(), tripled(2))").await,
+        "1 6\n"
+    );
     for expected in ["boxed", "double", "j", "p", "totals", "Crate"] {
         assert!(
             restored.restored.iter().any(|n| n == expected),

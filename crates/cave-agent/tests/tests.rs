@@ -190,6 +190,52 @@ async fn a_blocking_call_is_reported_as_still_running() {
     assert_eq!(out.output, "after\n");
 }
 
+/// A host function whose future never finishes: the time limit drops the call, the model is told
+/// the cell was stopped (not that a call cannot be interrupted), and the next cell runs at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_call_that_never_returns_is_stopped_at_the_time_limit() {
+    use cave_agent::{Function, Signature};
+    let runtime = InProcRuntime::new().unwrap();
+    let hang = Function::host(
+        "hang",
+        Signature::default(),
+        |_args: cave_agent::Args| async move {
+            std::future::pending::<()>().await;
+            Ok(Value::None)
+        },
+    );
+    runtime
+        .register(Resources::new().function(hang))
+        .await
+        .unwrap();
+    let model = ScriptedModel::new([
+        Reply::text(block("hang()")),
+        Reply::text(block("print('next')")),
+        Reply::text("Done."),
+    ]);
+    let mut agent = Agent::builder(model, runtime.clone())
+        .max_exec_timeout(Duration::from_millis(300))
+        .build()
+        .unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(60), agent.run("Call it."))
+        .await
+        .expect("the run was not wedged by the call");
+    assert!(response.completed(), "{:?}", response.stop_reason);
+    let outputs = results(agent.history());
+    assert_eq!(outputs.len(), 2, "{outputs:?}");
+    assert!(
+        outputs[0].starts_with(&prompt::execution_timeout(0.3)),
+        "{}",
+        outputs[0]
+    );
+    assert!(
+        !outputs[0].contains(prompt::INTERRUPT_PENDING_NOTICE),
+        "{}",
+        outputs[0]
+    );
+    assert_eq!(outputs[1], prompt::execution_output("next\n"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancelling_stops_the_cell_and_the_next_run_works() {
     let runtime = InProcRuntime::new().unwrap();

@@ -55,13 +55,15 @@ pub fn run(
             return match served {
                 Ok(()) => Exit::Completed,
                 Err(e) => {
-                    eprintln!("cave: {e:#}");
+                    let redactor = secrets.redactor(key_text.as_deref());
+                    eprintln!("cave: {}", redactor.redact(&format!("{e:#}")));
                     Exit::Usage
                 }
             };
         }
     };
-    let redactor = SecretRedactor::for_api_key(key_text.as_deref());
+    // The key, the secrets and the MCP servers' header values: never printed.
+    let redactor = secrets.redactor(key_text.as_deref());
     let termination = {
         let _runtime = rt.enter();
         match Termination::listen() {
@@ -1166,9 +1168,12 @@ async fn open_runtime(
         mcp_timeout,
     };
     let backend = match choice {
-        RuntimeChoice::InProc => Backend::InProc(
-            InProcRuntime::new().context("the in-process Python runtime could not start")?,
-        ),
+        RuntimeChoice::InProc { max_cell_output } => {
+            let runtime =
+                InProcRuntime::new().context("the in-process Python runtime could not start")?;
+            runtime.set_max_cell_output(max_cell_output);
+            Backend::InProc(runtime)
+        }
         RuntimeChoice::Jupyter(config) => {
             let url = config.url().to_owned();
             let rt = KernelRuntime::jupyter(*config);

@@ -399,10 +399,15 @@ pub struct RuntimeArgs {
         help_heading = "Runtime"
     )]
     pub mcp_headers: Vec<String>,
-    /// How long an MCP tool call may take (seconds, or 30s, 2m; default 60s): the call is
-    /// cancelled and raises TimeoutError.
+    /// How long an MCP tool call may take (seconds, or 30s, 2m; default: --max-exec-timeout,
+    /// else 60s): the call is cancelled and raises TimeoutError.
     #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Runtime")]
     pub mcp_timeout: Option<f64>,
+    /// How much of a cell's output is kept whole (e.g. 2G) [default: 1G]: past 8 MiB it goes to
+    /// a file as it comes, and the model reads all of it in `_output_N`; past this the rest is
+    /// dropped, and the model is told how much. Not above --max-file-size.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Runtime")]
+    pub max_cell_output: Option<u64>,
     /// The interpreter the kernel runtime starts (default: CAVE_PYTHON, the active
     /// virtualenv, or python3 on PATH).
     #[arg(long, value_name = "PATH", help_heading = "Runtime")]

@@ -115,8 +115,11 @@ pub enum OutputMode {
 /// Where the model's code runs.
 #[derive(Debug)]
 pub enum RuntimeChoice {
-    /// In this process.
-    InProc,
+    /// In this process, keeping a cell's whole output up to `max_cell_output` bytes.
+    InProc {
+        /// `--max-cell-output`, or the default.
+        max_cell_output: u64,
+    },
     /// In a child process, with these settings.
     Kernel(Box<KernelConfig>),
     /// In a kernel behind a Jupyter server.
@@ -221,6 +224,26 @@ impl std::fmt::Debug for TakenSecrets {
     }
 }
 
+impl TakenSecrets {
+    /// The redactor for what `cave` prints: the API key, and every value taken here (the
+    /// `--secret` values, the MCP servers' header values, the serving token), each marked with
+    /// its variable's name.
+    pub fn redactor(&self, api_key: Option<&str>) -> cave_agent::SecretRedactor {
+        let taken = self
+            .0
+            .iter()
+            // A serving token too short to be accepted never guards anything, and the error
+            // that refuses it must stay readable ("too short" held one such token).
+            .filter(|(env, value)| {
+                env != SERVE_TOKEN_VARIABLE
+                    || value.as_ref().is_some_and(|v| v.len() >= MIN_SERVE_TOKEN)
+            })
+            .filter_map(|(env, value)| Some((env.clone(), value.clone()?)));
+        let key = api_key.map(|k| ("API key".to_owned(), k.to_owned()));
+        cave_agent::SecretRedactor::new(key.into_iter().chain(taken)).with_key_shapes()
+    }
+}
+
 /// Reads and removes the variables `--secret` names. Call it in `main` right after parsing,
 /// while the process has a single thread.
 pub fn take_secrets(cli: &crate::args::Cli) -> TakenSecrets {
@@ -267,6 +290,9 @@ pub fn take_secrets(cli: &crate::args::Cli) -> TakenSecrets {
 
 /// The variable `cave mcp serve --http` reads its token from.
 pub const SERVE_TOKEN_VARIABLE: &str = "CAVE_MCP_TOKEN";
+
+/// The shortest serving token accepted, in bytes.
+const MIN_SERVE_TOKEN: usize = 16;
 
 /// `--secret NAME=ENVVAR` as secret variables.
 fn secret_variables(args: &RuntimeArgs, taken: &TakenSecrets) -> anyhow::Result<Vec<Variable>> {
@@ -381,7 +407,7 @@ pub fn resolve(
     Ok(Config {
         model,
         record: args.record.clone(),
-        runtime: resolve_runtime(&args.runtime, secrets)?,
+        runtime: resolve_runtime(&args.runtime, secrets, agent.max_exec_timeout)?,
         guards: resolve_guards(&args.policy)?,
         context_window: args.context_window,
         compact_model,
@@ -428,6 +454,7 @@ fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
 pub fn resolve_runtime(
     args: &RuntimeArgs,
     secrets: &TakenSecrets,
+    cell_limit: Option<Duration>,
 ) -> anyhow::Result<RuntimeConfig> {
     let mut variables = args
         .vars
@@ -451,9 +478,10 @@ pub fn resolve_runtime(
         choice: runtime(args)?,
         skills: skills(&args.skills)?,
         mcp: mcp_servers(args, secrets)?,
+        // A call may take as long as the cell that makes it, unless told otherwise.
         mcp_timeout: match args.mcp_timeout {
             Some(s) => seconds("--mcp-timeout", s)?,
-            None => cave_agent::mcp::DEFAULT_CALL_TIMEOUT,
+            None => cell_limit.unwrap_or(cave_agent::mcp::DEFAULT_CALL_TIMEOUT),
         },
     })
 }
@@ -489,8 +517,8 @@ pub fn resolve_serve(
                 .find(|(name, _)| name == SERVE_TOKEN_VARIABLE)
                 .and_then(|(_, value)| value.clone());
             match given {
-                Some(token) if token.len() < 16 => bail!(
-                    "{SERVE_TOKEN_VARIABLE} is too short: a token of 16 characters or more (or unset it, and one is made up)"
+                Some(token) if token.len() < MIN_SERVE_TOKEN => bail!(
+                    "{SERVE_TOKEN_VARIABLE} is too short: a token of {MIN_SERVE_TOKEN} characters or more (or unset it, and one is made up)"
                 ),
                 Some(token) => Some((addr, token, false)),
                 None => Some((addr, cave_agent::mcp::serve::generate_token(), true)),
@@ -498,14 +526,15 @@ pub fn resolve_serve(
         }
         None => None,
     };
+    let cell_timeout = args
+        .cells
+        .max_exec_timeout
+        .map(|s| seconds("--max-exec-timeout", s))
+        .transpose()?;
     Ok(ServeConfig {
-        runtime: resolve_runtime(&args.runtime, secrets)?,
+        runtime: resolve_runtime(&args.runtime, secrets, cell_timeout)?,
         guards: resolve_guards(&args.policy)?,
-        cell_timeout: args
-            .cells
-            .max_exec_timeout
-            .map(|s| seconds("--max-exec-timeout", s))
-            .transpose()?,
+        cell_timeout,
         max_output: args.cells.max_exec_output,
         http,
     })
@@ -658,6 +687,9 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
     {
         bail!("{flag} applies to the Jupyter runtime: add --runtime jupyter");
     }
+    let max_cell_output = args
+        .max_cell_output
+        .unwrap_or(cave_agent::DEFAULT_MAX_CELL_OUTPUT);
     match args.kind {
         RuntimeKind::Jupyter => {
             // The server decides the interpreter, limits and isolation of its kernels.
@@ -702,7 +734,9 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
                 jupyter = jupyter.ca_certificates(pem);
             }
             Ok(RuntimeChoice::Jupyter(Box::new(
-                jupyter.spare(!args.no_spare),
+                jupyter
+                    .spare(!args.no_spare)
+                    .max_cell_output(max_cell_output),
             )))
         }
         RuntimeKind::Inproc => {
@@ -711,7 +745,7 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
                     "{flag} applies to the kernel runtime: add --runtime kernel (the in-process runtime uses this process's limits; choose its Python with CAVE_PYTHON)"
                 );
             }
-            Ok(RuntimeChoice::InProc)
+            Ok(RuntimeChoice::InProc { max_cell_output })
         }
         RuntimeKind::Kernel => {
             let sandbox = match args.sandbox.unwrap_or(SandboxMode::Strict) {
@@ -743,9 +777,19 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
             if let Some(bytes) = args.max_file_size {
                 limits = limits.file_size(bytes);
             }
+            if let Some(largest) = limits.file_size
+                && max_cell_output > largest
+            {
+                bail!(
+                    "--max-cell-output {} is above the largest file the child may write ({}): lower it, or raise --max-file-size",
+                    cave_agent::format_size(max_cell_output),
+                    cave_agent::format_size(largest),
+                );
+            }
             if limits != defaults {
                 config = config.limits(limits);
             }
+            config = config.max_cell_output(max_cell_output);
             if let Some(python) = &args.python {
                 config = config.python(python);
             }

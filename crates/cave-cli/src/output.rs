@@ -718,6 +718,10 @@ impl<W: Write> Human<W> {
                 recovery,
                 max_recoveries,
             } => format!("● Answer cut off; resuming ({recovery}/{max_recoveries})"),
+            Status::ToolCallsAnswered { tools } => format!(
+                "● The model called {} (there are no tools here); told to write code instead",
+                tools.join(", ")
+            ),
             Status::Isolation { layers } => {
                 // Said on stderr when the runtime starts; unavailable layers are the
                 // ones worth repeating.

@@ -347,3 +347,74 @@ async fn a_changed_tool_list_is_taken_before_the_next_cell() {
         assert_eq!(outputs, ["grown\n", "extra here\n"], "{runtime}");
     }
 }
+
+/// A tool that never answers: the cell's time limit (`--max-exec-timeout`) stops the cell like
+/// any other, the model is told it was stopped (not that a call cannot be interrupted), and the
+/// next cell runs at once; on both runtimes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tool_that_never_answers_is_stopped_at_the_time_limit() {
+    let Some(venv) = servers::venv() else { return };
+    let spec = edge_spec(&venv);
+    for runtime in ["inproc", "kernel"] {
+        let server = TestServer::start([
+            answer(
+                &block("print('calling', flush=True)\nedge.hang()"),
+                8,
+                "stop",
+            ),
+            answer(&block("print('next', edge.add(1, 2))"), 8, "stop"),
+            answer("Done.", 8, "stop"),
+        ])
+        .await;
+        let out = command(
+            Some(&server),
+            &[
+                "run",
+                "--json",
+                "--runtime",
+                runtime,
+                "--mcp",
+                &spec,
+                "--max-exec-timeout",
+                "2s",
+                // Longer than the cell's limit: the cell is stopped while the call waits.
+                "--mcp-timeout",
+                "5m",
+                "Call it.",
+            ],
+        )
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
+        let events = events(&out);
+        let stopped: Vec<&Json> = events
+            .iter()
+            .filter(|e| e["type"] == "execution_timeout")
+            .collect();
+        assert_eq!(stopped.len(), 1, "{runtime}: {events:?}");
+        assert_eq!(stopped[0]["timeout"], 2.0);
+        // What the model was told about the first cell, in the second request.
+        let asked = server.received();
+        let told = asked[1].body["messages"]
+            .as_array()
+            .unwrap()
+            .last()
+            .unwrap()["content"]
+            .to_string();
+        assert!(
+            told.contains("stopped after 2.0 seconds"),
+            "{runtime}: {told}"
+        );
+        assert!(
+            !told.contains("cannot be interrupted"),
+            "{runtime}: the call was dropped: {told}"
+        );
+        assert_eq!(
+            cell_output(&events),
+            "next {'result': 3}\n",
+            "{runtime}: the next cell ran: {events:?}"
+        );
+    }
+}

@@ -30,10 +30,12 @@ fn transcript() -> Vec<Event> {
         Event::Code {
             code: "report = \"\"\"\nTotal: {total}\n# not a comment\n\"\"\"\nprint(report.format(total=3))  # done".into(),
             unclosed: false,
+            tool_call: None,
         },
         Event::Code {
             code: "scores = sorted(scores)\nprint(scores)".into(),
             unclosed: false,
+            tool_call: None,
         },
         Event::ExecutionOutput {
             chunk: "[1, 2".into(),
@@ -60,6 +62,7 @@ fn transcript() -> Vec<Event> {
             event: Box::new(Event::Code {
                 code: "cleaned = [x for x in data if x]\nprint(len(cleaned))".into(),
                 unclosed: false,
+                tool_call: None,
             }),
         },
         Event::SubAgent {
@@ -116,6 +119,7 @@ fn transcript() -> Vec<Event> {
         Event::Code {
             code: "print('x' * 9000)".into(),
             unclosed: false,
+            tool_call: None,
         },
         Event::ExecutionResult {
             output: (1..=20).map(|i| format!("line {i}\n")).collect(),
@@ -179,6 +183,7 @@ fn colors_are_used_on_a_terminal() {
         .event(&Event::Code {
             code: "if x: return 'a'  # c".into(),
             unclosed: false,
+            tool_call: None,
         })
         .unwrap();
     let rendered = String::from_utf8(out).unwrap();
@@ -204,6 +209,7 @@ fn the_spinner_draws_while_waiting_and_is_erased_before_output() {
             .event(&Event::Code {
                 code: "x = 1".into(),
                 unclosed: false,
+                tool_call: None,
             })
             .unwrap();
         human.tick().unwrap();
@@ -256,6 +262,7 @@ fn a_long_output_is_shown_once() {
     let mut events = vec![Event::Code {
         code: "for i in range(40): print(f'row {i:02}')".into(),
         unclosed: false,
+        tool_call: None,
     }];
     events.extend(
         lines
@@ -307,6 +314,7 @@ fn a_long_output_is_shown_once() {
         Event::Code {
             code: "print('x' * 50000)".into(),
             unclosed: false,
+            tool_call: None,
         },
         Event::ExecutionOutput {
             chunk: huge.clone(),
@@ -332,6 +340,7 @@ fn a_multi_line_string_in_code_stays_a_string() {
             .event(&Event::Code {
                 code: "s = \"\"\"\n# not a comment\n\"\"\"  # a comment".into(),
                 unclosed: false,
+                tool_call: None,
             })
             .unwrap();
     }
@@ -365,6 +374,7 @@ fn a_sub_agents_events_are_nested_json_naming_it() {
             event: Box::new(Event::Code {
                 code: "print(1)".into(),
                 unclosed: false,
+                tool_call: None,
             }),
         })
         .unwrap();

@@ -1,6 +1,7 @@
 //! The `cave` binary against a local SSE server, the human renderer's snapshot, and the
 //! session viewer in a headless browser.
 mod cli;
+mod habits;
 mod jupyter;
 mod kernel;
 mod litellm;

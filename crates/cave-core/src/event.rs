@@ -195,6 +195,12 @@ pub enum Status {
         /// The layers.
         layers: Vec<String>,
     },
+    /// The answer called tools that carry no code: the model is told there are none to call,
+    /// and the run goes on.
+    ToolCallsAnswered {
+        /// The tools it called, by name.
+        tools: Vec<String>,
+    },
     /// The answer was cut off; the model is asked to resume.
     OutputRecovery {
         /// This recovery's number (from 1).
@@ -247,6 +253,10 @@ pub enum Event {
         /// often stop there), and it runs as the turn's block. In JSON only when true.
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         unclosed: bool,
+        /// The code came from the arguments of a call of this tool (a model trained on tools
+        /// called one unasked), and runs as the turn's block. In JSON only when set.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        tool_call: Option<String>,
     },
     /// Output of the running code, live, where the runtime can stream it.
     ExecutionOutput {

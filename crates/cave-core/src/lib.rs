@@ -56,6 +56,7 @@ mod registry;
 mod resource;
 mod runtime;
 mod shape;
+mod spooled;
 mod sync;
 mod usage;
 mod value;
@@ -86,11 +87,13 @@ pub use message::{
 };
 pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
+    ToolCallDelta,
 };
 pub use output::{
-    CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, LiveOutput, STRAY_OUTPUT_CAP, StrayOutput,
+    CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, DEFAULT_MAX_HELD_OUTPUT, LiveOutput,
+    OutputSpool, STRAY_OUTPUT_CAP, StrayOutput,
 };
-pub use parser::{FenceParser, Parsed};
+pub use parser::{FenceParser, Parsed, ThinkSplit, ThinkSplitter};
 pub use policy::{CodePolicy, Violation, ViolationKind, refusal_message};
 pub use prompt::format_size;
 pub use redact::{MIN_SECRET_CHARS, SecretRedactor, StreamRedaction};
@@ -105,7 +108,11 @@ pub use runtime::{
     BoundName, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, Layer,
     LayerState, OutputSink, Runtime, RuntimeExt, downcast_object,
 };
-pub use shape::{highest_persisted_index, persisted_marker, preview, strip_persisted_preview};
+pub use shape::{
+    Persisted, highest_persisted_index, persist_output, persisted_marker, preview,
+    strip_persisted_preview,
+};
+pub use spooled::SpooledOutput;
 pub use sync::lock;
 pub use tokio_util::sync::CancellationToken;
 pub use usage::Usage;

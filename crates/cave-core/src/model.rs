@@ -104,6 +104,8 @@ pub enum FinishReason {
     Length,
     /// The provider filtered the answer.
     ContentFilter,
+    /// The answer ended in tool calls (which the agent answers: it advertises no tools).
+    ToolCalls,
     /// Any other reason the provider gave.
     Other(String),
 }
@@ -115,6 +117,7 @@ impl FinishReason {
             "stop" | "end_turn" | "stop_sequence" => FinishReason::Stop,
             "length" | "max_tokens" => FinishReason::Length,
             "content_filter" => FinishReason::ContentFilter,
+            "tool_calls" | "function_call" => FinishReason::ToolCalls,
             other => FinishReason::Other(other.to_owned()),
         }
     }
@@ -139,6 +142,48 @@ pub struct Delta {
     pub backoff: Option<Duration>,
     /// Why it is retrying (the status and the provider's message, with secrets removed).
     pub backoff_reason: Option<String>,
+    /// Pieces of tool calls (models trained on tools call them unasked).
+    pub tool_calls: Vec<ToolCallDelta>,
+}
+
+/// A piece of a streamed tool call: the call it belongs to (`index`), its id and name when
+/// they first come, and a fragment of its arguments.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ToolCallDelta {
+    /// Which call of the answer this piece belongs to.
+    pub index: u32,
+    /// The call's id (usually on its first piece only).
+    pub id: Option<String>,
+    /// The tool's name (usually on its first piece only).
+    pub name: Option<String>,
+    /// A fragment of the arguments (JSON for most tools; raw code for some).
+    pub arguments: String,
+}
+
+impl ToolCallDelta {
+    /// A piece of call `index`.
+    pub fn new(index: u32) -> Self {
+        Self {
+            index,
+            ..Self::default()
+        }
+    }
+    /// With the call's id.
+    pub fn with_id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+    /// With the tool's name.
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+    /// With a fragment of the arguments.
+    pub fn with_arguments(mut self, arguments: impl Into<String>) -> Self {
+        self.arguments = arguments.into();
+        self
+    }
 }
 
 impl Delta {
@@ -186,6 +231,13 @@ impl Delta {
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = Some(usage);
         self
+    }
+    /// A delta with pieces of tool calls.
+    pub fn tool_calls(calls: impl IntoIterator<Item = ToolCallDelta>) -> Self {
+        Self {
+            tool_calls: calls.into_iter().collect(),
+            ..Self::default()
+        }
     }
     /// Adds a finish reason to this delta.
     pub fn with_finish(mut self, reason: FinishReason) -> Self {

@@ -1,8 +1,17 @@
 //! A cell's output held up to a cap: its beginning and its end, with a count of what was
-//! dropped between them, so that a printing loop cannot grow the host.
+//! dropped between them, so that a printing loop cannot grow the host; and, past that cap,
+//! the whole output written to a file as it comes ([`OutputSpool`]), up to a limit.
 
-/// The output of one cell a runtime holds by default: 8 MiB, its first and last 4 MiB.
-pub const DEFAULT_MAX_CELL_OUTPUT: usize = 8 << 20;
+use crate::SpooledOutput;
+use std::io::Write as _;
+use std::path::PathBuf;
+
+/// The output of one cell a runtime holds in the host's memory by default: 8 MiB, its first
+/// and last 4 MiB.
+pub const DEFAULT_MAX_HELD_OUTPUT: usize = 8 << 20;
+
+/// The output of one cell kept whole by default (in a file past what is held): 1 GiB.
+pub const DEFAULT_MAX_CELL_OUTPUT: u64 = 1 << 30;
 
 /// Text kept up to a cap: nothing is dropped until the cap is reached; past it, the first
 /// half and the last half are kept and the bytes and lines between are counted.
@@ -45,6 +54,11 @@ impl CappedOutput {
         if self.tail.len() > 2 * self.tail_cap {
             self.trim_tail();
         }
+    }
+
+    /// The text held so far, its beginning and its end (whole while nothing was dropped).
+    pub fn held(&self) -> (&str, &str) {
+        (&self.head, &self.tail)
     }
 
     /// Bytes dropped so far.
@@ -128,13 +142,155 @@ fn ceil_boundary(text: &str, at: usize) -> usize {
         .unwrap_or(text.len())
 }
 
+/// Where a cell's whole output goes once it passes what the host holds: a new file in `dir`
+/// (one the runtime's Python can read), up to `limit` bytes, the rest counted.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputSpool {
+    dir: PathBuf,
+    limit: u64,
+    /// The file is unlinked as soon as it is open and read back through its descriptor: it
+    /// cannot outlive the host, even one that is killed.
+    unlinked: bool,
+}
+
+impl OutputSpool {
+    /// Spools into a named file in `dir` (the file is removed with its [`SpooledOutput`]),
+    /// keeping at most `limit` bytes.
+    pub fn new(dir: impl Into<PathBuf>, limit: u64) -> Self {
+        Self {
+            dir: dir.into(),
+            limit,
+            unlinked: false,
+        }
+    }
+
+    /// The file is unlinked once open: only this process reads it (through
+    /// [`SpooledOutput::file`]), and nothing is left behind whatever ends the process.
+    pub fn unlinked(mut self) -> Self {
+        self.unlinked = true;
+        self
+    }
+
+    /// The most bytes it keeps.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    fn open(&self) -> std::io::Result<(std::fs::File, PathBuf)> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        loop {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let path = self
+                .dir
+                .join(format!(".cave-output-{}-{n}.txt", std::process::id()));
+            match std::fs::OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .open(&path)
+            {
+                Ok(file) => return Ok((file, path)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// The file being written while a cell runs.
+#[derive(Debug)]
+struct Spooling {
+    out: std::io::BufWriter<std::fs::File>,
+    path: Option<PathBuf>,
+    bytes: u64,
+    chars: u64,
+    cut: u64,
+    limit: u64,
+}
+
+impl Spooling {
+    fn start(spool: &OutputSpool) -> std::io::Result<Self> {
+        let (file, path) = spool.open()?;
+        let path = if spool.unlinked {
+            std::fs::remove_file(&path)?;
+            None
+        } else {
+            Some(path)
+        };
+        Ok(Self {
+            out: std::io::BufWriter::with_capacity(64 << 10, file),
+            path,
+            bytes: 0,
+            chars: 0,
+            cut: 0,
+            limit: spool.limit,
+        })
+    }
+
+    fn write(&mut self, text: &str) -> std::io::Result<()> {
+        let room = usize::try_from(self.limit.saturating_sub(self.bytes)).unwrap_or(usize::MAX);
+        let kept = if text.len() <= room {
+            text
+        } else {
+            &text[..floor_boundary(text, room)]
+        };
+        self.cut += (text.len() - kept.len()) as u64;
+        if kept.is_empty() {
+            return Ok(());
+        }
+        self.out.write_all(kept.as_bytes())?;
+        self.bytes += kept.len() as u64;
+        self.chars += kept.chars().count() as u64;
+        Ok(())
+    }
+
+    fn finish(self) -> std::io::Result<SpooledOutput> {
+        let Self {
+            out,
+            path,
+            bytes,
+            chars,
+            cut,
+            limit,
+        } = self;
+        let removal = path.clone();
+        let file = out.into_inner().map_err(|e| {
+            if let Some(path) = &removal {
+                let _ = std::fs::remove_file(path);
+            }
+            e.into_error()
+        })?;
+        Ok(SpooledOutput {
+            file,
+            path,
+            bytes,
+            chars,
+            cut,
+            limit,
+        })
+    }
+
+    /// Gives up on the file (it could not be written).
+    fn abandon(self) {
+        if let Some(path) = &self.path {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
 /// A running cell's output as a runtime collects it: sent live up to the cap (past it, the
 /// pieces are not queued: a consumer slower than the cell must not make the host hold them),
-/// and held up to the cap, its beginning and its end, for the result.
+/// and held up to the cap, its beginning and its end, for the result. With a spool
+/// ([`with_spool`](Self::with_spool)), the whole output also goes to a file once it passes the
+/// cap.
 #[derive(Debug)]
 pub struct CellOutput {
     cap: usize,
     text: CappedOutput,
+    spool: Option<OutputSpool>,
+    spooling: Option<Spooling>,
+    /// Why the whole output could not be kept, when its file failed.
+    spool_failed: Option<String>,
     live: Option<tokio::sync::mpsc::UnboundedSender<LiveOutput>>,
     live_left: usize,
     /// Where display items go: the live channel, kept when the text stops going live.
@@ -175,6 +331,9 @@ impl CellOutput {
         Self {
             cap,
             text: CappedOutput::new(cap),
+            spool: None,
+            spooling: None,
+            spool_failed: None,
             displays: live.clone(),
             live,
             live_left: cap.saturating_sub(LIVE_NOTE_ROOM),
@@ -183,6 +342,12 @@ impl CellOutput {
             displays_left_out: 0,
             span: tracing::Span::current(),
         }
+    }
+
+    /// Keeps the whole output, past the cap, in a file of `spool`'s.
+    pub fn with_spool(mut self, spool: OutputSpool) -> Self {
+        self.spool = Some(spool);
+        self
     }
 
     /// Its span is `span` (by default, the span current where it was made): a runtime that
@@ -226,7 +391,39 @@ impl CellOutput {
                 self.live = None;
             }
         }
+        self.spool_piece(text);
         self.text.push(text);
+    }
+
+    /// Writes `text` to the spool's file, starting the file (with what is held so far, all of
+    /// the output until now) when `text` takes the output past the cap.
+    fn spool_piece(&mut self, text: &str) {
+        let written = match &mut self.spooling {
+            Some(spooling) => spooling.write(text),
+            None => {
+                let Some(spool) = &self.spool else { return };
+                if self.spool_failed.is_some()
+                    || self.text.len().saturating_add(text.len()) <= self.cap
+                {
+                    return;
+                }
+                let (head, tail) = self.text.held();
+                Spooling::start(spool).and_then(|mut spooling| {
+                    spooling.write(head)?;
+                    spooling.write(tail)?;
+                    spooling.write(text)?;
+                    self.spooling = Some(spooling);
+                    Ok(())
+                })
+            }
+        };
+        if let Err(error) = written {
+            if let Some(spooling) = self.spooling.take() {
+                spooling.abandon();
+            }
+            tracing::warn!(%error, "a cell's whole output could not be written to its file");
+            self.spool_failed = Some(error.to_string());
+        }
     }
 
     /// Returns true if and only if nothing was pushed.
@@ -240,15 +437,41 @@ impl CellOutput {
     }
 
     /// The output for the result: whole when within the cap, else its beginning, a note of
-    /// what was dropped ([`prompt::output_dropped`](crate::prompt::output_dropped)) and its end.
-    pub fn finish(mut self) -> String {
+    /// what is not in it and its end; and, past the cap with a spool, the whole output in its
+    /// file. The note says which: the middle is in the file
+    /// ([`prompt::output_spooled`](crate::prompt::output_spooled)), or dropped
+    /// ([`prompt::output_dropped`](crate::prompt::output_dropped)).
+    pub fn finish(mut self) -> (String, Option<SpooledOutput>) {
         let cap = self.cap;
         if self.displays_left_out > 0 {
             let note = crate::prompt::displays_left_out(self.displays_left_out, cap);
             self.text.push(&note);
         }
-        self.text
-            .finish(|bytes, lines| crate::prompt::output_dropped(bytes, lines, cap))
+        let spooled = self.spooling.take().and_then(|s| match s.finish() {
+            Ok(spooled) => Some(spooled),
+            Err(error) => {
+                self.spool_failed = Some(error.to_string());
+                None
+            }
+        });
+        let failed = self.spool_failed.take();
+        let text = self.text.finish(|bytes, lines| match &spooled {
+            Some(spooled) => crate::prompt::output_spooled(
+                bytes,
+                lines,
+                spooled.bytes(),
+                spooled.cut(),
+                spooled.limit(),
+            ),
+            None => {
+                let mut note = crate::prompt::output_dropped(bytes, lines, cap);
+                if let Some(error) = &failed {
+                    note.push_str(&crate::prompt::output_not_spooled(error));
+                }
+                note
+            }
+        });
+        (text, spooled)
     }
 }
 
@@ -292,6 +515,98 @@ mod tests {
 
     fn note(bytes: u64, lines: u64) -> String {
         format!("[{bytes}/{lines}]")
+    }
+
+    /// A directory of this test's own, removed at the end.
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("cave-spool-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    fn lines(from: usize, to: usize) -> String {
+        (from..to).map(|i| format!("{i:07}\n")).collect()
+    }
+
+    #[test]
+    fn past_the_cap_the_whole_output_is_in_the_file() {
+        let dir = scratch("whole");
+        let mut out = CellOutput::new(1000, None).with_spool(OutputSpool::new(&dir, 1 << 20));
+        let mut all = String::new();
+        for i in 0..100 {
+            let piece = lines(i * 10, i * 10 + 10);
+            all.push_str(&piece);
+            out.push(&piece);
+        }
+        let (text, spooled) = out.finish();
+        let spooled = spooled.expect("spooled past the cap");
+        assert_eq!(spooled.bytes(), all.len() as u64);
+        assert_eq!(spooled.chars(), all.len() as u64);
+        assert_eq!(spooled.cut(), 0);
+        assert_eq!(spooled.read_to_string().unwrap(), all);
+        assert!(text.starts_with("0000000\n"), "{text}");
+        assert!(text.ends_with("0000999\n"), "{text}");
+        assert!(
+            text.contains("of output not shown here; the whole output, 7.8 KiB, is kept.]"),
+            "{text}"
+        );
+        let path = spooled.path().expect("named").to_owned();
+        assert!(path.starts_with(&dir));
+        drop(spooled);
+        assert!(!path.exists(), "the file goes with its output");
+        std::fs::remove_dir(&dir).expect("nothing left in the directory");
+    }
+
+    #[test]
+    fn within_the_cap_nothing_is_spooled() {
+        let dir = scratch("within");
+        let mut out = CellOutput::new(1000, None).with_spool(OutputSpool::new(&dir, 1 << 20));
+        out.push("small\n");
+        assert_eq!(out.finish(), ("small\n".to_owned(), None));
+        std::fs::remove_dir(&dir).expect("no file made");
+    }
+
+    #[test]
+    fn past_the_limit_the_rest_is_cut_and_counted() {
+        let dir = scratch("limit");
+        let mut out =
+            CellOutput::new(100, None).with_spool(OutputSpool::new(&dir, 1000).unlinked());
+        let all = lines(0, 500);
+        for chunk in all.as_bytes().chunks(64) {
+            out.push(std::str::from_utf8(chunk).unwrap());
+        }
+        let (text, spooled) = out.finish();
+        let spooled = spooled.expect("spooled");
+        assert!(spooled.path().is_none());
+        assert_eq!(
+            std::fs::read_dir(&dir).unwrap().count(),
+            0,
+            "unlinked at once"
+        );
+        assert_eq!(spooled.bytes(), 1000);
+        assert_eq!(spooled.cut(), all.len() as u64 - 1000);
+        assert_eq!(spooled.read_to_string().unwrap(), all[..1000]);
+        assert!(
+            text.contains("is kept up to the limit of 1000 B a cell: the 2.9 KiB written past it were dropped.]"),
+            "{text}"
+        );
+        std::fs::remove_dir(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_spool_that_cannot_be_written_says_so_and_keeps_the_ends() {
+        let mut out = CellOutput::new(100, None)
+            .with_spool(OutputSpool::new("/nonexistent/cave-spool", 1 << 20));
+        let all = lines(0, 100);
+        out.push(&all);
+        let (text, spooled) = out.finish();
+        assert!(spooled.is_none());
+        assert!(text.contains("of output dropped here"), "{text}");
+        assert!(
+            text.contains("[The whole output could not be kept in a file either: "),
+            "{text}"
+        );
     }
 
     #[test]
@@ -360,7 +675,7 @@ mod tests {
         assert!(shown.len() <= 1000, "{} bytes live", shown.len());
         assert!(shown.ends_with(&crate::prompt::live_output_stopped(1000)));
         assert!(shown.len() < 880, "live stopped before the end");
-        assert_eq!(out.finish().len(), 880, "all of it held: within the cap");
+        assert_eq!(out.finish().0.len(), 880, "all of it held: within the cap");
     }
 
     #[test]
@@ -385,7 +700,7 @@ mod tests {
             out.display(item(0));
         }
         assert_eq!(sent(&mut received), crate::MAX_DISPLAY_ITEMS);
-        let text = out.finish();
+        let (text, _) = out.finish();
         assert!(text.contains("44 more display items not shown"), "{text}");
         // By size: 8 × the cap in bytes, so seven items of a thousand bytes.
         let (live, mut received) = tokio::sync::mpsc::unbounded_channel();
@@ -394,6 +709,6 @@ mod tests {
             out.display(item(1000));
         }
         assert_eq!(sent(&mut received), 7);
-        assert!(out.finish().contains("3 more display items not shown"));
+        assert!(out.finish().0.contains("3 more display items not shown"));
     }
 }

@@ -124,6 +124,47 @@ beginning and its end. Print less, or write large results to a file and read par
     )
 }
 
+/// Put where the middle of a cell's output (`bytes` of it, `lines` lines) is left out of the
+/// result because the whole output, `kept` bytes, is kept in a file (to be bound to
+/// `_output_N`); `cut` bytes past the `limit` were dropped.
+pub fn output_spooled(bytes: u64, lines: u64, kept: u64, cut: u64, limit: u64) -> String {
+    let mut note = format!(
+        "[… {} ({lines} lines) of output not shown here; the whole output, {}, is kept",
+        format_size(bytes),
+        format_size(kept),
+    );
+    if cut > 0 {
+        note.push_str(&format!(
+            " up to the limit of {} a cell: the {} written past it were dropped",
+            format_size(limit),
+            format_size(cut),
+        ));
+    }
+    note.push_str(".]\n");
+    note
+}
+
+/// What `_output_N` holds after the runtime restarted, when it held a whole output read from
+/// its file (the host does not keep such a text to bind it again).
+pub const SPOOLED_OUTPUT_LOST: &str = "[This variable held a cell's whole output, read from a file \
+in the runtime; the runtime has restarted since and the text is gone. Run the code again to see it.]";
+
+/// Added to the dropped-output note when the whole output could not be written to its file.
+pub fn output_not_spooled(error: &str) -> String {
+    format!("[The whole output could not be kept in a file either: {error}.]\n")
+}
+
+/// Added to the declaration of a persisted output that was cut at the limit (`limit`, `cut`
+/// bytes past it).
+pub fn persisted_output_cut(limit: u64, cut: u64) -> String {
+    format!(
+        " It holds the output's first {}, the limit a cell's output is kept to; the {} written \
+after that were dropped.",
+        format_size(limit),
+        format_size(cut),
+    )
+}
+
 /// Sent live once a cell's live output reaches `cap` bytes (the result keeps the output's end).
 pub fn live_output_stopped(cap: usize) -> String {
     format!(
@@ -167,6 +208,24 @@ where it stopped, and split the remaining work into smaller steps.";
 /// Sent when the answer was cut off by a broken stream.
 pub const STREAM_INTERRUPTED_PROMPT: &str =
     "Your message was cut off by a connection problem. Continue exactly where it stopped.";
+
+/// Sent when the answer's reasoning (`<think>…`) was never closed and no answer followed.
+pub const UNCLOSED_THINKING_PROMPT: &str = "Your reasoning was never closed with </think>, and no answer \
+followed it. Give your answer now: one ```python block to act, or the final answer in plain text.";
+
+/// Sent when the answer called tools (`tools`, their names): there are none to call here.
+pub fn tool_calls_unanswered(tools: &[String], tag: &str) -> String {
+    let names = tools
+        .iter()
+        .map(|name| format!("`{name}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "There are no tools to call here, so your call of {names} did nothing. To act, write one \
+```{tag} block: it runs in the runtime, where the functions and objects the system prompt lists \
+are bound. Or give your final answer in plain text."
+    )
+}
 
 /// The output of a cell that printed nothing.
 pub const EMPTY_OUTPUT: &str = "No output";

@@ -82,6 +82,20 @@ pub trait Runtime: Send + Sync {
         start: u64,
     ) -> Result<String, RuntimeError>;
 
+    /// Binds the whole text of a cell's output kept in a file (`Execution::spooled`) to a
+    /// fresh `{prefix}_{n}`, as [`bind_unique`](Self::bind_unique) binds a value. By default
+    /// the host reads the file and binds the text; a runtime whose Python can read the file
+    /// itself reads it there, so the text is never in the host's memory.
+    async fn bind_unique_spooled(
+        &self,
+        prefix: &str,
+        spooled: &crate::SpooledOutput,
+        start: u64,
+    ) -> Result<String, RuntimeError> {
+        let text = spooled.text()?;
+        self.bind_unique(prefix, Value::Str(text), start).await
+    }
+
     /// Clears the namespace and restores every registered resource, as one step.
     async fn reset(&self) -> Result<(), RuntimeError>;
 
@@ -326,6 +340,10 @@ pub struct Execution {
     pub error: Option<ExecutionError>,
     /// Stopping this execution lost the runtime's non-registered state.
     pub state_lost: bool,
+    /// The whole output, kept in a file, when it passed what `output` holds (the runtime's
+    /// cap; `output` then has its beginning and its end): what
+    /// [`Runtime::bind_unique_spooled`] binds. The file goes when the last clone is dropped.
+    pub spooled: Option<Arc<crate::SpooledOutput>>,
 }
 
 impl Execution {
@@ -335,6 +353,7 @@ impl Execution {
             output: output.into(),
             error: None,
             state_lost: false,
+            spooled: None,
         }
     }
     /// An execution that raised.
@@ -343,7 +362,13 @@ impl Execution {
             output: output.into(),
             error: Some(error),
             state_lost: false,
+            spooled: None,
         }
+    }
+    /// The whole output is in `spooled`'s file.
+    pub fn with_spooled(mut self, spooled: Option<crate::SpooledOutput>) -> Self {
+        self.spooled = spooled.map(Arc::new);
+        self
     }
     /// Marks the state as lost.
     pub fn with_state_lost(mut self, lost: bool) -> Self {
@@ -470,6 +495,9 @@ macro_rules! forward_runtime {
             }
             async fn bind_unique(&self, prefix: &str, value: Value, start: u64) -> Result<String, RuntimeError> {
                 (**self).bind_unique(prefix, value, start).await
+            }
+            async fn bind_unique_spooled(&self, prefix: &str, spooled: &crate::SpooledOutput, start: u64) -> Result<String, RuntimeError> {
+                (**self).bind_unique_spooled(prefix, spooled, start).await
             }
             async fn reset(&self) -> Result<(), RuntimeError> {
                 (**self).reset().await

@@ -39,6 +39,92 @@ the code again: slice it (`{variable}[:2000]`), search it \
     marker
 }
 
+/// A cell's output stored in the runtime ([`persist_output`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Persisted {
+    /// The variable that holds it (`_output_3`).
+    pub variable: String,
+    /// Its number.
+    pub index: u64,
+    /// The characters it holds.
+    pub chars: usize,
+    /// What the model gets instead of the output ([`persisted_marker`]).
+    pub marker: String,
+}
+
+/// Stores a cell's output in `runtime` under the first free `{prefix}_N` with `N >= floor`:
+/// the whole text of `spooled` when the runtime kept it in a file (`output` then holds its
+/// beginning and its end), else `output`. The marker names what the variable holds; a whole
+/// text that cannot be bound falls back to `output` (and says why in the log).
+pub async fn persist_output(
+    runtime: &dyn crate::Runtime,
+    prefix: &str,
+    output: &str,
+    spooled: Option<&crate::SpooledOutput>,
+    floor: u64,
+    preview_chars: usize,
+) -> Result<Persisted, crate::RuntimeError> {
+    let whole = match spooled {
+        Some(spooled) => match runtime.bind_unique_spooled(prefix, spooled, floor).await {
+            Ok(name) => Some((name, spooled)),
+            Err(error) => {
+                tracing::warn!(%error, "a cell's whole output could not be bound; its ends are");
+                None
+            }
+        },
+        None => None,
+    };
+    let (variable, chars, cut) = match whole {
+        Some((name, spooled)) => (
+            name,
+            usize::try_from(spooled.chars()).unwrap_or(usize::MAX),
+            (spooled.cut() > 0).then(|| (spooled.limit(), spooled.cut())),
+        ),
+        None => (
+            runtime
+                .bind_unique(prefix, crate::Value::Str(output.to_owned()), floor)
+                .await?,
+            output.chars().count(),
+            None,
+        ),
+    };
+    let index = variable
+        .strip_prefix(prefix)
+        .and_then(|rest| rest.strip_prefix('_'))
+        .and_then(|n| n.parse::<u64>().ok());
+    let Some(index) = index else {
+        // The runtime broke `bind_unique`'s contract: say so rather than guess a number.
+        return Err(crate::RuntimeError::Backend {
+            operation: "bind_unique",
+            message: format!("returned {variable:?}, which is not {prefix}_N"),
+        });
+    };
+    let mut marker = persisted_marker(output, chars, &variable, preview_chars);
+    if let Some((limit, cut)) = cut {
+        note_in_persisted_marker(
+            &mut marker,
+            &crate::prompt::persisted_output_cut(limit, cut),
+        );
+    }
+    Ok(Persisted {
+        variable,
+        index,
+        chars,
+        marker,
+    })
+}
+
+/// Adds `note` to a [`persisted_marker`]'s declaration (after its last sentence, before the
+/// preview): what the variable holds when it is not the whole output.
+fn note_in_persisted_marker(marker: &mut String, note: &str) {
+    let at = marker
+        .find(PREVIEW_HEAD)
+        .or_else(|| marker.rfind(&format!("\n{CLOSE}")))
+        .unwrap_or(marker.len());
+    marker.insert_str(at, note);
+}
+
 /// The first `max` characters of `content` for a preview, and whether it was cut.
 ///
 /// The cut falls on a line break in the second half of the preview if there is one, else at

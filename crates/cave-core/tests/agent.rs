@@ -347,6 +347,42 @@ async fn usage_is_summed_and_estimated_when_not_reported() {
     assert_eq!(response.usage, Usage::default());
 }
 
+/// The usage a provider reports after the block the agent stopped at (its last chunk) is read
+/// while the code runs, and is the step's usage instead of an estimate.
+#[tokio::test]
+async fn usage_after_the_block_is_taken_while_the_code_runs() {
+    let s = Setup::new([
+        Reply::text(format!("{}\nThat prints 1.", block("print(1)"))).usage(Usage::new(100, 20)),
+        Reply::text("Done.").usage(Usage::new(130, 2)),
+    ]);
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "go").await;
+    let steps: Vec<Usage> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Step { usage, .. } => Some(*usage),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps, [Usage::new(100, 20), Usage::new(130, 2)]);
+    let (_, _, _, usage, _) = stopped(&ev);
+    assert_eq!(usage, Usage::new(230, 22));
+    assert!(!usage.estimated);
+    assert_eq!(s.model.open_streams(), 0, "the tail was read and let go");
+    // A model that goes on talking past the wait is cut off: the step stays estimated.
+    let s = Setup::new([
+        Reply::text(block("print(1)"))
+            .then_stall(Duration::from_secs(30))
+            .usage(Usage::new(100, 20)),
+        Reply::text("Done."),
+    ]);
+    let ev = events(&mut s.agent(), "go").await;
+    let (_, reason, _, usage, _) = stopped(&ev);
+    assert_eq!(reason, StopReason::Completed);
+    assert!(usage.estimated);
+    assert_eq!(s.model.open_streams(), 0);
+}
+
 /// Small models often end their answer inside the block, with no closing fence: at a normal
 /// end the block runs, marked `unclosed`; the model is then asked to go on as usual.
 #[tokio::test]
@@ -735,6 +771,176 @@ async fn thinking_streams_then_seals_before_the_answer() {
         }
     });
     assert_eq!(thinking.unwrap(), "Let me think about it.");
+}
+
+/// Reasoning written in `<think>` tags in the content, as models served without a reasoning
+/// parser send it: reported as thinking at every chunking, the block drafted inside never runs,
+/// the block after it does.
+#[tokio::test]
+async fn thinking_in_tags_is_reasoning_and_its_code_never_runs() {
+    let answer = format!(
+        "<think>\nI could try:\n{}\nbut better not.\n</think>\n\nHere:\n{}",
+        block("print('drafted')"),
+        block("print('real')")
+    );
+    for size in [1, 3, 7, 13, 10_000] {
+        let s = Setup::new([
+            Reply::text(answer.clone()).chunk_size(size),
+            Reply::text("<thinking>done?</thinking>Done."),
+        ]);
+        let mut agent = s.agent();
+        let ev = events(&mut agent, "go").await;
+        assert_eq!(
+            s.runtime.executed(),
+            ["print('real')"],
+            "chunks of {size}: only the block after the reasoning ran"
+        );
+        let thinking: Vec<&String> = ev
+            .iter()
+            .filter_map(|e| match e {
+                Event::Thinking { content, .. } => Some(content),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(thinking.len(), 2, "chunks of {size}");
+        assert!(thinking[0].contains("print('drafted')") && !thinking[0].contains("<think>"));
+        assert_eq!(thinking[1], "done?");
+        assert_eq!(text_of(&ev), format!("Here:\nDone."), "chunks of {size}");
+        let (content, reason, ..) = stopped(&ev);
+        assert_eq!((content.as_str(), reason), ("Done.", StopReason::Completed));
+        // The history keeps reasoning beside the answer, never in its text.
+        let last = agent.history().last().unwrap();
+        assert_eq!(last.content(), "Done.");
+    }
+}
+
+/// Reasoning in tags that is never closed is reasoning too: nothing in it runs, and the model
+/// is asked for its answer (within the resume limit).
+#[tokio::test]
+async fn unclosed_thinking_in_tags_asks_for_the_answer() {
+    let s = Setup::new([
+        Reply::text(format!("<think>maybe {}", block("print('drafted')"))),
+        Reply::text("The answer is 4."),
+    ]);
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "go").await;
+    assert!(s.runtime.executed().is_empty(), "nothing drafted ran");
+    let (content, reason, ..) = stopped(&ev);
+    assert_eq!(
+        (content.as_str(), reason),
+        ("The answer is 4.", StopReason::Completed)
+    );
+    assert!(
+        turns(&agent).contains(&("user".into(), prompt::UNCLOSED_THINKING_PROMPT.into())),
+        "{:?}",
+        turns(&agent)
+    );
+    // A model that never closes its reasoning ends the run as an empty answer.
+    let s = Setup::with(
+        ScriptedModel::repeating(Reply::text("<think>forever")),
+        FakeRuntime::new(),
+    );
+    let ev = events(&mut s.agent(), "go").await;
+    let (_, reason, _, _, error) = stopped(&ev);
+    assert_eq!(reason, StopReason::ModelError);
+    assert_eq!(error.unwrap().kind, StopErrorKind::EmptyAnswer);
+}
+
+/// A reply that is only a tool call carrying code (gpt-oss's `python`, a `run_code` habit) runs
+/// that code as the turn's block, recorded as an ordinary code message; the request advertises
+/// no tools, and the next one carries no tool call.
+#[tokio::test]
+async fn a_tool_call_with_code_runs_as_the_block() {
+    let calls = [
+        ("python", "print(6 * 7)".to_owned()),
+        (
+            "run_code",
+            serde_json::json!({"code": "print(6 * 7)"}).to_string(),
+        ),
+        (
+            "whatever",
+            serde_json::json!({"script": "print(6 * 7)", "n": 1}).to_string(),
+        ),
+    ];
+    for (tool, arguments) in calls {
+        for size in [1, 5, 10_000] {
+            let s = Setup::new([
+                Reply::default()
+                    .then_tool_call(tool, arguments.clone())
+                    .chunk_size(size),
+                Reply::text("It is 42."),
+            ]);
+            let mut agent = s.agent();
+            let ev = events(&mut agent, "go").await;
+            assert_eq!(
+                s.runtime.executed(),
+                ["print(6 * 7)"],
+                "{tool} in chunks of {size}"
+            );
+            let code = ev.iter().find_map(|e| match e {
+                Event::Code { tool_call, .. } => Some(tool_call.clone()),
+                _ => None,
+            });
+            assert_eq!(code, Some(Some(tool.to_owned())));
+            let (content, reason, steps, ..) = stopped(&ev);
+            assert_eq!(
+                (content.as_str(), reason, steps),
+                ("It is 42.", StopReason::Completed, 2)
+            );
+            let recorded = &turns(&agent)[1];
+            assert_eq!(recorded, &("code".to_owned(), block("print(6 * 7)")));
+        }
+    }
+}
+
+/// Any other tool call is answered with one correction and the run goes on.
+#[tokio::test]
+async fn a_tool_call_without_code_is_answered_and_the_run_goes_on() {
+    let s = Setup::new([
+        Reply::default().then_tool_call("get_weather", r#"{"city": "Paris"}"#),
+        Reply::text("Let me look.").then_tool_call("search", r#"{"q": "x"}"#),
+        Reply::text(block("print('ok')")),
+        Reply::text("Done."),
+    ]);
+    let mut agent = s.agent();
+    let ev = events(&mut agent, "go").await;
+    let (content, reason, steps, ..) = stopped(&ev);
+    assert_eq!(
+        (content.as_str(), reason, steps),
+        ("Done.", StopReason::Completed, 4)
+    );
+    assert_eq!(s.runtime.executed(), ["print('ok')"]);
+    let answered: Vec<&Vec<String>> = ev
+        .iter()
+        .filter_map(|e| match e {
+            Event::Status(Status::ToolCallsAnswered { tools }) => Some(tools),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        answered,
+        [&vec!["get_weather".to_owned()], &vec!["search".to_owned()]]
+    );
+    let turns = turns(&agent);
+    assert_eq!(
+        turns[1],
+        (
+            "assistant".into(),
+            r#"get_weather({"city": "Paris"})"#.into()
+        )
+    );
+    assert_eq!(turns[2].0, "user");
+    assert!(turns[2].1.contains("`get_weather`") && turns[2].1.contains("```python"));
+    assert_eq!(turns[3], ("assistant".into(), "Let me look.".into()));
+    // Every request is a plain conversation: assistant text, never an empty message.
+    for request in s.model.requests() {
+        assert!(
+            request
+                .messages
+                .iter()
+                .all(|m| !m.content.trim().is_empty())
+        );
+    }
 }
 
 /// A compactor that records what the agent asked of it.
@@ -1457,6 +1663,7 @@ async fn events_serialize_to_the_wire_format() {
             Event::Code {
                 code: "x".into(),
                 unclosed: false,
+                tool_call: None,
             },
             r#"{"type":"code","code":"x"}"#,
         ),

@@ -1,11 +1,11 @@
 //! The fence parser against the reference vectors, at several chunkings, and as a property.
 
-use cave_core::FenceParser;
+use cave_core::{FenceParser, ThinkSplitter};
 use proptest::prelude::*;
 use serde_json::Value;
 
 /// What a whole stream produced: concatenated text, code blocks, remainder, completion.
-#[derive(Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 struct Outcome {
     text: String,
     code: Vec<String>,
@@ -180,8 +180,97 @@ fn markdownish() -> impl Strategy<Value = String> {
     prop::collection::vec(atoms, 0..40).prop_map(|v| v.concat())
 }
 
+/// Reasoning, answer text, code and remainder of `input` through the think splitter and then
+/// the fence parser, as the agent reads an answer, in chunks whose sizes cycle through `sizes`.
+fn split_then_parse(input: &str, sizes: &[usize]) -> (String, Outcome) {
+    let mut splitter = ThinkSplitter::new();
+    let mut parser = FenceParser::new("python");
+    let mut reasoning = String::new();
+    let mut out = Outcome {
+        text: String::new(),
+        code: vec![],
+        remainder: String::new(),
+        completed: false,
+    };
+    let feed = |text: &str, parser: &mut FenceParser, out: &mut Outcome| {
+        if out.completed {
+            out.remainder.push_str(text);
+            return;
+        }
+        let parsed = parser.push(text);
+        out.text.push_str(parsed.text);
+        out.code.extend(parsed.code.map(str::to_owned));
+        if parser.is_complete() {
+            out.completed = true;
+            out.remainder.push_str(parser.remainder());
+        }
+    };
+    let chars: Vec<char> = input.chars().collect();
+    let (mut at, mut i) = (0, 0);
+    while at < chars.len() {
+        let end = (at + sizes[i % sizes.len()].max(1)).min(chars.len());
+        let split = splitter.push(&chars[at..end].iter().collect::<String>());
+        reasoning.push_str(&split.reasoning);
+        feed(&split.text, &mut parser, &mut out);
+        at = end;
+        i += 1;
+    }
+    let last = splitter.finish();
+    reasoning.push_str(&last.reasoning);
+    feed(&last.text, &mut parser, &mut out);
+    if !out.completed {
+        let parsed = parser.flush();
+        out.text.push_str(parsed.text);
+        out.code.extend(parsed.code.map(str::to_owned));
+    }
+    (reasoning, out)
+}
+
+/// Answers that may open with reasoning in tags, and draft blocks inside it.
+fn with_thinking() -> impl Strategy<Value = String> {
+    let tag = prop::sample::select(vec![
+        "",
+        "<think>",
+        "<thinking>",
+        " \n<think>",
+        "<thi",
+        "</think>",
+        "</thinking>",
+    ]);
+    let atoms = prop::sample::select(vec![
+        "</think>",
+        "</thinking>",
+        "</thi",
+        "<think>",
+        "nk>",
+        "\n",
+    ]);
+    (
+        tag,
+        markdownish(),
+        prop::collection::vec(atoms, 0..4),
+        markdownish(),
+    )
+        .prop_map(|(tag, a, atoms, b)| format!("{tag}{a}{}{b}", atoms.concat()))
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
+
+    #[test]
+    fn thinking_tags_split_the_same_for_every_chunking(input in with_thinking(), sizes in prop::collection::vec(1usize..9, 1..8)) {
+        let whole = split_then_parse(&input, &[usize::MAX]);
+        prop_assert_eq!(split_then_parse(&input, &sizes), whole.clone());
+        // Nothing drafted inside reasoning is ever code: the code the parser found is in the
+        // answer text that followed it.
+        let (reasoning, out) = whole;
+        if input.trim_start().starts_with("<think>") || input.trim_start().starts_with("<thinking>") {
+            prop_assert!(input.contains(&reasoning));
+        } else {
+            prop_assert_eq!(reasoning, "");
+            prop_assert_eq!(out, parse(&input, 0));
+        }
+    }
 
     #[test]
     fn output_is_the_same_for_every_chunking(input in markdownish(), sizes in prop::collection::vec(1usize..9, 1..8)) {

@@ -222,6 +222,7 @@ mod tests {
         log.event(&Event::Code {
             code: "x".repeat(AUDIT_TEXT_CHARS + 5),
             unclosed: false,
+            tool_call: None,
         });
         log.event(&Event::Text {
             content: "not audited".into(),

@@ -209,6 +209,7 @@ impl Client {
                     .or(message.reasoning)
                     .unwrap_or_default();
                 delta.refusal = message.refusal.unwrap_or_default();
+                delta.tool_calls = crate::wire::tool_call_deltas(message.tool_calls);
             }
             delta.finish_reason = choice
                 .finish_reason
@@ -437,6 +438,7 @@ impl StreamState {
                     .or(delta.reasoning)
                     .unwrap_or_default();
                 out.refusal = delta.refusal.unwrap_or_default();
+                out.tool_calls = crate::wire::tool_call_deltas(delta.tool_calls);
             }
             out.finish_reason = choice
                 .finish_reason
@@ -447,8 +449,10 @@ impl StreamState {
             .usage
             .map(|u| u.to_usage())
             .filter(|u| u.total_tokens > 0);
-        self.content_seen |=
-            !(out.text.is_empty() && out.reasoning.is_empty() && out.refusal.is_empty());
+        self.content_seen |= !(out.text.is_empty()
+            && out.reasoning.is_empty()
+            && out.refusal.is_empty()
+            && out.tool_calls.is_empty());
         self.finished |= out.finish_reason.is_some();
         let empty = out == Delta::default();
         if !empty {

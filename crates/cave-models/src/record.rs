@@ -52,6 +52,20 @@ struct RecordedDelta {
     usage: Option<Usage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     backoff_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    tool_calls: Vec<RecordedToolCall>,
+}
+
+/// A piece of a tool call, as a cassette keeps it.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+struct RecordedToolCall {
+    index: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    name: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    arguments: String,
 }
 
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -72,11 +86,22 @@ impl From<&Delta> for RecordedDelta {
                 FinishReason::Stop => "stop".to_owned(),
                 FinishReason::Length => "length".to_owned(),
                 FinishReason::ContentFilter => "content_filter".to_owned(),
+                FinishReason::ToolCalls => "tool_calls".to_owned(),
                 FinishReason::Other(other) => other.clone(),
                 _ => "other".to_owned(),
             }),
             usage: d.usage,
             backoff_ms: d.backoff.map(|b| b.as_millis() as u64),
+            tool_calls: d
+                .tool_calls
+                .iter()
+                .map(|call| RecordedToolCall {
+                    index: call.index,
+                    id: call.id.clone(),
+                    name: call.name.clone(),
+                    arguments: call.arguments.clone(),
+                })
+                .collect(),
         }
     }
 }
@@ -89,6 +114,17 @@ impl From<RecordedDelta> for Delta {
         d.finish_reason = r.finish_reason.as_deref().map(FinishReason::from_provider);
         d.usage = r.usage;
         d.backoff = r.backoff_ms.map(Duration::from_millis);
+        d.tool_calls = r
+            .tool_calls
+            .into_iter()
+            .map(|call| {
+                let mut piece =
+                    cave_core::ToolCallDelta::new(call.index).with_arguments(call.arguments);
+                piece.id = call.id;
+                piece.name = call.name;
+                piece
+            })
+            .collect();
         d
     }
 }

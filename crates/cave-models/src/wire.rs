@@ -158,6 +158,8 @@ pub(crate) struct CompletionMessage {
     pub(crate) reasoning: Option<String>,
     #[serde(default)]
     pub(crate) refusal: Option<String>,
+    #[serde(default)]
+    pub(crate) tool_calls: Option<Vec<WireToolCall>>,
 }
 
 /// One streamed chunk. Every field is optional: providers differ, and metadata chunks (Azure
@@ -194,6 +196,59 @@ pub(crate) struct ChunkDelta {
     /// OpenRouter, Ollama and others.
     #[serde(default)]
     pub(crate) reasoning: Option<String>,
+    /// Tools the model called unasked (the agent answers them; the request offers none).
+    #[serde(default)]
+    pub(crate) tool_calls: Option<Vec<WireToolCall>>,
+}
+
+/// A tool call, or a piece of one in a stream (`index` says which call it continues).
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireToolCall {
+    #[serde(default)]
+    pub(crate) index: Option<u32>,
+    #[serde(default)]
+    pub(crate) id: Option<String>,
+    #[serde(default)]
+    pub(crate) function: Option<WireFunction>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WireFunction {
+    #[serde(default)]
+    pub(crate) name: Option<String>,
+    /// A JSON text as the model wrote it (some servers send an object instead).
+    #[serde(default)]
+    pub(crate) arguments: Option<Json>,
+}
+
+impl WireToolCall {
+    /// The core's piece of a tool call; `position` is the call's place when no index came.
+    pub(crate) fn into_delta(self, position: usize) -> cave_core::ToolCallDelta {
+        let index = self
+            .index
+            .unwrap_or_else(|| u32::try_from(position).unwrap_or(u32::MAX));
+        let mut piece = cave_core::ToolCallDelta::new(index);
+        piece.id = self.id;
+        if let Some(function) = self.function {
+            piece.name = function.name;
+            piece.arguments = match function.arguments {
+                Some(Json::String(text)) => text,
+                Some(Json::Null) | None => String::new(),
+                Some(other) => other.to_string(),
+            };
+        }
+        piece
+    }
+}
+
+/// A list of tool calls as the core's pieces.
+pub(crate) fn tool_call_deltas(calls: Option<Vec<WireToolCall>>) -> Vec<cave_core::ToolCallDelta> {
+    calls
+        .unwrap_or_default()
+        .into_iter()
+        .enumerate()
+        .map(|(position, call)| call.into_delta(position))
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, Default, Deserialize)]

@@ -528,6 +528,47 @@ def _walk(tb):
         tb = tb.tb_next
 
 
+# The functions, types and objects the host bound, by name, kept in the namespace itself (one
+# interpreter may serve several runtimes): variables are not there, the model's code is meant
+# to change those. A cell that rebinds or deletes one is told so.
+_HOST_KEY = "__cave_host_bindings__"
+
+
+def host_bound(namespace, name, obj, watched, companions=()):
+    """Records that the host bound `obj` as `name` in `namespace` (`watched`: a function, type
+    or object, which a cell should not rebind), and marks `companions`, the values bound beside
+    it (an object's class, a source function's helpers), as the host's: a session save leaves
+    them out."""
+    bindings = namespace.get(_HOST_KEY)
+    if type(bindings) is not dict:
+        bindings = namespace[_HOST_KEY] = {}
+    if watched:
+        bindings[name] = obj
+    else:
+        bindings.pop(name, None)
+    for companion in companions:
+        try:
+            companion.__cave_host__ = True
+        except (AttributeError, TypeError):
+            pass
+
+
+def _host_kind(obj):
+    if isinstance(obj, type):
+        return "class"
+    kind = type(obj).__name__
+    return kind if kind in ("function", "builtin_function_or_method") else f"{kind} object"
+
+
+def _rebound_note(rebound):
+    names = ", ".join(f"`{name}` (the host's {kind})" for name, kind in rebound)
+    return (
+        f"[note: this code rebound {names}; in this session that name no longer reaches the "
+        "host's value. Bind your own values under other names "
+        "(for a module: `import time as time_module`).]\n"
+    )
+
+
 def run_cell(source, namespace, filename, write, show=None, display_limit=None):
     """Runs `source` in `namespace`, writing its output with `write` and sending its display
     items to `show` (`(bundle, omitted)`, see `_send`), each form at most `display_limit`
@@ -543,6 +584,12 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None):
     limited = _cell_display_limit.set(display_limit)
     # Whatever an earlier cell (or a thread) did to them, this cell's output is routed.
     _restore_routing()
+    bindings = namespace.get(_HOST_KEY)
+    host = (
+        [(name, obj) for name, obj in bindings.items() if namespace.get(name) is obj]
+        if type(bindings) is dict
+        else ()
+    )
     try:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
         try:
@@ -573,6 +620,13 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None):
             _show_figures()
         except Exception as error:
             write(f"[note: a figure could not be drawn: {type(error).__name__}: {error}]\n")
+        rebound = [
+            (name, _host_kind(obj))
+            for name, obj in host
+            if namespace.get(name) is not obj
+        ]
+        if rebound:
+            write(_rebound_note(rebound))
         replaced = _restore_routing()
         if replaced:
             streams = " and ".join(f"sys.{name}" for name in replaced)
@@ -812,6 +866,14 @@ def describe_exports(exports):
             data["methods"] = details["methods"]
         described.append((kind, name, description, data))
     return described
+
+
+def read_spooled(fd):
+    """The text of a cell's whole output from the host's open file `fd` (its own description,
+    read from the start; the host's stays open)."""
+    with os.fdopen(os.dup(fd), encoding="utf-8", newline="") as file:
+        file.seek(0)
+        return file.read()
 
 
 def free_name(namespace, prefix, start, taken):

@@ -506,7 +506,9 @@ def host_call(handle, method, bound):
         return payload
     python_type, message = payload
     kind = getattr(builtins, python_type, None)
-    if isinstance(kind, type) and issubclass(kind, Exception):
+    # KeyboardInterrupt: the host dropped the call because the cell was interrupted (its answer
+    # can come before the interrupt itself reaches this process, as through Enterprise Gateway).
+    if isinstance(kind, type) and (issubclass(kind, Exception) or kind is KeyboardInterrupt):
         raise kind(message)
     raise RuntimeError(f"{python_type}: {message}")
 
@@ -567,10 +569,15 @@ def _bind(specs, reserved):
         made.append((spec, obj, extra))
     ns = _State.namespace
     for spec, obj, extra in made:
+        companions = []
         for extra_name, extra_obj in extra:
             if extra_name not in reserved and extra_name not in ns:
                 ns[extra_name] = extra_obj
+                companions.append(extra_obj)
         ns[spec[1]] = obj
+        # Not a variable: a function, a type or an object (one loaded from a file: a callable).
+        watched = spec[0] != "value" and (spec[0] != "owned" or callable(obj))
+        executor.host_bound(ns, spec[1], obj, watched, companions)
         if spec[0] == "object":
             _State.proxies[spec[1]] = obj
     return None
@@ -839,6 +846,18 @@ def _handle(message):
         _reply(request_id, status, payload)
     elif operation == "bind_unique":
         prefix, start, value, taken = message[2:6]
+        index = executor.free_name(_State.namespace, prefix, start, set(taken))
+        _State.namespace[f"{prefix}_{index}"] = value
+        _reply(request_id, "ok", index)
+    elif operation == "bind_unique_file":
+        # A cell's whole output, which the host wrote to a file this process can read.
+        prefix, start, path, taken = message[2:6]
+        try:
+            with open(path, encoding="utf-8", newline="") as file:
+                value = file.read()
+        except Exception as error:  # noqa: BLE001 - unreadable or too large: the host says so
+            _reply(request_id, "failed", f"{type(error).__name__}: {error}")
+            return
         index = executor.free_name(_State.namespace, prefix, start, set(taken))
         _State.namespace[f"{prefix}_{index}"] = value
         _reply(request_id, "ok", index)

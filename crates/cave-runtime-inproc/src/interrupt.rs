@@ -1,6 +1,6 @@
 //! Stopping a running cell from another thread, for pure-Python code.
 
-use cave_core::lock;
+use cave_core::{CancellationToken, lock};
 use cave_core::{Interrupt, Interruption};
 use pyo3::prelude::*;
 use std::os::raw::c_long;
@@ -13,6 +13,9 @@ struct Running {
     thread: Option<c_long>,
     /// The execution in progress (0 = none).
     execution: u64,
+    /// Cancelled when the execution is interrupted: what its host calls wait on besides their
+    /// futures (a call that never returns holds no Python frame an exception could reach).
+    host_calls: CancellationToken,
 }
 
 /// Raises `KeyboardInterrupt` in the runtime's thread while a cell runs.
@@ -32,7 +35,15 @@ impl CellInterrupt {
 
     /// Marks an execution as started (call with the interpreter attached).
     pub(crate) fn begin(&self, execution: u64) {
-        self.lock().execution = execution;
+        let mut running = self.lock();
+        running.execution = execution;
+        running.host_calls = CancellationToken::new();
+    }
+
+    /// What a host call made now waits on besides its future: cancelled when the running
+    /// execution is interrupted.
+    pub(crate) fn host_calls(&self) -> CancellationToken {
+        self.lock().host_calls.clone()
     }
 
     /// Marks it as finished and drops an interrupt that arrived too late to matter (call with
@@ -67,6 +78,8 @@ impl Interrupt for InterruptHandle {
         let Some(thread) = thread.filter(|_| execution != 0) else {
             return Interruption::Idle;
         };
+        // A host call in flight returns at once with `KeyboardInterrupt`, its future dropped.
+        self.0.lock().host_calls.cancel();
         // Raising it needs the interpreter, which the running cell holds between switches: do
         // it from a helper thread so this call never blocks.
         let state = self.0.clone();

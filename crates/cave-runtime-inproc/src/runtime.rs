@@ -9,10 +9,10 @@ use crate::worker::Worker;
 use async_trait::async_trait;
 use cave_core::lock;
 use cave_core::{
-    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, DEFAULT_MAX_DISPLAY, DisplayItem, Entry, Execution,
-    ExecutionError, Function, FunctionBody, HostError, Interrupt, LiveOutput, ObjectBinding,
-    OutputSink, Param, Registry, Resource, Resources, Runtime, RuntimeError, StrayOutput,
-    TypeSchema, TypeShape, Value, Variable, normalize_name,
+    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, DEFAULT_MAX_DISPLAY, DEFAULT_MAX_HELD_OUTPUT,
+    DisplayItem, Entry, Execution, ExecutionError, Function, FunctionBody, HostError, Interrupt,
+    LiveOutput, ObjectBinding, OutputSink, OutputSpool, Param, Registry, Resource, Resources,
+    Runtime, RuntimeError, StrayOutput, TypeSchema, TypeShape, Value, Variable, normalize_name,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
@@ -52,6 +52,8 @@ struct Inner {
     executions: AtomicU64,
     /// How much of one cell's output is held, in bytes.
     max_output: AtomicUsize,
+    /// How much of one cell's output is kept whole (in a file past `max_output`), in bytes.
+    max_cell_output: AtomicU64,
     max_display: AtomicUsize,
     /// The process's captured descriptors, when the host attached them to this runtime.
     stdio: Mutex<Option<Arc<stdio::Shared>>>,
@@ -69,6 +71,8 @@ type HostDisplay = Arc<dyn Fn(DisplayItem) + Send + Sync>;
 struct HostCell {
     show: HostDisplay,
     output: std::sync::Weak<Mutex<Outputs>>,
+    /// Whose interrupt ends a call in flight.
+    interrupt: Arc<CellInterrupt>,
 }
 
 impl HostCell {
@@ -96,6 +100,8 @@ struct Created<'py> {
     extra: Vec<Named<'py>>,
     /// The object is a host object's proxy.
     proxy: bool,
+    /// A function, type or object (not a variable): a cell that rebinds it is told so.
+    watched: bool,
 }
 
 /// Where this runtime's output goes: the running cell's, or, between cells (a thread a cell
@@ -243,7 +249,8 @@ impl InProcRuntime {
                 state: Mutex::new(State::default()),
                 interrupt,
                 executions: AtomicU64::new(0),
-                max_output: AtomicUsize::new(DEFAULT_MAX_CELL_OUTPUT),
+                max_output: AtomicUsize::new(DEFAULT_MAX_HELD_OUTPUT),
+                max_cell_output: AtomicU64::new(DEFAULT_MAX_CELL_OUTPUT),
                 max_display: AtomicUsize::new(DEFAULT_MAX_DISPLAY),
                 stdio: Mutex::new(None),
                 handle,
@@ -253,10 +260,18 @@ impl InProcRuntime {
     }
 
     /// Sets how much of one cell's output is held, in bytes (default:
-    /// [`DEFAULT_MAX_CELL_OUTPUT`]): past it, the beginning and the end are kept and the
+    /// [`DEFAULT_MAX_HELD_OUTPUT`]): past it, the beginning and the end are kept and the
     /// middle is counted in a note.
     pub fn set_max_output(&self, bytes: usize) {
         self.inner.max_output.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Sets how much of one cell's output is kept whole, in bytes (default:
+    /// [`DEFAULT_MAX_CELL_OUTPUT`]): past what is held, the output goes to a temporary file as
+    /// it comes (unlinked at once: nothing outlives the process), and `_output_N` gets all of
+    /// it; past this limit the rest is dropped and counted.
+    pub fn set_max_cell_output(&self, bytes: u64) {
+        self.inner.max_cell_output.store(bytes, Ordering::Relaxed);
     }
 
     /// Sets the largest form of an item a cell shows (a figure's PNG, a table's HTML), in
@@ -487,20 +502,40 @@ impl Runtime for InProcRuntime {
         self.inner
             .worker
             .run("bind_unique", move |py| {
-                let ns = inner.namespace.bind(py);
-                let mut registry = lock(&inner.registry);
-                let mut state = lock(&inner.state);
-                let mut index = start.max(state.last_index.get(&prefix).map_or(0, |last| last + 1));
-                let taken =
-                    |name: &str| registry.is_bound(name) || ns.contains(name).unwrap_or(true);
-                while taken(&format!("{prefix}_{index}")) {
-                    index += 1;
-                }
-                let name = format!("{prefix}_{index}");
                 let obj = to_py(py, &value).map_err(backend("bind_unique"))?;
-                ns.set_item(&name, obj).map_err(backend("bind_unique"))?;
-                registry.record_binding(&name, value);
-                state.last_index.insert(prefix, index);
+                inner.bind_unique(py, &prefix, start, obj, value)
+            })
+            .await?
+    }
+
+    async fn bind_unique_spooled(
+        &self,
+        prefix: &str,
+        spooled: &cave_core::SpooledOutput,
+        start: u64,
+    ) -> Result<String, RuntimeError> {
+        use std::os::fd::AsRawFd as _;
+        let prefix = cave_core::unique_prefix(prefix, start)?;
+        // Open for as long as `spooled` is borrowed, which outlasts this call.
+        let fd = spooled.file().as_raw_fd();
+        let inner = self.inner.clone();
+        self.inner
+            .worker
+            .run("bind_unique_spooled", move |py| {
+                // Read by Python from the file: the text is made once, as a Python str.
+                let text = executor(py)
+                    .map_err(|e| RuntimeError::Backend {
+                        operation: "bind_unique_spooled",
+                        message: e.to_string(),
+                    })?
+                    .call_method1("read_spooled", (fd,))
+                    .map_err(backend("bind_unique_spooled"))?;
+                // `reset` binds the same object again (kept as the host's own), not this note.
+                let lost = Value::Str(cave_core::prompt::SPOOLED_OUTPUT_LOST.to_owned());
+                let name = inner.bind_unique(py, &prefix, start, text.clone(), lost)?;
+                lock(&inner.state)
+                    .py_values
+                    .insert(name.clone(), text.unbind());
                 Ok(name)
             })
             .await?
@@ -603,6 +638,31 @@ impl Inner {
         Ok(entries.into_iter().map(|e| e.resource).collect())
     }
 
+    /// Binds `obj` to the first free `{prefix}_{n}`, `n >= start` and past the last one handed
+    /// out; `recorded` is what the registry keeps for `reset`.
+    fn bind_unique(
+        &self,
+        py: Python<'_>,
+        prefix: &str,
+        start: u64,
+        obj: Bound<'_, PyAny>,
+        recorded: Value,
+    ) -> Result<String, RuntimeError> {
+        let ns = self.namespace.bind(py);
+        let mut registry = lock(&self.registry);
+        let mut state = lock(&self.state);
+        let mut index = start.max(state.last_index.get(prefix).map_or(0, |last| last + 1));
+        let taken = |name: &str| registry.is_bound(name) || ns.contains(name).unwrap_or(true);
+        while taken(&format!("{prefix}_{index}")) {
+            index += 1;
+        }
+        let name = format!("{prefix}_{index}");
+        ns.set_item(&name, obj).map_err(backend("bind_unique"))?;
+        registry.record_binding(&name, recorded);
+        state.last_index.insert(prefix.to_owned(), index);
+        Ok(name)
+    }
+
     fn run_cell(
         &self,
         py: Python<'_>,
@@ -615,10 +675,17 @@ impl Inner {
             message: e.to_string(),
         })?;
         let number = self.executions.fetch_add(1, Ordering::SeqCst) + 1;
-        let cap = self.max_output.load(Ordering::Relaxed);
+        let limit = self.max_cell_output.load(Ordering::Relaxed);
+        let cap = self
+            .max_output
+            .load(Ordering::Relaxed)
+            .min(usize::try_from(limit).unwrap_or(usize::MAX));
         {
             let mut outputs = lock(&self.output);
-            let mut cell = CellOutput::new(cap, Some(live)).with_span(span);
+            let spool = OutputSpool::new(std::env::temp_dir(), limit).unlinked();
+            let mut cell = CellOutput::new(cap, Some(live))
+                .with_span(span)
+                .with_spool(spool);
             // What threads of earlier cells wrote meanwhile comes first.
             if let Some(between) = outputs.between.take() {
                 cell.push(&between);
@@ -648,16 +715,13 @@ impl Inner {
             py.detach(|| capture.end_cell(token));
         }
         let held = lock(&self.output).cell.take();
-        let mut output = held.map(CellOutput::finish).unwrap_or_default();
-        match result {
-            Ok(raised) if raised.is_none() => Ok(Execution::ok(output)),
+        let (mut output, spooled) = held.map(CellOutput::finish).unwrap_or_default();
+        let execution = match result {
+            Ok(raised) if raised.is_none() => Execution::ok(output),
             Ok(raised) => {
                 let (python_type, message): (String, String) =
                     raised.extract().map_err(backend("execute"))?;
-                Ok(Execution::failed(
-                    output,
-                    ExecutionError::new(python_type, message),
-                ))
+                Execution::failed(output, ExecutionError::new(python_type, message))
             }
             // Raised outside the cell's own frames (an interrupt that landed in the executor).
             Err(error) => {
@@ -672,12 +736,10 @@ impl Inner {
                     .map(|s| s.to_string_lossy().into_owned())
                     .unwrap_or_default();
                 output.push_str(&format!("{python_type}: {message}\n"));
-                Ok(Execution::failed(
-                    output,
-                    ExecutionError::new(python_type, message),
-                ))
+                Execution::failed(output, ExecutionError::new(python_type, message))
             }
-        }
+        };
+        Ok(execution.with_spooled(spooled))
     }
 
     /// Binds a claimed batch as one step: every Python object is created first, and the
@@ -774,7 +836,10 @@ impl Inner {
                 Some(obj) => obj,
                 None => self.variable_object(py, &entry.name, v, batch)?,
             },
-            Resource::Binding { value, .. } => to_py(py, value)?,
+            Resource::Binding { value, .. } => match own(&entry.name) {
+                Some(obj) => obj,
+                None => to_py(py, value)?,
+            },
             Resource::Function(f) => match &f.body {
                 FunctionBody::Python(source) => {
                     let (function, helpers) = self.python_function(py, &entry.name, source)?;
@@ -803,6 +868,7 @@ impl Inner {
             binding: Some((entry.name.clone(), object)),
             extra,
             proxy,
+            watched: !matches!(entry.resource, Resource::Variable(_)),
         })
     }
 
@@ -818,12 +884,20 @@ impl Inner {
                     .proxies
                     .insert(name.clone(), object.clone().unbind());
             }
+            let companions = PyList::empty(py);
             for (extra, value) in c.extra {
                 if !lock(&self.registry).is_bound(&extra) && !ns.contains(&extra)? {
-                    ns.set_item(&extra, value)?;
+                    ns.set_item(&extra, &value)?;
+                    companions.append(value)?;
                 }
             }
-            ns.set_item(&name, object)?;
+            ns.set_item(&name, &object)?;
+            executor(py)
+                .map_err(|e| PyRuntimeError::new_err(e.to_string()))?
+                .call_method1(
+                    "host_bound",
+                    (ns, name.as_str(), object, c.watched, companions),
+                )?;
         }
         Ok(())
     }
@@ -954,6 +1028,7 @@ impl Inner {
                 }
             }),
             output,
+            interrupt: self.interrupt.clone(),
         }
     }
 
@@ -1106,14 +1181,23 @@ where
     }
     let args = Args::new(values);
     let span = cell.span();
+    let interrupted = cell.interrupt.host_calls();
     let result = py.detach(|| {
-        handle.block_on(cave_core::run_host_call(
-            &span,
-            name,
-            cell.show.clone(),
-            call(args),
-        ))
+        handle.block_on(async {
+            tokio::select! {
+                biased;
+                result = cave_core::run_host_call(&span, name, cell.show.clone(), call(args)) => Some(result),
+                // The cell was interrupted (its time limit, Ctrl-C): the call's future is
+                // dropped here, and the cell gets what an interrupted cell gets.
+                () = interrupted.cancelled() => None,
+            }
+        })
     });
+    let Some(result) = result else {
+        return Err(pyo3::exceptions::PyKeyboardInterrupt::new_err(format!(
+            "interrupted while waiting for the host call {name}"
+        )));
+    };
     match result {
         Ok(value) => Ok(to_py(py, &value)?.unbind()),
         Err(HostError {

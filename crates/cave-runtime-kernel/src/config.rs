@@ -153,6 +153,8 @@ pub(crate) struct Settings {
     pub(crate) max_frame: usize,
     /// The output of one cell the host holds.
     pub(crate) max_output: usize,
+    /// The output of one cell kept whole (in a file past `max_output`).
+    pub(crate) max_cell_output: u64,
     /// The largest form of a display item sent.
     pub(crate) max_display: usize,
     /// How long a started worker has to say it is ready.
@@ -188,8 +190,13 @@ pub struct KernelConfig {
     /// The largest frame either side may send. Default: [`DEFAULT_MAX_FRAME`].
     pub max_frame: usize,
     /// The output of one cell the host holds, in bytes: past it, the beginning and the end are
-    /// kept and the middle is counted in a note. Default: [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
+    /// kept and the middle is counted in a note. Default: [`cave_core::DEFAULT_MAX_HELD_OUTPUT`].
     pub max_output: usize,
+    /// The output of one cell kept whole, in bytes: past `max_output` it is written to a file
+    /// in the child's work directory as it comes, and bound whole to `_output_N`; past this
+    /// limit the rest is dropped and counted. Never above the file-size limit in force.
+    /// Default: [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
+    pub max_cell_output: u64,
     /// The largest form of an item a cell shows (a figure's PNG, a table's HTML), in bytes:
     /// larger forms are left out and named. Default: [`cave_core::DEFAULT_MAX_DISPLAY`].
     pub max_display: usize,
@@ -223,7 +230,8 @@ impl Default for KernelConfig {
             stop_grace: Duration::from_secs(1),
             start_timeout: DEFAULT_START_TIMEOUT,
             max_frame: DEFAULT_MAX_FRAME,
-            max_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
+            max_output: cave_core::DEFAULT_MAX_HELD_OUTPUT,
+            max_cell_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
             max_display: cave_core::DEFAULT_MAX_DISPLAY,
             limits: None,
             env: Vec::new(),
@@ -267,6 +275,9 @@ impl KernelConfig {
             stop_grace: self.stop_grace,
             max_frame: self.max_frame,
             max_output: self.max_output,
+            max_cell_output: self
+                .max_cell_output
+                .min(self.limits_in_force().file_size.unwrap_or(u64::MAX)),
             max_display: self.max_display,
             start_timeout: self.start_timeout,
         }
@@ -284,6 +295,11 @@ impl KernelConfig {
     /// Sets how much of one cell's output the host holds, in bytes.
     pub fn max_output(mut self, bytes: usize) -> Self {
         self.max_output = bytes;
+        self
+    }
+    /// Sets how much of one cell's output is kept whole, in bytes.
+    pub fn max_cell_output(mut self, bytes: u64) -> Self {
+        self.max_cell_output = bytes;
         self
     }
     /// Sets the largest form of a display item, in bytes.
@@ -364,6 +380,7 @@ impl fmt::Debug for KernelConfig {
             .field("stop_grace", &self.stop_grace)
             .field("max_frame", &self.max_frame)
             .field("max_output", &self.max_output)
+            .field("max_cell_output", &self.max_cell_output)
             .field("max_display", &self.max_display)
             .field("limits", &self.limits)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())

@@ -86,6 +86,11 @@ pub(crate) trait Link: Send + Sync + 'static {
     fn unsent(&self) -> Option<(u64, String)> {
         None
     }
+    /// A directory the host can write and the worker read at the same path (a local child's
+    /// work directory); `None` for a worker elsewhere.
+    fn shared_dir(&self) -> Option<&std::path::Path> {
+        None
+    }
     /// The paused copies of a worker that can be forked; `None` where it cannot.
     fn copies(&self) -> Option<&Copies> {
         None

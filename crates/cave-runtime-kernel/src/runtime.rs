@@ -11,8 +11,8 @@ use crate::worker::{Callables, NEVER_READY, Status, Worker, lock};
 use async_trait::async_trait;
 use cave_core::{
     CellOutput, Entry, Execution, ExecutionError, FunctionBody, Interrupt, Interruption, Layer,
-    LayerState, LiveOutput, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError,
-    Value, normalize_name,
+    LayerState, LiveOutput, OutputSink, OutputSpool, Registry, Resource, Resources, Runtime,
+    RuntimeError, Value, normalize_name,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -512,6 +512,51 @@ impl Inner {
             .await
             .map_err(|e| died(operation, e))
     }
+
+    /// `bind_unique` by `operation` (`payload`: the value, or where the worker reads it); the
+    /// caller records what `reset` binds again.
+    async fn bind_unique(
+        self: &Arc<Self>,
+        operation: &'static str,
+        prefix: &str,
+        start: u64,
+        payload: Data<'_>,
+    ) -> Result<String, RuntimeError> {
+        let prefix = cave_core::unique_prefix(prefix, start)?;
+        let from = start.max(
+            lock(&self.last_index)
+                .get(&prefix)
+                .map_or(0, |last| last + 1),
+        );
+        let taken: Vec<Value> = {
+            let registry = lock(&self.registry);
+            let head = format!("{prefix}_");
+            registry
+                .entries()
+                .iter()
+                .filter(|e| e.name.starts_with(&head))
+                .map(|e| Value::Str(e.name.clone()))
+                .collect()
+        };
+        let reply = self
+            .request(
+                operation,
+                vec![
+                    Data::from(prefix.as_str()),
+                    Data::Owned(Value::Int(from.into())),
+                    payload,
+                    Data::Owned(Value::List(taken)),
+                ],
+            )
+            .await?;
+        let index = match (reply.status, reply.payload) {
+            (Status::Ok, Value::Int(index)) => u64::try_from(index).unwrap_or(from),
+            (status, payload) => return Err(unexpected(operation, status, &payload)),
+        };
+        let name = format!("{prefix}_{index}");
+        lock(&self.last_index).insert(prefix, index);
+        Ok(name)
+    }
 }
 
 #[async_trait]
@@ -526,10 +571,19 @@ impl Runtime for KernelRuntime {
         let (live, mut chunks) = tokio::sync::mpsc::unbounded_channel::<LiveOutput>();
         // Filled by the process's reader, which sends pieces live up to the cap and keeps the
         // beginning and the end: a consumer slower than the cell does not grow the host.
-        let collected = Arc::new(Mutex::new(CellOutput::new(
-            self.inner.settings().max_output,
-            Some(live),
-        )));
+        let settings = self.inner.settings();
+        // Past what the host holds, the whole output goes to a file the worker can read (a
+        // worker elsewhere: the host's own, unlinked, read back by the host).
+        let spool = match process.link().shared_dir() {
+            Some(dir) => OutputSpool::new(dir, settings.max_cell_output),
+            None => OutputSpool::new(std::env::temp_dir(), settings.max_cell_output).unlinked(),
+        };
+        let held = settings
+            .max_output
+            .min(usize::try_from(settings.max_cell_output).unwrap_or(usize::MAX));
+        let collected = Arc::new(Mutex::new(
+            CellOutput::new(held, Some(live)).with_spool(spool),
+        ));
         if let Some(stray) = process.take_stray_output() {
             lock(&collected).push(&stray);
         }
@@ -558,11 +612,15 @@ impl Runtime for KernelRuntime {
                 std::mem::replace(&mut *lock(&collected), CellOutput::new(0, None)).finish()
             };
         let mut execution = match raised {
-            Ok(None) => Execution::ok(finish(output, &mut chunks)),
-            Ok(Some((python_type, message))) => Execution::failed(
-                finish(output, &mut chunks),
-                ExecutionError::new(python_type, message),
-            ),
+            Ok(None) => {
+                let (text, spooled) = finish(output, &mut chunks);
+                Execution::ok(text).with_spooled(spooled)
+            }
+            Ok(Some((python_type, message))) => {
+                let (text, spooled) = finish(output, &mut chunks);
+                Execution::failed(text, ExecutionError::new(python_type, message))
+                    .with_spooled(spooled)
+            }
             Err(_) => {
                 let death = process.death().await;
                 {
@@ -579,12 +637,13 @@ impl Runtime for KernelRuntime {
                     }
                     text.push(&line);
                 }
-                let text = finish(output, &mut chunks);
+                let (text, spooled) = finish(output, &mut chunks);
                 // Reported here: the next request starts a fresh process without saying so again.
                 self.inner.current.lock().await.take();
                 self.inner.ensure_spare();
                 Execution::failed(text, ExecutionError::new(PROCESS_DIED, death.description))
                     .with_state_lost(true)
+                    .with_spooled(spooled)
             }
         };
         if self.inner.unreported_loss.swap(false, Ordering::SeqCst) {
@@ -727,41 +786,46 @@ impl Runtime for KernelRuntime {
         value: Value,
         start: u64,
     ) -> Result<String, RuntimeError> {
-        let prefix = cave_core::unique_prefix(prefix, start)?;
-        let from = start.max(
-            lock(&self.inner.last_index)
-                .get(&prefix)
-                .map_or(0, |last| last + 1),
-        );
-        let taken: Vec<Value> = {
-            let registry = lock(&self.inner.registry);
-            let head = format!("{prefix}_");
-            registry
-                .entries()
-                .iter()
-                .filter(|e| e.name.starts_with(&head))
-                .map(|e| Value::Str(e.name.clone()))
-                .collect()
-        };
-        let reply = self
+        let name = self
             .inner
-            .request(
-                "bind_unique",
-                vec![
-                    Data::from(prefix.as_str()),
-                    Data::Owned(Value::Int(from.into())),
-                    Data::Borrowed(&value),
-                    Data::Owned(Value::List(taken)),
-                ],
-            )
+            .bind_unique("bind_unique", prefix, start, Data::Borrowed(&value))
             .await?;
-        let index = match (reply.status, reply.payload) {
-            (Status::Ok, Value::Int(index)) => u64::try_from(index).unwrap_or(from),
-            (status, payload) => return Err(unexpected("bind_unique", status, &payload)),
-        };
-        let name = format!("{prefix}_{index}");
         lock(&self.inner.registry).record_binding(&name, value);
-        lock(&self.inner.last_index).insert(prefix, index);
+        Ok(name)
+    }
+
+    async fn bind_unique_spooled(
+        &self,
+        prefix: &str,
+        spooled: &cave_core::SpooledOutput,
+        start: u64,
+    ) -> Result<String, RuntimeError> {
+        let process = self.inner.process().await?;
+        // The worker reads the file itself when it can see it: the text never crosses the
+        // socket, nor sits in the host's memory.
+        let readable = match (spooled.path(), process.link().shared_dir()) {
+            (Some(path), Some(dir)) => path.starts_with(dir).then(|| path.to_owned()),
+            _ => None,
+        };
+        let name = match readable {
+            Some(path) => {
+                let path = Value::Str(path.to_string_lossy().into_owned());
+                self.inner
+                    .bind_unique("bind_unique_file", prefix, start, Data::Borrowed(&path))
+                    .await?
+            }
+            // A worker elsewhere (a Jupyter kernel): the text is sent.
+            None => {
+                let text = spooled.text()?;
+                let text = Value::Str(text);
+                self.inner
+                    .bind_unique("bind_unique", prefix, start, Data::Borrowed(&text))
+                    .await?
+            }
+        };
+        // What `reset` binds again: the text is not kept in the host.
+        let lost = Value::Str(cave_core::prompt::SPOOLED_OUTPUT_LOST.to_owned());
+        lock(&self.inner.registry).record_binding(&name, lost);
         Ok(name)
     }
 

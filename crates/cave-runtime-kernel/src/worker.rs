@@ -115,9 +115,24 @@ struct Shared {
     received: Arc<AtomicU64>,
     /// Bytes of the frames handled so far (each with its length prefix).
     handled: AtomicU64,
+    /// Host calls answered on tasks of their own, by the execution they came from: cancelled
+    /// (their futures dropped, `KeyboardInterrupt` sent to whoever still waits) when it ends,
+    /// however it ends, and when the worker goes.
+    host_tasks: Mutex<Vec<(u64, cave_core::CancellationToken)>>,
 }
 
 impl Shared {
+    /// Drops the host calls of execution `id` still waiting (`None`: every one).
+    fn abort_host_calls(&self, id: Option<u64>) {
+        lock(&self.host_tasks).retain(|(from, task)| {
+            let ends = id.is_none_or(|id| *from == id);
+            if ends {
+                task.cancel();
+            }
+            !ends && !task.is_cancelled()
+        });
+    }
+
     fn new() -> Self {
         Self {
             pending: Mutex::new(HashMap::new()),
@@ -128,6 +143,7 @@ impl Shared {
             stray: cave_core::StrayOutput::default(),
             received: Arc::new(AtomicU64::new(0)),
             handled: AtomicU64::new(0),
+            host_tasks: Mutex::new(Vec::new()),
         }
     }
 
@@ -467,9 +483,15 @@ impl Worker {
         !*self.ended.borrow() && !self.outgoing.is_closed()
     }
 
-    /// Asks the running cell to stop (`KeyboardInterrupt` in the worker).
+    /// Asks the running cell to stop (`KeyboardInterrupt` in the worker). A host call it waits
+    /// on is dropped and answered with `KeyboardInterrupt` too: a worker whose signal cannot
+    /// reach that wait (a Jupyter kernel, which takes interrupts through its server) stops as
+    /// soon as the answer arrives.
     pub(crate) fn interrupt(&self) {
         self.link.interrupt();
+        if let Some(execution) = self.executing() {
+            self.shared.abort_host_calls(Some(execution));
+        }
     }
 
     /// Ends the worker if `execution` is still running, and says whether it did. Decided under
@@ -776,6 +798,7 @@ async fn serve(
     }
     // The worker is gone (or broke the protocol): nobody will answer what is pending.
     lock(&served.shared.pending).clear();
+    served.shared.abort_host_calls(None);
     served.outgoing.close();
 }
 
@@ -928,6 +951,9 @@ impl Served {
             }
             self.shared.killed.load(Ordering::SeqCst)
         };
+        // A call the cell no longer waits for (it was interrupted in it) is dropped: an MCP
+        // call is cancelled, a sub-agent's run ends.
+        self.shared.abort_host_calls(Some(id));
         if let Some(Pending::Execution { done, .. }) = lock(&self.shared.pending).remove(&id)
             && !killed
         {
@@ -986,7 +1012,14 @@ impl Served {
             (Some(Callable::Object(name, _)), Some(method)) => format!("{name}.{method}"),
             _ => "unknown".to_owned(),
         };
-        let cell = newest_cell(&self.shared).map_or_else(tracing::Span::none, |o| lock(&o).span());
+        let newest = newest_cell(&self.shared);
+        let cell = newest
+            .as_ref()
+            .map_or_else(tracing::Span::none, |(_, o)| lock(o).span());
+        let from = newest.map(|(id, _)| id);
+        let dropped = cave_core::CancellationToken::new();
+        let dropping = dropped.clone();
+        let call_name = name.clone();
         let mut answer = Box::pin(async move {
             let result = match unsupported {
                 Some(what) => Err(HostError::new(
@@ -997,10 +1030,23 @@ impl Served {
                 )),
                 // A panic fails the call (`run_host_call` catches it), never this reader.
                 None => {
-                    cave_core::run_host_call(&cell, &name, shown, host_call(callable, method, args))
-                        .await
+                    let call = cave_core::run_host_call(
+                        &cell,
+                        &name,
+                        shown,
+                        host_call(callable, method, args),
+                    );
+                    tokio::select! {
+                        biased;
+                        result = call => result,
+                        () = dropping.cancelled() => Err(HostError::new(
+                            "KeyboardInterrupt",
+                            format!("interrupted while waiting for the host call {call_name}"),
+                        )),
+                    }
                 }
             };
+            dropping.cancel();
             if let Ok(frame) = returned(id, result, max_frame) {
                 let _ = outgoing.send(frame);
             }
@@ -1011,6 +1057,13 @@ impl Served {
             return Handled::Answered;
         }
         tokio::spawn(answer);
+        if let Some(from) = from {
+            let mut tasks = lock(&self.shared.host_tasks);
+            // Kept bounded: the answered ones (their tokens cancelled as they end) go as new
+            // ones come.
+            tasks.retain(|(_, task)| !task.is_cancelled());
+            tasks.push((from, dropped));
+        }
         Handled::Taken
     }
 }
@@ -1025,14 +1078,14 @@ fn host_display(shared: &Arc<Shared>) -> Arc<dyn Fn(DisplayItem) + Send + Sync> 
             return;
         };
         match newest_cell(&shared) {
-            Some(output) => lock(&output).display(item),
+            Some((_, output)) => lock(&output).display(item),
             None => shared.stray.push(&format!("{}\n", item.text())),
         }
     })
 }
 
 /// The output of the newest running cell: the one a host call comes from.
-fn newest_cell(shared: &Shared) -> Option<Arc<Mutex<cave_core::CellOutput>>> {
+fn newest_cell(shared: &Shared) -> Option<(u64, Arc<Mutex<cave_core::CellOutput>>)> {
     lock(&shared.pending)
         .iter()
         .filter_map(|(id, pending)| match pending {
@@ -1040,7 +1093,6 @@ fn newest_cell(shared: &Shared) -> Option<Arc<Mutex<cave_core::CellOutput>>> {
             Pending::Reply(_) => None,
         })
         .max_by_key(|(id, _)| *id)
-        .map(|(_, output)| output)
 }
 
 /// The `return` frame of host call `id`.

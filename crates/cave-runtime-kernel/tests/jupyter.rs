@@ -732,7 +732,7 @@ fn a_jupyter_runtime_has_its_own_defaults() {
         "spare: true",
         "stop_grace: 1s",
         &format!("max_frame: {}", cave_runtime_kernel::DEFAULT_MAX_FRAME),
-        &format!("max_output: {}", cave_core::DEFAULT_MAX_CELL_OUTPUT),
+        &format!("max_output: {}", cave_core::DEFAULT_MAX_HELD_OUTPUT),
     ] {
         assert!(shown.contains(field), "{field} in {shown}");
     }

@@ -29,6 +29,13 @@ def _cell_defined(value, module_name):
     ) == module_name
 
 
+def _host_made(value):
+    """The runtime marked it as bound by the host beside a resource (`__cave_host__`)."""
+    if not (inspect.isclass(value) or inspect.isfunction(value)):
+        return False
+    return value.__dict__.get("__cave_host__") is True
+
+
 def _cell_classes():
     """The classes the cells (and restored sources) defined at their top level, by name: each
     definition's first line and source, oldest first. Parsed once per save: inspect finds a
@@ -170,7 +177,11 @@ def save(ns, registered, keep_prefixes, limit, secret_names=()):
     secrets = [
         ns[n].encode("utf-8") for n in secret_names if isinstance(ns.get(n), str) and ns[n]
     ]
-    names = [n for n in sorted(ns) if n not in registered and not private(n)]
+    # Neither what the host registered nor what it bound beside it (an object's class, a
+    # source function's helpers): the host registers those again, and they are not the model's.
+    names = [
+        n for n in sorted(ns) if n not in registered and not private(n) and not _host_made(ns[n])
+    ]
     with _Lookup(ns):
         for name in names:
             value = ns[name]

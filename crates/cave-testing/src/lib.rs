@@ -43,8 +43,8 @@ struct ReadmeDoctests;
 use async_trait::async_trait;
 use cave_core::{
     ChatRequest, Delta, DeltaStream, Execution, FinishReason, Model, ModelError, ModelErrorKind,
-    ModelInfo, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Usage, Value,
-    lock,
+    ModelInfo, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, ToolCallDelta,
+    Usage, Value, lock,
 };
 use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -192,6 +192,7 @@ enum Part {
     Hang,
     Backoff(Duration),
     Finish(FinishReason),
+    ToolCall(String, String),
 }
 
 enum Item {
@@ -269,6 +270,18 @@ impl Reply {
         self
     }
 
+    /// Calls a tool (`arguments` as the model writes them: JSON, or raw code for some tools),
+    /// streamed in pieces of the reply's chunk size, its id and name on the first; a reply
+    /// with only tool calls finishes with `tool_calls`.
+    pub fn then_tool_call(mut self, name: impl Into<String>, arguments: impl Into<String>) -> Self {
+        self.parts
+            .push(Part::ToolCall(name.into(), arguments.into()));
+        if self.finish == Some(FinishReason::Stop) {
+            self.finish = Some(FinishReason::ToolCalls);
+        }
+        self
+    }
+
     /// Sends a finish reason at this point (what follows, e.g. an error, comes after it);
     /// the reply then has no terminal delta of its own.
     pub fn then_finish(mut self, reason: FinishReason) -> Self {
@@ -303,6 +316,7 @@ impl Reply {
 
     fn items(&self) -> Vec<Item> {
         let mut items = Vec::new();
+        let mut tool_calls = 0;
         for part in &self.parts {
             match part {
                 Part::Reasoning(text) => items.extend(
@@ -320,6 +334,23 @@ impl Reply {
                 Part::Hang => items.push(Item::Hang),
                 Part::Backoff(delay) => items.push(Item::Delta(Delta::backoff(*delay))),
                 Part::Finish(reason) => items.push(Item::Delta(Delta::finish(reason.clone()))),
+                Part::ToolCall(name, arguments) => {
+                    let index = tool_calls;
+                    tool_calls += 1;
+                    let mut first = ToolCallDelta::new(index)
+                        .with_id(format!("call_{index}"))
+                        .with_name(name.clone());
+                    let mut pieces = chunks(arguments, self.chunk_size);
+                    if let Some(piece) = pieces.next() {
+                        first = first.with_arguments(piece);
+                    }
+                    items.push(Item::Delta(Delta::tool_calls([first])));
+                    items.extend(pieces.map(|piece| {
+                        Item::Delta(Delta::tool_calls([
+                            ToolCallDelta::new(index).with_arguments(piece)
+                        ]))
+                    }));
+                }
             }
         }
         if self.finish.is_some() || self.usage.is_some() {

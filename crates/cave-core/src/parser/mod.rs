@@ -1,6 +1,9 @@
 //! The streaming fence parser: finds the first closed code block in a model's streamed answer.
 
 mod pyscan;
+mod think;
+
+pub use think::{ThinkSplit, ThinkSplitter};
 
 use pyscan::{EndState, PyScanner};
 

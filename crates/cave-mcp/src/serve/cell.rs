@@ -6,7 +6,7 @@ use super::Shared;
 use base64::Engine as _;
 use cave_core::{
     Approval, ApprovalRequest, DisplayItem, Event, Execution, Interruption, OutputSink, Runtime,
-    RuntimeExt, SecretRedactor, Value, lock, prompt,
+    RuntimeExt, SecretRedactor, lock, prompt,
 };
 use rmcp::model::{CallToolResult, ContentBlock};
 use std::sync::Mutex;
@@ -67,6 +67,7 @@ pub(crate) async fn run(shared: &Shared, code: String) -> CellResult {
     shared.observe(Event::Code {
         code: code.clone(),
         unclosed: false,
+        tool_call: None,
     });
     if let Some(policy) = &shared.policy {
         let violations = policy.check(&code);
@@ -153,27 +154,27 @@ async fn finished_cell(shared: &Shared, execution: Execution, shown: &Shown) -> 
         (true, None) => prompt::EMPTY_OUTPUT.to_owned(),
     };
     let output = SecretRedactor::new(shared.runtime.secrets()).redact(&output);
-    let chars = output.chars().count();
-    let (mut text, persisted_variable) = if chars > shared.max_output {
-        match store(shared.runtime.as_ref(), &output, &shared.persisted_floor).await {
-            Ok(name) => (
-                cave_core::persisted_marker(
-                    &output,
-                    chars,
-                    &name,
-                    cave_core::DEFAULT_PREVIEW_CHARS,
-                ),
-                Some(name),
-            ),
-            // Not stored: the whole output, rather than none of it.
-            Err(e) => {
-                tracing::warn!(error = %e, "a long output could not be stored in the runtime");
-                (output.clone(), None)
+    let spooled = execution.spooled.as_deref();
+    let (mut text, persisted_variable) =
+        if spooled.is_some() || output.chars().count() > shared.max_output {
+            match store(
+                shared.runtime.as_ref(),
+                &output,
+                spooled,
+                &shared.persisted_floor,
+            )
+            .await
+            {
+                Ok(persisted) => (persisted.marker, Some(persisted.variable)),
+                // Not stored: the whole output, rather than none of it.
+                Err(e) => {
+                    tracing::warn!(error = %e, "a long output could not be stored in the runtime");
+                    (output.clone(), None)
+                }
             }
-        }
-    } else {
-        (output.clone(), None)
-    };
+        } else {
+            (output.clone(), None)
+        };
     if execution.state_lost {
         text.push_str("\n\n");
         text.push_str(prompt::STATE_LOST_NOTICE);
@@ -201,27 +202,24 @@ async fn finished_cell(shared: &Shared, execution: Execution, shown: &Shown) -> 
     }
 }
 
-/// Binds a long output to the next `_output_N`; returns the name.
+/// Binds a long output (the whole of it, when the runtime kept it in a file) to the next
+/// `_output_N`.
 async fn store(
     runtime: &dyn Runtime,
     output: &str,
+    spooled: Option<&cave_core::SpooledOutput>,
     floor: &std::sync::atomic::AtomicU64,
-) -> Result<String, cave_core::RuntimeError> {
+) -> Result<cave_core::Persisted, cave_core::RuntimeError> {
     use std::sync::atomic::Ordering;
-    let prefix = cave_core::DEFAULT_PERSISTED_PREFIX;
-    let name = runtime
-        .bind_unique(
-            prefix,
-            Value::Str(output.to_owned()),
-            floor.load(Ordering::SeqCst),
-        )
-        .await?;
-    if let Some(index) = name
-        .strip_prefix(prefix)
-        .and_then(|rest| rest.strip_prefix('_'))
-        .and_then(|n| n.parse::<u64>().ok())
-    {
-        floor.fetch_max(index.saturating_add(1), Ordering::SeqCst);
-    }
-    Ok(name)
+    let persisted = cave_core::persist_output(
+        runtime,
+        cave_core::DEFAULT_PERSISTED_PREFIX,
+        output,
+        spooled,
+        floor.load(Ordering::SeqCst),
+        cave_core::DEFAULT_PREVIEW_CHARS,
+    )
+    .await?;
+    floor.fetch_max(persisted.index.saturating_add(1), Ordering::SeqCst);
+    Ok(persisted)
 }

@@ -1,10 +1,12 @@
 """An MCP server for cave-mcp's tests, on the official Python SDK: each tool is one case a
-client must handle (structured and text results, an error result, a slow tool, a server that
-dies mid-call, a name that is not an identifier, a tool list that changes)."""
+client must handle (structured and text results, an error result, a slow tool, one that never
+answers, a server that dies mid-call, a name that is not an identifier, a tool list that changes)."""
 
 import os
 import sys
 import time
+
+import anyio
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
@@ -48,6 +50,26 @@ def slow(seconds: float) -> str:
     """Sleeps, then answers."""
     time.sleep(seconds)
     return "woke"
+
+
+CANCELLED = {"hang": 0}
+
+
+@server.tool(structured_output=False)
+async def hang() -> str:
+    """Never answers; counts the requests the client cancelled (`notifications/cancelled`)."""
+    try:
+        await anyio.sleep(3600)
+    except anyio.get_cancelled_exc_class():
+        CANCELLED["hang"] += 1
+        raise
+    return "woke"
+
+
+@server.tool(structured_output=False)
+def cancelled() -> str:
+    """How many calls of `hang` the client cancelled."""
+    return str(CANCELLED["hang"])
 
 
 @server.tool(structured_output=False)

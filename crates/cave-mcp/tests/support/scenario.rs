@@ -97,6 +97,36 @@ pub async fn tools_as_methods(runtime: &dyn Runtime, venv: &std::path::Path) {
         .unwrap();
     assert_eq!(extra, cave_core::Value::Str("extra here".into()));
 
+    // A cell waiting on a call that never answers is interrupted like any other: the call is
+    // dropped, and the server told (`notifications/cancelled`).
+    let interrupter = runtime.interrupter().expect("the runtime can interrupt");
+    let stopper = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        interrupter.interrupt()
+    });
+    let hung = tokio::time::timeout(
+        Duration::from_secs(30),
+        runtime.execute("edge.hang()", &DiscardOutput),
+    )
+    .await
+    .expect("the interrupt ended the cell")
+    .unwrap();
+    stopper.await.unwrap();
+    assert_eq!(
+        hung.error.as_ref().map(|e| e.python_type.as_str()),
+        Some("KeyboardInterrupt"),
+        "{hung:?}"
+    );
+    let mut told = String::new();
+    for _ in 0..100 {
+        told = run(runtime, "print(edge.cancelled())").await;
+        if told == "1\n" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(told, "1\n", "the server was told the call was cancelled");
+
     let pid: u32 = run(runtime, "print(edge.pid())")
         .await
         .trim()

@@ -160,6 +160,8 @@ struct ChildLink {
     enforcement: Vec<String>,
     limits: crate::Limits,
     sandbox: Vec<Layer>,
+    /// Where the host writes what the child reads (a cell's whole output).
+    spool_dir: PathBuf,
     /// The child's own work directory, removed with the link (a pool's worker).
     _work_dir: Option<WorkDir>,
 }
@@ -176,6 +178,10 @@ impl ChildLink {
 impl Link for ChildLink {
     fn pid(&self) -> Option<u32> {
         Some(self.copies.serving() as u32)
+    }
+
+    fn shared_dir(&self) -> Option<&Path> {
+        Some(&self.spool_dir)
     }
 
     fn interrupt(&self) {

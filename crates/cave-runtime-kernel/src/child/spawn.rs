@@ -94,6 +94,13 @@ pub(super) async fn spawn(
     let members = group.as_deref().map(ChildGroup::members);
     let mut command = command(config, python, members.as_deref(), work_dir.as_deref());
     let sandbox = config.sandbox_in_force();
+    // Where a cell's whole output is written for the child to read: its work directory (the
+    // only one a sandboxed child may read besides its interpreter's), else a temporary one.
+    let spool_dir = match &work_dir {
+        Some(dir) => dir.clone(),
+        None if sandbox.is_off() => std::env::temp_dir(),
+        None => std::env::current_dir().unwrap_or_default(),
+    };
     let sandbox = (!sandbox.is_off()).then(|| {
         let dir = work_dir
             .clone()
@@ -153,6 +160,7 @@ pub(super) async fn spawn(
         enforcement,
         limits,
         sandbox: layers,
+        spool_dir,
         _work_dir: own_dir,
     };
     Ok(Started {

@@ -50,6 +50,7 @@ pub struct JupyterConfig {
     start_timeout: Duration,
     max_frame: usize,
     max_output: usize,
+    max_cell_output: u64,
     max_display: usize,
 }
 
@@ -70,6 +71,7 @@ impl std::fmt::Debug for JupyterConfig {
             .field("start_timeout", &self.start_timeout)
             .field("max_frame", &self.max_frame)
             .field("max_output", &self.max_output)
+            .field("max_cell_output", &self.max_cell_output)
             .field("max_display", &self.max_display)
             .finish()
     }
@@ -92,7 +94,8 @@ impl JupyterConfig {
             stop_grace: Duration::from_secs(1),
             start_timeout: crate::DEFAULT_START_TIMEOUT,
             max_frame: crate::DEFAULT_MAX_FRAME,
-            max_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
+            max_output: cave_core::DEFAULT_MAX_HELD_OUTPUT,
+            max_cell_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
             max_display: cave_core::DEFAULT_MAX_DISPLAY,
         }
     }
@@ -128,9 +131,17 @@ impl JupyterConfig {
         self
     }
     /// How much of one cell's output the host holds, in bytes. Default:
-    /// [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
+    /// [`cave_core::DEFAULT_MAX_HELD_OUTPUT`].
     pub fn max_output(mut self, bytes: usize) -> Self {
         self.max_output = bytes;
+        self
+    }
+    /// How much of one cell's output is kept whole, in bytes: past what the host holds
+    /// ([`max_output`](Self::max_output)) it goes to a temporary file of the host's as it
+    /// comes, and is sent to the kernel whole as `_output_N`. Default:
+    /// [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
+    pub fn max_cell_output(mut self, bytes: u64) -> Self {
+        self.max_cell_output = bytes;
         self
     }
     /// Sets the largest form of a display item, in bytes (default:
@@ -244,6 +255,7 @@ impl JupyterTransport {
                 stop_grace: config.stop_grace,
                 max_frame: config.max_frame,
                 max_output: config.max_output,
+                max_cell_output: config.max_cell_output,
                 max_display: config.max_display,
                 start_timeout: config.start_timeout,
             },

@@ -42,7 +42,7 @@ macro_rules! runtime_contract_tests {
             long_cells_stream_their_output,
             a_busy_loop_is_preempted,
             a_printing_loop_is_preempted,
-            output_past_the_cap_keeps_its_ends,
+            output_past_the_cap_is_kept_whole,
             output_written_between_cells_comes_with_the_next,
             a_cell_that_replaces_stdout_does_not_silence_later_cells,
             values_round_trip,
@@ -50,7 +50,9 @@ macro_rules! runtime_contract_tests {
             python_source_functions_are_bound_as_written,
             generated_types_reach_host_functions_as_structs,
             host_objects_keep_their_state_in_the_host,
+            a_cell_that_rebinds_a_host_name_is_told,
             a_panicking_host_function_fails_its_call_only,
+            a_host_call_that_never_returns_is_interrupted,
             a_replaced_object_has_its_new_methods,
             reset_restores_what_was_registered,
             bind_unique_hands_out_distinct_names,
@@ -163,6 +165,74 @@ pub async fn a_panicking_host_function_fails_its_call_only(rt: &dyn Runtime) {
         "the host function now panicked: broken at once\n\
          the host function later panicked: broken after waiting\n7\n"
     );
+}
+
+/// A cell waiting on a host call that never returns (an MCP tool that does not answer, a future
+/// that never finishes) is stopped by an interrupt like any other cell: the call's future is
+/// dropped, the cell gets `KeyboardInterrupt`, and the next cell runs at once.
+pub async fn a_host_call_that_never_returns_is_interrupted(rt: &dyn Runtime) {
+    /// Counts the futures dropped.
+    struct Dropped(Arc<std::sync::atomic::AtomicUsize>);
+    impl Drop for Dropped {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+    let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = dropped.clone();
+    let hang = Function::host("hang", Signature::default(), move |_args: Args| {
+        let guard = Dropped(counter.clone());
+        async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+            Ok(Value::None)
+        }
+    });
+    rt.register(Resources::new().function(hang))
+        .await
+        .expect("registers");
+    let interrupter = rt.interrupter().expect("the runtime can interrupt");
+    for attempt in 1..=2 {
+        let stopper = interrupt_once_running(interrupter.clone());
+        let waiting = run(
+            rt,
+            "print('calling')
+hang()",
+        );
+        let out = tokio::time::timeout(Duration::from_secs(60), waiting)
+            .await
+            .expect("the cell waiting on the host call was never stopped");
+        let (interruption, at) = stopper.await.expect("the stopper ran");
+        assert_eq!(interruption, Interruption::Delivered, "attempt {attempt}");
+        assert_eq!(
+            out.error.as_ref().map(|e| e.python_type.as_str()),
+            Some("KeyboardInterrupt"),
+            "attempt {attempt}: {out:?}"
+        );
+        assert!(!out.state_lost, "attempt {attempt}");
+        assert!(out.output.starts_with("calling\n"), "{:?}", out.output);
+        let late = at.elapsed();
+        assert!(
+            late < Duration::from_secs(20),
+            "stopped {late:?} after the interrupt"
+        );
+        // The next cell does not wait for the call.
+        let next = tokio::time::timeout(Duration::from_secs(20), run(rt, "print(1 + 1)"))
+            .await
+            .expect("the next cell ran");
+        assert_eq!(next.output, "2\n");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while dropped.load(std::sync::atomic::Ordering::SeqCst) < attempt
+            && Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            attempt,
+            "the call's future was dropped"
+        );
+    }
 }
 
 /// Runs a cell; the runtime itself must not fail.
@@ -399,10 +469,11 @@ pub async fn a_printing_loop_is_preempted(rt: &dyn Runtime) {
 }
 
 /// A cell that prints more than the runtime holds (the default cap,
-/// [`DEFAULT_MAX_CELL_OUTPUT`](cave_core::DEFAULT_MAX_CELL_OUTPUT)) keeps its beginning and its
-/// end, and says how much was dropped between them.
-pub async fn output_past_the_cap_keeps_its_ends(rt: &dyn Runtime) {
-    let cap = cave_core::DEFAULT_MAX_CELL_OUTPUT;
+/// [`DEFAULT_MAX_HELD_OUTPUT`](cave_core::DEFAULT_MAX_HELD_OUTPUT)) gives its beginning and its
+/// end in `output`, with a note of what is not shown, and the whole output in its file
+/// (`Execution::spooled`), which binds whole to `_output_N` (`bind_unique_spooled`).
+pub async fn output_past_the_cap_is_kept_whole(rt: &dyn Runtime) {
+    let cap = cave_core::DEFAULT_MAX_HELD_OUTPUT;
     let lines = 3 * cap / 1000;
     let out = run(
         rt,
@@ -422,12 +493,40 @@ pub async fn output_past_the_cap_keeps_its_ends(rt: &dyn Runtime) {
     );
     let last = format!("{:07} {}\n", lines - 1, "x".repeat(990));
     assert!(out.output.ends_with(&last), "the last line is kept");
+    let whole = lines as u64 * 999;
     let note = out
         .output
         .lines()
-        .find(|l| l.contains("of output dropped here"))
-        .expect("a note says what was dropped");
-    assert!(note.contains(" lines)"), "{note}");
+        .find(|l| l.contains("of output not shown here"))
+        .expect("a note says what is not shown");
+    assert!(
+        note.contains(&format!(
+            "the whole output, {}, is kept.]",
+            cave_core::format_size(whole)
+        )),
+        "{note}"
+    );
+    let spooled = out.spooled.as_deref().expect("the whole output is kept");
+    assert_eq!((spooled.bytes(), spooled.cut()), (whole, 0));
+    let name = rt
+        .bind_unique_spooled("_output", spooled, 1)
+        .await
+        .expect("binds the whole output");
+    assert_eq!(
+        run(
+            rt,
+            &format!("print(len({name}), {name}.splitlines()[12345][:9], {name}.count('\\n'))")
+        )
+        .await
+        .output,
+        format!("{whole} 0012345 x {lines}\n")
+    );
+    // The file goes with the last clone of its execution.
+    let path = spooled.path().map(ToOwned::to_owned);
+    drop(out);
+    if let Some(path) = path {
+        assert!(!path.exists(), "{} is left", path.display());
+    }
 }
 
 /// What a thread a cell left running writes while no cell runs is shown, within a cap, with
@@ -1019,6 +1118,49 @@ pub async fn host_objects_keep_their_state_in_the_host(rt: &dyn Runtime) {
     assert!(d.types.contains("Light:\n  doc: A smart light.\n  methods:\n    - dim(level: int = 10) -> int\n        Set the brightness.\n    - level() -> int"), "{}", d.types);
     rt.reset().await.expect("resets");
     assert_eq!(run(rt, "light.level()").await.output, "40\n");
+}
+
+/// A cell that rebinds or deletes a function or object the host registered is told so in its
+/// output, once; a registered variable is the model's to change, and is not watched.
+pub async fn a_cell_that_rebinds_a_host_name_is_told(rt: &dyn Runtime) {
+    let light = Arc::new(Light::default());
+    let double = Function::host("double", Signature::default(), |_args: Args| async {
+        Ok(Value::Int(2))
+    });
+    rt.register(
+        Resources::new()
+            .object(ObjectBinding::new("time", light))
+            .function(double)
+            .variable(Variable::new("total", Value::Int(0))),
+    )
+    .await
+    .expect("registers");
+    let out = run(rt, "total = 5\nprint(time.level())").await;
+    assert_eq!(out.output, "0\n", "no note for a variable or a use");
+    let out = run(rt, "import time\nprint('ok')").await;
+    assert!(out.success(), "{out:?}");
+    assert_eq!(
+        out.output,
+        "ok\n[note: this code rebound `time` (the host's Light object); in this session that name \
+         no longer reaches the host's value. Bind your own values under other names (for a \
+         module: `import time as time_module`).]\n"
+    );
+    assert_eq!(
+        run(rt, "print(time.__name__)").await.output,
+        "time\n",
+        "said once"
+    );
+    let out = run(rt, "del double").await;
+    assert!(
+        out.output
+            .contains("rebound `double` (the host's function)"),
+        "{}",
+        out.output
+    );
+    // A failing cell is told too.
+    rt.reset().await.expect("resets");
+    let out = run(rt, "double = 3\nraise ValueError('x')").await;
+    assert!(out.output.contains("rebound `double`"), "{}", out.output);
 }
 
 /// A host object whose methods grow (an MCP server whose tools changed): `a` at first, then

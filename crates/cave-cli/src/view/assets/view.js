@@ -118,6 +118,7 @@ function code(c, e) {
   }
   stepOf(c).append(pre);
   if (e.unclosed) note(c, 'the answer ended inside this block; it ran as it was');
+  if (e.tool_call) note(c, `from a call of the tool ${e.tool_call}: its code ran as the block`);
 }
 
 function result(c, e) {
@@ -136,6 +137,7 @@ function status(c, e) {
     case 'compacted': return note(c, `history summarized: ${e.before} messages to ${e.after}`);
     case 'compaction_failed': return note(c, 'summarizing failed: ' + e.message, true);
     case 'output_recovery': return note(c, `the answer was cut off; resuming (${e.recovery} of ${e.max_recoveries})`);
+    case 'tool_calls_answered': return note(c, `the model called ${(e.tools || []).join(', ')}; there are no tools, it was told to write code`);
     case 'isolation': return aside(c, 'isolation: ' + (e.layers || []).join('; '));
     default: return undefined;
   }

@@ -8,7 +8,7 @@ use crate::{
 };
 
 /// Forwards live output into the run as `ExecutionOutput` events, up to
-/// [`DEFAULT_MAX_CELL_OUTPUT`](crate::DEFAULT_MAX_CELL_OUTPUT) per cell: past it, pieces are
+/// [`DEFAULT_MAX_HELD_OUTPUT`](crate::DEFAULT_MAX_HELD_OUTPUT) per cell: past it, pieces are
 /// counted instead of queued, so that a cell printing faster than the consumer reads cannot
 /// grow the host (the runtime's result keeps the output's end).
 pub(super) struct ChannelSink {
@@ -36,7 +36,7 @@ impl ChannelSink {
             format!(
                 "\n[… {} more output, not shown live (live output stops at {} a cell); the result keeps its end]\n",
                 crate::format_size(bytes),
-                crate::format_size(crate::DEFAULT_MAX_CELL_OUTPUT as u64)
+                crate::format_size(crate::DEFAULT_MAX_HELD_OUTPUT as u64)
             )
         })
     }
@@ -46,7 +46,7 @@ impl OutputSink for ChannelSink {
     fn write(&self, chunk: &str) {
         use std::sync::atomic::Ordering::Relaxed;
         let sent = self.sent.fetch_add(chunk.len(), Relaxed);
-        if sent.saturating_add(chunk.len()) > crate::DEFAULT_MAX_CELL_OUTPUT {
+        if sent.saturating_add(chunk.len()) > crate::DEFAULT_MAX_HELD_OUTPUT {
             self.sent.fetch_sub(chunk.len(), Relaxed);
             self.held_back.fetch_add(chunk.len() as u64, Relaxed);
             return;
@@ -201,13 +201,14 @@ impl Run<'_> {
         let execution = result.map_err(Failure::Runtime)?;
         let success = execution.success();
         let state_lost = execution.state_lost;
+        let spooled = execution.spooled;
         let output = match (execution.output.is_empty(), execution.error) {
             (false, _) => execution.output,
             (true, Some(error)) => format!("{}: {}", error.python_type, error.message),
             (true, None) => prompt::EMPTY_OUTPUT.to_owned(),
         };
         let output = redactor.redact(&output);
-        let (body, persisted) = self.shape_output(&output).await?;
+        let (body, persisted) = self.shape_output(&output, spooled.as_deref()).await?;
         let mut result = prompt::execution_output(&body);
         let (images, left_out) = self.within_image_budget(images);
         for line in item_lines.iter().chain(&left_out) {
@@ -370,44 +371,45 @@ impl Run<'_> {
         ))
     }
 
-    /// Inlines small output; stores large output in the runtime and returns a marker.
+    /// Inlines small output; stores large output in the runtime and returns a marker. Output
+    /// the runtime kept whole in a file (`spooled`, when `output` holds only its ends) is bound
+    /// from the file, so `_output_N` is the whole text.
     pub(super) async fn shape_output(
         &mut self,
         output: &str,
+        spooled: Option<&crate::SpooledOutput>,
     ) -> Result<(String, Option<PersistedOutput>), Failure> {
-        let chars = output.chars().count();
         let config = &self.agent.config;
-        if chars <= config.max_exec_output {
+        if spooled.is_none() && output.chars().count() <= config.max_exec_output {
             return Ok((output.to_owned(), None));
         }
         let prefix = config.persisted_output_prefix.clone();
-        let preview_chars = config.exec_output_preview_chars;
-        let name = self
+        let persisted = crate::persist_output(
+            self.agent.runtime.as_ref(),
+            &prefix,
+            output,
+            spooled,
+            self.agent.persisted_floor,
+            config.exec_output_preview_chars,
+        )
+        .await
+        .map_err(Failure::Runtime)?;
+        self.agent.persisted_floor = self
             .agent
-            .runtime
-            .bind_unique(
-                &prefix,
-                Value::Str(output.to_owned()),
-                self.agent.persisted_floor,
-            )
-            .await
-            .map_err(Failure::Runtime)?;
-        let index = name
-            .strip_prefix(prefix.as_str())
-            .and_then(|rest| rest.strip_prefix('_'))
-            .and_then(|n| n.parse::<u64>().ok());
-        let Some(index) = index else {
-            // The runtime broke `bind_unique`'s contract: say so rather than guess a number.
-            return Err(Failure::Runtime(RuntimeError::Backend {
-                operation: "bind_unique",
-                message: format!("returned {name:?}, which is not {prefix}_N"),
-            }));
-        };
-        self.agent.persisted_floor = self.agent.persisted_floor.max(index.saturating_add(1));
-        tracing::info!(variable = %name, chars, "execution output persisted in the runtime");
+            .persisted_floor
+            .max(persisted.index.saturating_add(1));
+        tracing::info!(
+            variable = %persisted.variable,
+            chars = persisted.chars,
+            "execution output persisted in the runtime"
+        );
         Ok((
-            persisted_marker(output, chars, &name, preview_chars),
-            Some(PersistedOutput::new(&prefix, index, chars)),
+            persisted.marker,
+            Some(PersistedOutput::new(
+                &prefix,
+                persisted.index,
+                persisted.chars,
+            )),
         ))
     }
 }

@@ -5,20 +5,20 @@
 mod compaction;
 mod execute;
 pub(super) mod spans;
+mod tools;
 mod turn;
 mod usage;
 
-use turn::{Kept, Outcome, Turn};
+use turn::{Cut, Kept, Outcome, Turn};
 
 use super::emit::Emitter;
 use super::{Agent, INTERRUPT_GRACE, MAX_OUTPUT_RECOVERIES};
 use crate::parser::is_py_whitespace;
 use crate::prompt;
-use crate::shape::persisted_marker;
 use crate::{
     ChatMessage, ChatRequest, ChatRole, Event, FenceParser, FinishReason, Interruption, Message,
     MessageKind, ModelError, ModelErrorKind, OutputSink, PersistedOutput, Resources, RuntimeError,
-    Status, StopError, StopErrorKind, StopReason, TokenAnchor, Usage, Value,
+    Status, StopError, StopErrorKind, StopReason, ThinkSplitter, TokenAnchor, Usage,
 };
 use futures_util::{FutureExt, StreamExt};
 use std::panic::AssertUnwindSafe;
@@ -249,9 +249,11 @@ impl<'a> Run<'a> {
             chat.clone(),
         )
         .await;
+        let before = self.usage;
+        let sent = self.agent.history.len();
         let usage = self.settle_usage(&turn);
         spans::finish_chat(&chat, usage, streamed.as_ref().err());
-        let step = StepCost {
+        let mut step = StepCost {
             step: self.steps,
             usage,
             model_seconds: called.elapsed().as_secs_f64(),
@@ -262,8 +264,8 @@ impl<'a> Run<'a> {
         }
 
         let kept = match turn.outcome(self.recoveries < MAX_OUTPUT_RECOVERIES) {
-            Outcome::Resume { interrupted } => {
-                self.resume(turn, interrupted).await;
+            Outcome::Resume(cut) => {
+                self.resume(turn, cut).await;
                 self.emit.emit(step.event(None)).await;
                 return Ok(());
             }
@@ -279,13 +281,28 @@ impl<'a> Run<'a> {
         let text = std::mem::take(&mut turn.text);
         let thinking = std::mem::take(&mut turn.thinking);
         match kept {
-            Kept::Code { code, unclosed } => {
+            Kept::Code {
+                code,
+                unclosed,
+                tool,
+            } => {
                 self.emit
                     .emit(Event::Code {
                         code: code.clone(),
                         unclosed,
+                        tool_call: tool.clone(),
                     })
                     .await;
+                // Code from a tool call is recorded as the block it stands for: the request
+                // advertises no tools, and the next one stays valid for every provider.
+                let text = match &tool {
+                    Some(_) => {
+                        let tag = &self.agent.config.python_block_identifier;
+                        let gap = if text.trim().is_empty() { "" } else { "\n\n" };
+                        format!("{}{gap}```{tag}\n{code}\n```", text.trim_end())
+                    }
+                    None => text,
+                };
                 let message = Message::code(text).with_reasoning(thinking);
                 self.agent.history.push(message);
                 let started = Instant::now();
@@ -301,6 +318,8 @@ impl<'a> Run<'a> {
                 spans::finish_cell(&cell, &event, content);
                 self.agent.history.push(result);
                 self.emit.emit(event).await;
+                self.settle_tail(&mut turn, before, &mut step.usage, sent)
+                    .await;
                 let ran = started.elapsed().as_secs_f64();
                 self.emit.emit(step.event(Some(ran))).await;
                 Ok(())
@@ -314,6 +333,31 @@ impl<'a> Run<'a> {
                     .emit(Event::FinalResponse {
                         content: self.final_content.clone(),
                     })
+                    .await;
+                self.emit.emit(step.event(None)).await;
+                Ok(())
+            }
+            Kept::ToolCalls => {
+                let names: Vec<String> = turn
+                    .tool_calls
+                    .calls()
+                    .map(|call| tools::display_name(&call.name).to_owned())
+                    .collect();
+                tracing::info!(tools = ?names, "the answer called tools; telling the model there are none");
+                let said = if text.trim().is_empty() {
+                    tools::rendered(&turn.tool_calls)
+                } else {
+                    text
+                };
+                self.agent
+                    .history
+                    .push(Message::assistant(said).with_reasoning(thinking));
+                let tag = &self.agent.config.python_block_identifier;
+                self.agent
+                    .history
+                    .push(Message::user(prompt::tool_calls_unanswered(&names, tag)));
+                self.emit
+                    .emit(Event::Status(Status::ToolCallsAnswered { tools: names }))
                     .await;
                 self.emit.emit(step.event(None)).await;
                 Ok(())
@@ -337,13 +381,13 @@ impl<'a> Run<'a> {
     }
 
     /// Keeps the cut answer and asks the model to go on from where it stopped.
-    async fn resume(&mut self, mut turn: Turn, interrupted: bool) {
+    async fn resume(&mut self, mut turn: Turn, cut: Cut) {
         self.recoveries += 1;
         self.pending_text = turn.full();
-        let resume = if interrupted {
-            prompt::STREAM_INTERRUPTED_PROMPT
-        } else {
-            prompt::OUTPUT_RECOVERY_PROMPT
+        let resume = match cut {
+            Cut::Interrupted => prompt::STREAM_INTERRUPTED_PROMPT,
+            Cut::Length => prompt::OUTPUT_RECOVERY_PROMPT,
+            Cut::UnclosedThinking => prompt::UNCLOSED_THINKING_PROMPT,
         };
         // A reasoning model can spend its whole cap thinking: no empty assistant message.
         if !turn.text.is_empty() {

@@ -1,5 +1,6 @@
 //! One model call: streaming it through the fence parser, and what it came to.
 
+use super::tools::{self, ToolCalls};
 use super::*;
 
 /// How many times one call is asked again from the start after the provider reported a
@@ -19,9 +20,17 @@ pub(super) struct Turn {
     pub(super) refusal: String,
     pub(super) finish: Option<FinishReason>,
     pub(super) reported_usage: Option<Usage>,
+    /// The end of an answer stopped at its block, read in the background for its usage.
+    pub(super) tail: Option<tokio::task::JoinHandle<Option<Usage>>>,
     pub(super) code: Option<String>,
     /// The code is a block the answer ended in, without a closing fence.
     pub(super) unclosed: bool,
+    /// The content opened reasoning in tags (`<think>`) and never closed it.
+    pub(super) unclosed_thinking: bool,
+    /// Tool calls the answer made.
+    pub(super) tool_calls: ToolCalls,
+    /// The code came from the arguments of a call of this tool.
+    pub(super) tool: Option<String>,
     pub(super) stopped_at_code: bool,
     pub(super) error: Option<ModelError>,
     /// The provider reported a failure after some answer (an error event in the stream): what
@@ -43,7 +52,9 @@ impl Turn {
         format!("{}{}", self.prefix, self.text)
     }
     pub(super) fn complete(&self) -> bool {
-        self.error.is_none() && (self.code.is_some() || self.finish != Some(FinishReason::Length))
+        self.error.is_none()
+            && (self.code.is_some()
+                || (self.finish != Some(FinishReason::Length) && !self.unclosed_thinking))
     }
 
     /// What the call came to; `can_resume` says whether a cut answer may still be resumed.
@@ -54,33 +65,57 @@ impl Turn {
             return Outcome::Failed(error);
         }
         let complete = self.complete();
+        let cut = if self.error.is_some() {
+            Cut::Interrupted
+        } else if self.unclosed_thinking && self.finish != Some(FinishReason::Length) {
+            Cut::UnclosedThinking
+        } else {
+            Cut::Length
+        };
         if !complete && can_resume {
-            return Outcome::Resume {
-                interrupted: self.error.is_some(),
-            };
+            return Outcome::Resume(cut);
         }
         Outcome::Kept(match self.code.take() {
             Some(code) => Kept::Code {
                 code,
                 unclosed: self.unclosed,
+                tool: self.tool.take(),
             },
+            None if complete && !self.tool_calls.is_empty() => Kept::ToolCalls,
             None if complete => Kept::Answer,
-            None => Kept::Truncated(self.error.take().unwrap_or_else(|| {
-                ModelError::new(
+            None => Kept::Truncated(self.error.take().unwrap_or_else(|| match cut {
+                Cut::UnclosedThinking => ModelError::new(
+                    ModelErrorKind::EmptyAnswer,
+                    format!(
+                        "the model's reasoning (<think>) was never closed and no answer followed, {MAX_OUTPUT_RECOVERIES} times"
+                    ),
+                ),
+                _ => ModelError::new(
                     ModelErrorKind::Truncated,
                     format!(
                         "the answer was cut off by the output limit {MAX_OUTPUT_RECOVERIES} times and could not be resumed"
                     ),
-                )
+                ),
             })),
         })
     }
 }
 
+/// Why an answer is incomplete.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Cut {
+    /// The output cap cut it.
+    Length,
+    /// A broken stream cut it.
+    Interrupted,
+    /// It opened reasoning in tags and ended without closing them or answering.
+    UnclosedThinking,
+}
+
 /// What one model call came to.
 pub(super) enum Outcome {
-    /// Cut off (by the output cap, or a broken stream if `interrupted`): ask to resume.
-    Resume { interrupted: bool },
+    /// Cut off: ask to resume.
+    Resume(Cut),
     /// Failed before anything usable: the run ends.
     Failed(ModelError),
     /// An answer that goes into the history as it is.
@@ -89,10 +124,17 @@ pub(super) enum Outcome {
 
 /// An answer the history keeps.
 pub(super) enum Kept {
-    /// It holds a code block, to run (`unclosed`: the answer ended inside it).
-    Code { code: String, unclosed: bool },
+    /// It holds a code block, to run (`unclosed`: the answer ended inside it; `tool`: the
+    /// code was the arguments of a call of that tool).
+    Code {
+        code: String,
+        unclosed: bool,
+        tool: Option<String>,
+    },
     /// The final answer.
     Answer,
+    /// Tool calls without code: answered with a correction, and the run goes on.
+    ToolCalls,
     /// Cut off once too often: the partial answer is kept and the run ends.
     Truncated(ModelError),
 }
@@ -187,9 +229,12 @@ impl Run<'_> {
         } else {
             FenceParser::new(tag)
         };
+        // Reasoning in tags opens only an answer: a continuation is answer text.
+        let mut think = ThinkSplitter::new();
         if !turn.prefix.is_empty() {
             // Already shown by the earlier call: only the parser's state matters.
             parser.push(&turn.prefix);
+            think = ThinkSplitter::answering();
         }
         let request = self.request();
         let estimator = self.agent.estimator.as_ref();
@@ -260,39 +305,38 @@ impl Run<'_> {
                     .await;
             }
             turn.refusal.push_str(&delta.refusal);
-            if !delta.reasoning.is_empty() {
-                thinking_since.get_or_insert_with(Instant::now);
-                turn.thinking.push_str(&delta.reasoning);
-                self.emit
-                    .emit(Event::ThinkingChunk {
-                        content: delta.reasoning,
-                    })
-                    .await;
+            for piece in delta.tool_calls {
+                turn.tool_calls.push(piece);
             }
-            if delta.text.is_empty() {
-                continue;
-            }
-            self.seal_thinking(turn, &mut thinking_since).await;
-            saw_content = true;
-            turn.received.push_str(&delta.text);
-            let parsed = parser.push(&delta.text);
-            let text = parsed.text.to_owned();
-            if let Some(code) = parsed.code {
-                turn.code = Some(code.to_owned());
-            }
-            let consumed = delta.text.len() - parser.remainder().len();
-            turn.text.push_str(&delta.text[..consumed]);
-            if !text.is_empty() {
-                self.emit.emit(Event::Text { content: text }).await;
-            }
-            if parser.is_complete() && !defer {
+            saw_content |= !delta.text.is_empty();
+            let mut split = think.push(&delta.text);
+            split.reasoning.insert_str(0, &delta.reasoning);
+            self.think(turn, split.reasoning, &mut thinking_since).await;
+            if self
+                .answer_text(turn, &mut parser, &split.text, &mut thinking_since)
+                .await
+                && !defer
+            {
                 turn.stopped_at_code = true;
                 break;
             }
         }
-        // Nothing more is read from the answer: the adapter keeps the connection if the rest
-        // arrives within moments, and closes it otherwise (which stops the model generating).
-        drop(stream);
+        // Nothing more of the answer is used. Stopped at a block, its end is read for a moment
+        // in the background for the usage that follows it (while the code runs); then, or
+        // at once otherwise, the stream is dropped: the adapter keeps the connection if the
+        // rest arrives within moments, and closes it otherwise (which stops the model).
+        if turn.stopped_at_code && turn.reported_usage.is_none() {
+            turn.tail = Some(tokio::spawn(tail_usage(stream)));
+        } else {
+            drop(stream);
+        }
+        if !parser.is_complete() {
+            let last = think.finish();
+            turn.unclosed_thinking = think.is_unclosed();
+            self.think(turn, last.reasoning, &mut thinking_since).await;
+            self.answer_text(turn, &mut parser, &last.text, &mut thinking_since)
+                .await;
+        }
         self.seal_thinking(turn, &mut thinking_since).await;
         if !parser.is_complete() {
             // Held-back text is shown. An unterminated block runs only if the answer ended
@@ -314,9 +358,56 @@ impl Run<'_> {
                 turn.code = Some(code);
                 turn.unclosed = true;
             }
+            if turn.code.is_none()
+                && turn.error.is_none()
+                && let Some((call, code)) = turn.tool_calls.code()
+            {
+                tracing::info!(tool = %call.name, "the answer called a tool with code; running it as the block");
+                turn.tool = Some(tools::display_name(&call.name).to_owned());
+                turn.code = Some(code);
+            }
         }
         self.conclude(turn, defer).await;
         Ok(())
+    }
+
+    /// Reasoning (the provider's field, or tags in the content) as it streams.
+    async fn think(&self, turn: &mut Turn, reasoning: String, since: &mut Option<Instant>) {
+        if reasoning.is_empty() {
+            return;
+        }
+        since.get_or_insert_with(Instant::now);
+        turn.thinking.push_str(&reasoning);
+        self.emit
+            .emit(Event::ThinkingChunk { content: reasoning })
+            .await;
+    }
+
+    /// Answer text through the fence parser; returns true if and only if it closed the first
+    /// block.
+    async fn answer_text(
+        &self,
+        turn: &mut Turn,
+        parser: &mut FenceParser,
+        content: &str,
+        since: &mut Option<Instant>,
+    ) -> bool {
+        if content.is_empty() || parser.is_complete() {
+            return false;
+        }
+        self.seal_thinking(turn, since).await;
+        turn.received.push_str(content);
+        let parsed = parser.push(content);
+        let text = parsed.text.to_owned();
+        if let Some(code) = parsed.code {
+            turn.code = Some(code.to_owned());
+        }
+        let consumed = content.len() - parser.remainder().len();
+        turn.text.push_str(&content[..consumed]);
+        if !text.is_empty() {
+            self.emit.emit(Event::Text { content: text }).await;
+        }
+        parser.is_complete()
     }
 
     pub(super) async fn seal_thinking(&self, turn: &Turn, since: &mut Option<Instant>) {
@@ -339,7 +430,10 @@ impl Run<'_> {
             return;
         }
         let filtered = turn.finish == Some(FinishReason::ContentFilter);
-        let nothing = turn.text.is_empty() && turn.thinking.is_empty() && turn.refusal.is_empty();
+        let nothing = turn.text.is_empty()
+            && turn.thinking.is_empty()
+            && turn.refusal.is_empty()
+            && turn.tool_calls.is_empty();
         if turn.finish.is_none() && !turn.stopped_at_code && nothing {
             // What llama.cpp does when the prompt exceeds its context: a 200 with no content.
             turn.error = Some(ModelError::new(
@@ -381,6 +475,8 @@ impl Run<'_> {
             )
         } else if turn.finish != Some(FinishReason::Length)
             && turn.code.is_none()
+            && !turn.unclosed_thinking
+            && turn.tool_calls.is_empty()
             && turn.text.chars().all(is_py_whitespace)
         {
             (
@@ -394,6 +490,31 @@ impl Run<'_> {
         turn.error = Some(ModelError::new(kind, message));
         turn.recoverable = recoverable;
     }
+}
+
+/// How long the end of an answer is read after the block the agent stopped at, for the usage
+/// the provider reports last (a model still talking by then is cut off).
+pub(super) const TAIL_WAIT: Duration = Duration::from_millis(250);
+
+/// The most deltas of an answer's end that are read for its usage.
+const TAIL_DELTAS: usize = 256;
+
+/// Reads what follows the block the agent stopped at, for at most [`TAIL_WAIT`], and returns
+/// the usage reported there, if any.
+async fn tail_usage(mut stream: crate::DeltaStream) -> Option<Usage> {
+    let deadline = tokio::time::Instant::now() + TAIL_WAIT;
+    let mut usage = None;
+    for _ in 0..TAIL_DELTAS {
+        match tokio::time::timeout_at(deadline, stream.next()).await {
+            Ok(Some(Ok(delta))) => {
+                if let Some(reported) = delta.usage.filter(|u| u.total_tokens != 0) {
+                    usage = Some(reported);
+                }
+            }
+            Ok(Some(Err(_)) | None) | Err(_) => break,
+        }
+    }
+    usage
 }
 
 fn stalled(limit: Duration) -> ModelError {

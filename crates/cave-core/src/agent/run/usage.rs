@@ -76,4 +76,36 @@ impl Run<'_> {
         }
         usage
     }
+
+    /// The usage an answer stopped at its block reported after it (read while the code ran),
+    /// in place of the estimate `charged` when the call was settled (on top of `before`, the
+    /// run's usage until then): the run's total, the step's figure and the token anchor (on the
+    /// `sent` messages) follow it.
+    pub(super) async fn settle_tail(
+        &mut self,
+        turn: &mut Turn,
+        before: Usage,
+        charged: &mut Usage,
+        sent: usize,
+    ) {
+        let Some(tail) = turn.tail.take() else {
+            return;
+        };
+        let Ok(Some(reported)) = tail.await else {
+            return;
+        };
+        if !charged.estimated {
+            return;
+        }
+        self.usage = before + reported;
+        *charged = reported;
+        if reported.prompt_tokens > 0 {
+            let sent = &self.agent.history[..sent.min(self.agent.history.len())];
+            self.agent.anchor = Some(TokenAnchor::new(
+                sent,
+                reported.prompt_tokens,
+                self.agent.estimator.as_ref(),
+            ));
+        }
+    }
 }
