@@ -19,7 +19,7 @@ pub mod inproc {
 }
 
 #[cfg(feature = "inproc")]
-pub use cave_runtime_inproc::InProcRuntime;
+pub use cave_runtime_inproc::{InProcRuntime, StdioCapture};
 
 /// The kernel runtime: Python in a child process (feature `kernel`, on by default).
 #[cfg(feature = "kernel")]
@@ -27,8 +27,12 @@ pub mod kernel {
     pub use cave_runtime_kernel::*;
 }
 
+#[cfg(feature = "jupyter")]
+pub use cave_runtime_kernel::JupyterConfig;
 #[cfg(feature = "kernel")]
-pub use cave_runtime_kernel::KernelRuntime;
+pub use cave_runtime_kernel::{
+    KernelConfig, KernelPool, KernelRuntime, Limits, PoolConfig, Sandbox,
+};
 
 /// Model adapters: OpenAI-compatible servers and LiteLLM proxies (feature `models`, on by default).
 #[cfg(feature = "models")]
@@ -37,7 +41,10 @@ pub mod models {
 }
 
 #[cfg(feature = "models")]
-pub use cave_models::{LiteLlmModel, ModelConfig, OpenAiModel};
+pub use cave_models::{
+    ApiKey, LiteLlmModel, ModelConfig, OpenAiModel, RecordingModel, ReplayModel, RetryPolicy,
+    Retrying,
+};
 
 /// The code policy: rules checked before code runs (feature `security`, on by default).
 #[cfg(feature = "security")]

@@ -539,7 +539,7 @@ impl<W: Write> Output for Human<W> {
                 self.flush_prose()?;
                 let why = reason
                     .as_deref()
-                    .map(|r| format!(" ({})", one_line(r, 160)))
+                    .map(|r| format!(" ({})", cave_agent::one_line(r, 160)))
                     .unwrap_or_default();
                 self.warn(
                     YELLOW,
@@ -838,15 +838,4 @@ fn last_block_end(text: &str) -> Option<usize> {
         previous_blank = blank;
     }
     end
-}
-
-/// `text` on one line, at most `max` characters.
-fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() <= max {
-        return flat;
-    }
-    let mut cut: String = flat.chars().take(max).collect();
-    cut.push('…');
-    cut
 }

@@ -109,7 +109,7 @@ pub use runtime::{
     LayerState, OutputSink, Runtime, RuntimeExt, downcast_object,
 };
 pub use shape::{
-    Persisted, highest_persisted_index, persist_output, persisted_marker, preview,
+    Persisted, highest_persisted_index, one_line, persist_output, persisted_marker, preview,
     strip_persisted_preview,
 };
 pub use spooled::SpooledOutput;

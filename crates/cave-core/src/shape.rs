@@ -149,6 +149,31 @@ pub fn preview(content: &str, max: usize) -> (&str, bool) {
     (&content[..boundary], true)
 }
 
+/// `text` on one line, for a name or a reason shown inline: runs of white space and control
+/// characters as one space, at most `max` characters (cut as [`preview`] cuts, then `…`). The
+/// work is bounded by `max`, however long `text` is.
+pub fn one_line(text: &str, max: usize) -> String {
+    // Past this many bytes there are more than `max` characters: the rest is never shown.
+    let enough = max.saturating_mul(4).saturating_add(4);
+    let mut flat = String::with_capacity(text.len().min(enough));
+    for word in text
+        .split(|c: char| c.is_whitespace() || c.is_control())
+        .filter(|w| !w.is_empty())
+    {
+        if !flat.is_empty() {
+            flat.push(' ');
+        }
+        flat.push_str(word);
+        if flat.len() > enough {
+            break;
+        }
+    }
+    match preview(&flat, max) {
+        (head, true) => format!("{head}…"),
+        (_, false) => flat,
+    }
+}
+
 /// The highest `n` of a `{prefix}_{n}` variable that an execution result of the history
 /// stored its output in (0 if none), read from the messages' data, never from their text.
 pub fn highest_persisted_index(history: &[Message], prefix: &str) -> u64 {
@@ -201,6 +226,17 @@ mod unit {
         assert_eq!((head, cut), ("ab", true));
         let (head, _) = preview("👍🏽👍🏽", 1);
         assert_eq!(head, "");
+    }
+
+    #[test]
+    fn one_line_folds_white_space_and_control_characters_and_cuts_whole_graphemes() {
+        assert_eq!(one_line("  a\n\tb\u{1b}[31mc  ", 80), "a b [31mc");
+        assert_eq!(one_line("abcdef", 3), "abc…");
+        assert_eq!(one_line("abe\u{301}x", 3), "ab…");
+        assert_eq!(one_line("", 3), "");
+        // Bounded by `max`, not by the input.
+        let huge = "word ".repeat(1 << 20);
+        assert_eq!(one_line(&huge, 9), "word word…");
     }
 
     #[test]

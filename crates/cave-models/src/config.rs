@@ -207,6 +207,23 @@ pub enum ConfigError {
         /// The URL given.
         url: String,
     },
+    /// A header value (the key, the organization, the project) holds characters HTTP headers
+    /// cannot carry (a line break, say).
+    #[error(
+        "{name} cannot be sent as an HTTP header: check it for line breaks or other control characters"
+    )]
+    Header {
+        /// What was given.
+        name: &'static str,
+    },
+    /// A setting that a configured async-openai client holds was also given to the adapter.
+    #[error(
+        "{setting} is set on the async-openai client's configuration; leave it out of the ModelConfig"
+    )]
+    SetOnClient {
+        /// The setting.
+        setting: &'static str,
+    },
     /// The HTTP client could not be built.
     #[error("could not set up the HTTP client: {message}")]
     Http {

@@ -2,7 +2,9 @@
 //!
 //! # Brief overview
 //!
-//! - [`OpenAiModel`]: any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, DeepSeek…).
+//! - [`OpenAiModel`]: any OpenAI-compatible server (OpenAI, vLLM, llama.cpp, Ollama, DeepSeek…),
+//!   through async-openai's client (our own request and chunk types, with its `byot` calls);
+//!   [`OpenAiModel::from_client`] takes a configured `async_openai::Client` (Azure included).
 //! - [`LiteLlmModel`]: a LiteLLM proxy, routing `provider/model` names.
 //! - [`ModelConfig`]: where, who, what to send, how to retry ([`RetryPolicy`]); the key is an
 //!   [`ApiKey`], which never prints.
@@ -34,6 +36,7 @@ mod config;
 mod model;
 mod record;
 mod retry;
+mod transport;
 mod wire;
 
 pub use classify::{classify_http, retry_after};

@@ -16,12 +16,6 @@ pub(crate) struct RequestBody<'a> {
     pub(crate) extra: &'a Map<String, Json>,
 }
 
-impl RequestBody<'_> {
-    pub(crate) fn to_json(&self) -> serde_json::Result<Vec<u8>> {
-        serde_json::to_vec(self)
-    }
-}
-
 impl Serialize for RequestBody<'_> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
         let ours = |key: &str| !self.extra.contains_key(key);
@@ -129,39 +123,6 @@ impl Serialize for UserParts<'_> {
     }
 }
 
-/// A whole completion, as a server that ignores `stream: true` answers.
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct ChatCompletion {
-    #[serde(default)]
-    pub(crate) choices: Vec<CompletionChoice>,
-    #[serde(default)]
-    pub(crate) usage: Option<WireUsage>,
-    #[serde(default)]
-    pub(crate) error: Option<ErrorObject>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct CompletionChoice {
-    #[serde(default)]
-    pub(crate) message: Option<CompletionMessage>,
-    #[serde(default)]
-    pub(crate) finish_reason: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-pub(crate) struct CompletionMessage {
-    #[serde(default)]
-    pub(crate) content: Option<String>,
-    #[serde(default)]
-    pub(crate) reasoning_content: Option<String>,
-    #[serde(default)]
-    pub(crate) reasoning: Option<String>,
-    #[serde(default)]
-    pub(crate) refusal: Option<String>,
-    #[serde(default)]
-    pub(crate) tool_calls: Option<Vec<WireToolCall>>,
-}
-
 /// One streamed chunk. Every field is optional: providers differ, and metadata chunks (Azure
 /// filter annotations) carry none of them.
 #[derive(Debug, Default, Deserialize)]
@@ -177,7 +138,8 @@ pub(crate) struct ChatCompletionChunk {
 
 #[derive(Debug, Default, Deserialize)]
 pub(crate) struct ChunkChoice {
-    #[serde(default)]
+    /// A whole completion's `message` reads as the one delta it amounts to.
+    #[serde(default, alias = "message")]
     pub(crate) delta: Option<ChunkDelta>,
     #[serde(default)]
     pub(crate) finish_reason: Option<String>,
@@ -320,7 +282,7 @@ mod tests {
             send_reasoning: false,
             extra: &extra,
         };
-        let json: Json = serde_json::from_slice(&body.to_json().unwrap()).unwrap();
+        let json: Json = serde_json::from_slice(&serde_json::to_vec(&body).unwrap()).unwrap();
         assert_eq!(json["messages"][0]["content"], "plain");
         assert_eq!(
             json["messages"][1]["content"],
@@ -366,7 +328,8 @@ mod tests {
                 send_reasoning,
                 extra,
             };
-            let written: Json = serde_json::from_slice(&body.to_json().unwrap()).unwrap();
+            let written: Json =
+                serde_json::from_slice(&serde_json::to_vec(&body).unwrap()).unwrap();
             let expected: Json = serde_json::from_str(golden).unwrap();
             assert_eq!(written, expected);
         }

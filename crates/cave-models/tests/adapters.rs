@@ -1055,3 +1055,101 @@ async fn event_streams_are_read_as_servers_write_them() {
     assert!(error.is_none(), "{error:?}");
     assert_eq!(text_of(&deltas), "one two three");
 }
+
+/// A configured async-openai client, Azure's: its deployment path, `api-version` and `api-key`
+/// header reach the server; failures go through the adapter's own transport (a 429 with
+/// `Retry-After` is retried as announced, the key never shows); settings the client holds
+/// cannot be given twice.
+#[tokio::test]
+async fn an_azure_client_is_used_as_configured() {
+    use async_openai::config::AzureConfig;
+    let server = TestServer::start([
+        status_with(
+            429,
+            &[("retry-after", "0.05")],
+            json!({"error": {"message": "slow down, key sk-azure-0123456789abcdef", "code": "429"}}),
+        ),
+        answer("Hi from Azure", 3, "stop"),
+    ])
+    .await;
+    server.record(true);
+    let azure = || {
+        AzureConfig::new()
+            .with_api_base(server.base_url().trim_end_matches("/v1"))
+            .with_deployment_id("gpt-4o-deploy")
+            .with_api_version("2024-10-21")
+            .with_api_key("sk-azure-0123456789abcdef")
+    };
+    let model = OpenAiModel::from_client(
+        async_openai::Client::with_config(azure()),
+        ModelConfig::new("gpt-4o").retry(quick()),
+    )
+    .unwrap();
+    let (deltas, error) = collect(&model).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(text_of(&deltas), "Hi from Azure");
+    let reasons: Vec<&str> = deltas
+        .iter()
+        .filter_map(|d| d.backoff_reason.as_deref())
+        .collect();
+    assert_eq!(reasons.len(), 1, "{reasons:?}");
+    assert!(reasons[0].contains("slow down"), "{reasons:?}");
+    assert!(
+        !reasons[0].contains("sk-azure-0123456789abcdef"),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        deltas.iter().find_map(|d| d.backoff),
+        Some(Duration::from_millis(50)),
+        "Retry-After is honoured"
+    );
+    assert!(!format!("{model:?}").contains("sk-azure"));
+    let received = server.received();
+    assert_eq!(received.len(), 2);
+    let request = &received[1];
+    assert_eq!(
+        request.path,
+        "/openai/deployments/gpt-4o-deploy/chat/completions?api-version=2024-10-21"
+    );
+    assert_eq!(request.header("api-key"), Some("sk-azure-0123456789abcdef"));
+    assert_eq!(request.header("authorization"), None);
+    assert_eq!(request.body["model"], "gpt-4o");
+    assert_eq!(request.body["stream"], true);
+
+    let refused = OpenAiModel::from_client(
+        async_openai::Client::with_config(azure()),
+        ModelConfig::new("gpt-4o").base_url("http://elsewhere"),
+    );
+    let error = refused.expect_err("base_url twice");
+    assert!(error.to_string().contains("base_url"), "{error}");
+}
+
+/// `new` sends the key as a bearer token and the organisation and project headers, and
+/// nothing from the process's environment (async-openai's own `OpenAIConfig` would read
+/// `OPENAI_API_KEY`); a key that cannot be a header is a typed error, not a panic.
+#[tokio::test]
+async fn new_sends_what_the_config_says_and_nothing_else() {
+    let server = TestServer::start([answer("Hi", 2, "stop"), answer("Hi", 2, "stop")]).await;
+    server.record(true);
+    let model = OpenAiModel::new(config(&server).organization("org-1").project("proj-1")).unwrap();
+    let (_, error) = collect(&model).await;
+    assert!(error.is_none(), "{error:?}");
+    let keyless = OpenAiModel::new(ModelConfig::new("m").base_url(server.base_url())).unwrap();
+    let (_, error) = collect(&keyless).await;
+    assert!(error.is_none(), "{error:?}");
+    let received = server.received();
+    assert_eq!(received[0].path, "/v1/chat/completions");
+    assert_eq!(
+        received[0].header("authorization"),
+        Some(format!("Bearer {KEY}").as_str())
+    );
+    assert_eq!(received[0].header("openai-organization"), Some("org-1"));
+    assert_eq!(received[0].header("openai-project"), Some("proj-1"));
+    assert_eq!(received[0].header("accept"), Some("text/event-stream"));
+    assert_eq!(received[1].header("authorization"), None);
+
+    let error = OpenAiModel::new(ModelConfig::new("m").api_key(ApiKey::new("sk-bad\nkey")))
+        .expect_err("a line break in the key");
+    assert!(error.to_string().contains("API key"), "{error}");
+    assert!(!error.to_string().contains("sk-bad"), "{error}");
+}

@@ -1,4 +1,5 @@
-//! The Python that cave-agent's runtimes run, as embedded sources: data, no libpython.
+//! The Python that cave-agent's runtimes run, as embedded sources, and the interpreter they
+//! run it with (found and questioned as a child process: no libpython is linked).
 //!
 //! Both runtimes (in-process and kernel) load the same executor, so the same cell gives the
 //! same output on either. The module runs cells (`run_cell`: compile with `ast`, echo a

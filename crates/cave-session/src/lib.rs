@@ -212,7 +212,11 @@ impl Restored {
         if self.restored.is_empty() {
             line.push_str("nothing");
         } else {
-            line.push_str(&listed(self.restored.iter().map(|name| one_line(name, 80))));
+            line.push_str(&listed(
+                self.restored
+                    .iter()
+                    .map(|name| cave_core::one_line(name, 80)),
+            ));
         }
         if !self.not_restored.is_empty() {
             line.push_str("; not restored: ");
@@ -233,11 +237,11 @@ impl SaveReport {
 /// `name (why)` items, listed as [`listed`] does.
 fn named(items: &[(String, String)]) -> String {
     listed(items.iter().map(|(name, why)| {
-        let name = one_line(name, 80);
+        let name = cave_core::one_line(name, 80);
         if why.is_empty() {
             name
         } else {
-            format!("{name} ({})", one_line(why, 120))
+            format!("{name} ({})", cave_core::one_line(why, 120))
         }
     }))
 }
@@ -253,18 +257,6 @@ fn listed(items: impl ExactSizeIterator<Item = String>) -> String {
         shown.push(format!("and {} more", total - LINE_NAMES));
     }
     shown.join(", ")
-}
-
-/// `text` on one line (control characters as spaces), at most `max` characters.
-fn one_line(text: &str, max: usize) -> String {
-    let flat: String = text
-        .chars()
-        .map(|c| if c.is_control() { ' ' } else { c })
-        .collect();
-    match flat.char_indices().nth(max) {
-        Some((at, _)) => format!("{}…", &flat[..at]),
-        None => flat,
-    }
 }
 
 #[derive(Deserialize)]

@@ -175,10 +175,6 @@ fn split(text: &str) -> Option<(&str, &str)> {
     None
 }
 
-fn one_line(text: &str) -> String {
-    text.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
 /// Reads and checks one SKILL.md: the skill and a warning, or every problem.
 pub(crate) fn read_skill(file: &Path) -> Result<(Skill, Option<String>), Vec<SkillError>> {
     let fail = |field: Option<&str>, message: String| vec![SkillError::new(file, field, message)];
@@ -195,7 +191,7 @@ pub(crate) fn read_skill(file: &Path) -> Result<(Skill, Option<String>), Vec<Ski
             None,
             format!(
                 "the frontmatter is not valid YAML: {}",
-                one_line(&e.to_string())
+                cave_core::one_line(&e.to_string(), usize::MAX)
             ),
         )
     })?;
