@@ -122,13 +122,12 @@ fn every_library_crate_is_listed() {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .parent()
         .unwrap();
-    let mut found: Vec<String> = std::fs::read_dir(root.join("crates"))
-        .unwrap()
-        .flatten()
-        .filter(|e| e.path().join("src/lib.rs").is_file())
+    let mut found: Vec<String> = crate::crate_dirs(root)
+        .into_iter()
+        .filter(|dir| dir.join("src/lib.rs").is_file())
+        .filter_map(|dir| Some(dir.file_name()?.to_string_lossy().into_owned()))
         // The CLI is a program (its library is its own), checked with the workspace.
-        .filter(|e| e.file_name() != "cave-cli")
-        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name != "cave-cli")
         .collect();
     found.sort();
     let mut listed: Vec<String> = CRATES.iter().map(|c| c.to_string()).collect();

@@ -1,5 +1,5 @@
 //! `cargo xtask test-live [--provider openai|litellm]`: the live suite
-//! (`crates/cave-agent/tests/live.rs`) against the endpoint in `LLM_MODEL_ID` / `LLM_BASE_URL`
+//! (`cave-agent/tests/live.rs`) against the endpoint in `LLM_MODEL_ID` / `LLM_BASE_URL`
 //! / `LLM_API_KEY`, one test at a time, then a summary of its results: structure checks
 //! (which must pass) and the task pass rate (for information), with the wall time.
 //! `--local`: against the local model, directly and through LiteLLM (what CI runs).

@@ -144,6 +144,24 @@ fn test_command(extra: &[String]) -> Vec<&str> {
     command
 }
 
+/// The workspace's crates, as the design card lays them out: the directories at the
+/// repository's root named `cave-*` that hold a `Cargo.toml`, sorted.
+#[cfg(test)]
+fn crate_dirs(root: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut dirs: Vec<_> = std::fs::read_dir(root)
+        .unwrap()
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|dir| {
+            dir.file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("cave-"))
+                && dir.join("Cargo.toml").is_file()
+        })
+        .collect();
+    dirs.sort();
+    dirs
+}
+
 #[cfg(test)]
 mod test_command_tests {
     use super::test_command;
@@ -290,8 +308,7 @@ mod tidy {
 
     #[test]
     fn every_crate_readme_has_an_example_that_is_compiled() {
-        for entry in std::fs::read_dir(root().join("crates")).unwrap() {
-            let dir = entry.unwrap().path();
+        for dir in crate::crate_dirs(&root()) {
             let readme = std::fs::read_to_string(dir.join("README.md"))
                 .unwrap_or_else(|_| panic!("{} has no README.md", dir.display()));
             assert!(
@@ -310,8 +327,8 @@ mod tidy {
 
     #[test]
     fn library_crates_document_everything() {
-        for entry in std::fs::read_dir(root().join("crates")).unwrap() {
-            let lib = entry.unwrap().path().join("src/lib.rs");
+        for dir in crate::crate_dirs(&root()) {
+            let lib = dir.join("src/lib.rs");
             let Ok(source) = std::fs::read_to_string(&lib) else {
                 continue;
             };
@@ -347,19 +364,19 @@ mod tidy {
     #[test]
     fn the_environment_is_read_only_where_the_architecture_says() {
         const ALLOWED: &[&str] = &[
-            "crates/cave-cli/src/config.rs",
-            "crates/cave-testing/src/fuzz.rs",
-            "crates/cave-testing/src/phoenix.rs",
-            "crates/cave-testing/src/contract/display.rs",
-            "crates/cave-models/src/config.rs",
-            "crates/cave-python/src/report.rs",
-            "crates/cave-python/src/interpreter.rs",
-            "crates/cave-runtime-kernel/src/environment.rs",
-            "crates/cave-otel/src/lib.rs",
+            "cave-cli/src/config.rs",
+            "cave-testing/src/fuzz.rs",
+            "cave-testing/src/phoenix.rs",
+            "cave-testing/src/contract/display.rs",
+            "cave-models/src/config.rs",
+            "cave-python/src/report.rs",
+            "cave-python/src/interpreter.rs",
+            "cave-runtime-kernel/src/environment.rs",
+            "cave-otel/src/lib.rs",
         ];
         let mut sources = Vec::new();
-        for entry in std::fs::read_dir(root().join("crates")).unwrap() {
-            files(&entry.unwrap().path().join("src"), ".rs", &mut sources);
+        for dir in crate::crate_dirs(&root()) {
+            files(&dir.join("src"), ".rs", &mut sources);
         }
         assert!(sources.len() > 20, "found the sources");
         for path in sources {
@@ -386,7 +403,7 @@ mod tidy {
     }
 
     /// Every file or directory ARCHITECTURE.md names exists: a path in backticks that ends in
-    /// a file extension or `/` is looked up from the root, from `crates/`, and, under a
+    /// a file extension or `/` is looked up from the root and, under a
     /// crate's heading, from the crate and its `src/`, `tests/`, `benches/`, `examples/` and
     /// `python/`; a bare file name (`turn.rs`) must be a file of the crate under whose heading
     /// it stands, or of any crate outside those headings.
@@ -420,7 +437,7 @@ mod tidy {
                     continue;
                 }
                 checked += 1;
-                let mut bases = vec![root(), root().join("crates")];
+                let mut bases = vec![root()];
                 if let Some(dir) = &section {
                     bases.push(dir.clone());
                     for sub in ["src", "tests", "benches", "examples", "python"] {
@@ -430,8 +447,12 @@ mod tidy {
                 let found = if token.contains('/') {
                     bases.iter().any(|base| base.join(token).exists())
                 } else {
-                    let within = section.clone().unwrap_or_else(|| root().join("crates"));
-                    has_file_named(&within, token)
+                    match &section {
+                        Some(dir) => has_file_named(dir, token),
+                        None => crate::crate_dirs(&root())
+                            .iter()
+                            .any(|dir| has_file_named(dir, token)),
+                    }
                 };
                 if !found {
                     missing.push(format!("{token} (line: {})", line.trim()));

@@ -192,10 +192,9 @@ fn circle(graph: &Graph) -> Option<Vec<String>> {
 #[test]
 fn no_import_circle_between_the_modules_of_a_crate() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap();
-    let mut crates: Vec<PathBuf> = std::fs::read_dir(root.join("crates"))
-        .unwrap()
-        .flatten()
-        .map(|e| e.path().join("src"))
+    let mut crates: Vec<PathBuf> = crate::crate_dirs(root)
+        .into_iter()
+        .map(|dir| dir.join("src"))
         .filter(|src| src.is_dir())
         .collect();
     crates.push(root.join("xtask/src"));
