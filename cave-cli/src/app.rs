@@ -1135,10 +1135,7 @@ fn compactor(
     summarizer: Arc<dyn Model>,
     context_window: u64,
 ) -> ContextCompactor {
-    let summarizer_id = summarizer.info().id;
-    let mut compactor = ContextCompactor::new(summarizer)
-        .with_context_window(context_window)
-        .with_estimator(cave_agent::compact::estimator_for(&summarizer_id));
+    let mut compactor = ContextCompactor::new(summarizer).with_context_window(context_window);
     if let Some(tokens) = model.info().max_output_tokens {
         compactor = compactor.with_output_reserve(u64::from(tokens));
     }

@@ -59,8 +59,7 @@ fn estimation(c: &mut Criterion) {
 }
 
 fn microcompaction(c: &mut Criterion) {
-    let compactor =
-        ContextCompactor::new(Arc::new(ScriptedModel::new([]))).with_estimator(ScriptEstimator);
+    let compactor = ContextCompactor::new(Arc::new(ScriptedModel::new([])));
     let mut history = vec![Message::system("sys")];
     for i in 0..500 {
         history.push(Message::code(format!(
@@ -70,7 +69,7 @@ fn microcompaction(c: &mut Criterion) {
     }
     assert_eq!(history.len(), 1_001);
     c.bench_function("microcompact_1000_messages", |b| {
-        b.iter(|| black_box(compactor.microcompact(black_box(&history))))
+        b.iter(|| black_box(compactor.microcompact(black_box(&history), &ScriptEstimator)))
     });
 }
 

@@ -3,8 +3,8 @@
 //! Every agent estimates with cave-core's [`ScriptEstimator`](cave_core::ScriptEstimator) and
 //! compacts with its `ContextCompactor`; this crate adds exact counts where the tokenizer is
 //! known. [`TiktokenEstimator`] counts with an OpenAI encoding; [`estimator_for`] picks it for
-//! OpenAI model ids and the script-aware heuristic otherwise. Give it to the agent and to its
-//! compactor:
+//! OpenAI model ids and the script-aware heuristic otherwise. Give it to the agent, which
+//! hands it to its compactor at every call:
 //!
 //! ```
 //! use cave_compact::estimator_for;

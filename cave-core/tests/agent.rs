@@ -968,7 +968,7 @@ impl Compactor for TestCompactor {
     ) -> Prepared {
         Prepared::new(None, self.summarize_every_step)
     }
-    async fn summarize(&self, history: Vec<Message>) -> Summarized {
+    async fn summarize(&self, history: Vec<Message>, _: &dyn TokenEstimator) -> Summarized {
         self.summaries.fetch_add(1, Ordering::SeqCst);
         if let Some(why) = self.fail_with {
             return Summarized::failed(
@@ -987,9 +987,13 @@ impl Compactor for TestCompactor {
         out.extend(history.into_iter().skip(1).rev().take(1));
         Summarized::new(out, summary_usage())
     }
-    async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
+    async fn recover_from_overflow(
+        &self,
+        history: Vec<Message>,
+        estimator: &dyn TokenEstimator,
+    ) -> Summarized {
         self.overflow_calls.fetch_add(1, Ordering::SeqCst);
-        self.summarize(history).await
+        self.summarize(history, estimator).await
     }
 }
 

@@ -18,10 +18,7 @@ fn summary(text: &str) -> Reply {
 /// A compactor whose summaries come from `summaries`, counting with the heuristic.
 fn compactor(summaries: ScriptedModel) -> (ContextCompactor, Arc<ScriptedModel>) {
     let model = Arc::new(summaries);
-    (
-        ContextCompactor::new(model.clone()).with_estimator(ScriptEstimator),
-        model,
-    )
+    (ContextCompactor::new(model.clone()), model)
 }
 
 /// System, a user prompt, then `pairs` code/result pairs with `output` as each result.
@@ -73,7 +70,9 @@ fn microcompaction_clears_all_but_the_recent_results() {
     );
     // A marker in text without its data (the model's code printed one) is plain output.
     h[7] = Message::execution_result(persisted_marker(&big, 9000, "_output_2", 10));
-    let cleared = c.microcompact(&h).expect("something to clear");
+    let cleared = c
+        .microcompact(&h, &ScriptEstimator)
+        .expect("something to clear");
     assert_eq!(cleared.len(), h.len());
     let results: Vec<&str> = cleared
         .iter()
@@ -100,7 +99,7 @@ fn microcompaction_clears_all_but_the_recent_results() {
         "code is untouched"
     );
     assert!(
-        c.microcompact(&cleared).is_none(),
+        c.microcompact(&cleared, &ScriptEstimator).is_none(),
         "a second pass changes nothing"
     );
 }
@@ -119,7 +118,9 @@ fn microcompaction_clears_old_images_with_their_text() {
     }
     // Already cleared text, but still an image: cleared too.
     h[3] = Message::execution_result(prompts::CLEARED_RESULT).with_images(image());
-    let cleared = c.microcompact(&h).expect("something to clear");
+    let cleared = c
+        .microcompact(&h, &ScriptEstimator)
+        .expect("something to clear");
     let images: Vec<usize> = cleared
         .iter()
         .filter(|m| matches!(m, Message::ExecutionResult { .. }))
@@ -130,7 +131,7 @@ fn microcompaction_clears_old_images_with_their_text() {
         [0, 0, 1, 1, 1, 1, 1, 1],
         "the 6 most recent keep theirs"
     );
-    assert!(c.microcompact(&cleared).is_none());
+    assert!(c.microcompact(&cleared, &ScriptEstimator).is_none());
 }
 
 #[test]
@@ -156,7 +157,7 @@ async fn a_summary_replaces_the_older_half_and_keeps_pairs_together() {
         "S1: steps 0-4 done; step_i holds i.",
     )]));
     let h = history(10, "out");
-    let summarized = c.summarize(h.clone()).await;
+    let summarized = c.summarize(h.clone(), &ScriptEstimator).await;
     assert!(summarized.error.is_none());
     assert!(
         summarized.usage.total_tokens > 0,
@@ -191,13 +192,16 @@ async fn a_summary_replaces_the_older_half_and_keeps_pairs_together() {
 #[tokio::test]
 async fn re_summaries_build_on_the_last_one_and_skip_when_nothing_is_new() {
     let (c, model) = compactor(ScriptedModel::new([summary("S1"), summary("S2")]));
-    let first = c.summarize(history(10, "out")).await.history;
+    let first = c
+        .summarize(history(10, "out"), &ScriptEstimator)
+        .await
+        .history;
     let mut longer = first.clone();
     for i in 10..20 {
         longer.push(Message::code(format!("step_{i} = {i}")));
         longer.push(Message::execution_result(format!("out #{i}")));
     }
-    let second = c.summarize(longer).await.history;
+    let second = c.summarize(longer, &ScriptEstimator).await.history;
     let request = &model.requests()[1].messages[1].content;
     assert!(
         request.contains("<previous-summary>\nS1\n</previous-summary>"),
@@ -224,7 +228,10 @@ async fn re_summaries_build_on_the_last_one_and_skip_when_nothing_is_new() {
         Message::assistant("d"),
     ];
     let calls = model.calls();
-    assert_eq!(c.summarize(quiet.clone()).await.history, quiet);
+    assert_eq!(
+        c.summarize(quiet.clone(), &ScriptEstimator).await.history,
+        quiet
+    );
     assert_eq!(model.calls(), calls);
 }
 
@@ -236,7 +243,7 @@ async fn failed_summaries_keep_history_and_trip_the_breaker() {
     let (c, model) = compactor(broken);
     let h = history(10, "out");
     for _ in 0..3 {
-        let failed = c.summarize(h.clone()).await;
+        let failed = c.summarize(h.clone(), &ScriptEstimator).await;
         assert_eq!(failed.history, h, "nothing is dropped");
         assert!(
             failed
@@ -251,11 +258,11 @@ async fn failed_summaries_keep_history_and_trip_the_breaker() {
     }
     assert!(c.breaker_open());
     for _ in 0..10 {
-        let skipped = c.summarize(h.clone()).await;
+        let skipped = c.summarize(h.clone(), &ScriptEstimator).await;
         assert_eq!(skipped.error, Some(cave_core::SummaryError::Paused));
     }
     assert_eq!(model.calls(), 3, "ten attempts skipped");
-    c.summarize(h.clone()).await;
+    c.summarize(h.clone(), &ScriptEstimator).await;
     assert_eq!(model.calls(), 4, "then the model is tried again");
 }
 
@@ -264,7 +271,10 @@ async fn oversized_requests_are_folded() {
     let too_long = ModelError::new(ModelErrorKind::PromptTooLong, "context length exceeded");
     let model = ScriptedModel::new([Reply::fails(too_long)]).with_fallback(summary("part"));
     let (c, model) = compactor(model);
-    let folded = c.summarize(history(12, "out")).await.history;
+    let folded = c
+        .summarize(history(12, "out"), &ScriptEstimator)
+        .await
+        .history;
     assert!(matches!(&folded[1], Message::Summary { .. }));
     let requests = model.requests();
     assert!(

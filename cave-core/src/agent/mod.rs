@@ -73,7 +73,9 @@ pub struct Agent {
     displays: u64,
 }
 
-/// The agent's resolved settings (see [`AgentBuilder`] for each).
+/// The agent's settings (see [`AgentBuilder`] for each): the builder holds them as given,
+/// and `build` checks them and completes the two it derives (the output prefix, the system
+/// instructions).
 #[derive(Clone, Debug)]
 struct Config {
     max_steps: u32,
@@ -87,7 +89,7 @@ struct Config {
     persisted_output_prefix: String,
     stream_idle_timeout: Option<Duration>,
     instructions: String,
-    /// Already formatted with the block identifier.
+    /// Formatted with the block identifier by `build`.
     system_instructions: String,
     prompt_template: String,
     python_block_identifier: String,
@@ -237,24 +239,8 @@ pub struct AgentBuilder {
     policy: Option<Arc<dyn CodePolicy>>,
     compactor: Option<Arc<dyn Compactor>>,
     estimator: Option<Arc<dyn TokenEstimator>>,
-    max_steps: u32,
-    max_run_time: Option<Duration>,
-    max_total_tokens: Option<u64>,
-    max_input_tokens: Option<u64>,
-    max_output_tokens: Option<u64>,
-    max_exec_timeout: Option<Duration>,
-    max_exec_output: usize,
-    exec_output_preview_chars: usize,
-    persisted_output_prefix: String,
-    stream_idle_timeout: Option<Duration>,
-    instructions: String,
-    system_instructions: String,
-    prompt_template: String,
-    python_block_identifier: String,
-    skills: Option<String>,
-    display_dir: Option<std::path::PathBuf>,
-    image_budget: Option<u64>,
-    trace_content: bool,
+    /// The settings as given (checked and completed by `build`).
+    config: Config,
     history: Vec<Message>,
     sub_agents: Vec<Arc<SubAgent>>,
     approver: Option<Arc<announce::Announcing>>,
@@ -270,24 +256,26 @@ impl AgentBuilder {
             policy: None,
             compactor: None,
             estimator: None,
-            max_steps: 10,
-            max_run_time: None,
-            max_total_tokens: None,
-            max_input_tokens: None,
-            max_output_tokens: None,
-            max_exec_timeout: None,
-            max_exec_output: DEFAULT_MAX_EXEC_OUTPUT,
-            exec_output_preview_chars: DEFAULT_PREVIEW_CHARS,
-            persisted_output_prefix: DEFAULT_PERSISTED_PREFIX.to_owned(),
-            stream_idle_timeout: Some(Duration::from_secs(120)),
-            instructions: prompt::DEFAULT_INSTRUCTIONS.to_owned(),
-            system_instructions: prompt::DEFAULT_SYSTEM_INSTRUCTIONS.to_owned(),
-            prompt_template: prompt::DEFAULT_SYSTEM_PROMPT_TEMPLATE.to_owned(),
-            python_block_identifier: "python".to_owned(),
-            skills: None,
-            display_dir: None,
-            image_budget: None,
-            trace_content: false,
+            config: Config {
+                max_steps: 10,
+                max_run_time: None,
+                max_total_tokens: None,
+                max_input_tokens: None,
+                max_output_tokens: None,
+                max_exec_timeout: None,
+                max_exec_output: DEFAULT_MAX_EXEC_OUTPUT,
+                exec_output_preview_chars: DEFAULT_PREVIEW_CHARS,
+                persisted_output_prefix: DEFAULT_PERSISTED_PREFIX.to_owned(),
+                stream_idle_timeout: Some(Duration::from_secs(120)),
+                instructions: prompt::DEFAULT_INSTRUCTIONS.to_owned(),
+                system_instructions: prompt::DEFAULT_SYSTEM_INSTRUCTIONS.to_owned(),
+                prompt_template: prompt::DEFAULT_SYSTEM_PROMPT_TEMPLATE.to_owned(),
+                python_block_identifier: "python".to_owned(),
+                skills: None,
+                display_dir: None,
+                image_budget: None,
+                trace_content: false,
+            },
             history: Vec::new(),
             sub_agents: Vec::new(),
             approver: None,
@@ -301,7 +289,7 @@ impl AgentBuilder {
     /// carry names, models, token counts and outcomes only). The spans follow the
     /// OpenTelemetry GenAI conventions; any `tracing` subscriber receives them.
     pub fn trace_content(&mut self, on: bool) -> &mut Self {
-        self.trace_content = on;
+        self.config.trace_content = on;
         self
     }
 
@@ -351,7 +339,7 @@ impl AgentBuilder {
     /// runtime. An empty listing means no skills.
     pub fn skills(&mut self, listing: impl Into<String>) -> &mut Self {
         let listing = listing.into();
-        self.skills = (!listing.trim().is_empty()).then_some(listing);
+        self.config.skills = (!listing.trim().is_empty()).then_some(listing);
         self
     }
 
@@ -360,7 +348,7 @@ impl AgentBuilder {
     /// needed); each `display` event names its files, and the model reads the names. Default:
     /// none, no files (the items are still in the events and the response).
     pub fn display_dir(&mut self, dir: impl Into<std::path::PathBuf>) -> &mut Self {
-        self.display_dir = Some(dir.into());
+        self.config.display_dir = Some(dir.into());
         self
     }
 
@@ -369,85 +357,86 @@ impl AgentBuilder {
     /// them a result by the estimator's count (the rest are named, not sent). Old results'
     /// images are cleared with their text when the history is compacted. Default: off.
     pub fn vision(&mut self, on: bool) -> &mut Self {
-        self.image_budget = on.then_some(self.image_budget.unwrap_or(DEFAULT_IMAGE_TOKENS));
+        self.config.image_budget =
+            on.then_some(self.config.image_budget.unwrap_or(DEFAULT_IMAGE_TOKENS));
         self
     }
 
     /// The tokens of images sent with one execution result (turns vision on).
     pub fn max_image_tokens(&mut self, tokens: u64) -> &mut Self {
-        self.image_budget = Some(tokens);
+        self.config.image_budget = Some(tokens);
         self
     }
 
     /// Model calls per run, recovery calls included (default 10).
     pub fn max_steps(&mut self, steps: u32) -> &mut Self {
-        self.max_steps = steps;
+        self.config.max_steps = steps;
         self
     }
     /// Wall time per run, checked between steps (default none).
     pub fn max_run_time(&mut self, limit: Duration) -> &mut Self {
-        self.max_run_time = Some(limit);
+        self.config.max_run_time = Some(limit);
         self
     }
     /// Tokens per run, prompt and completion together, checked between steps.
     pub fn max_total_tokens(&mut self, tokens: u64) -> &mut Self {
-        self.max_total_tokens = Some(tokens);
+        self.config.max_total_tokens = Some(tokens);
         self
     }
     /// Prompt tokens per run, checked between steps.
     pub fn max_input_tokens(&mut self, tokens: u64) -> &mut Self {
-        self.max_input_tokens = Some(tokens);
+        self.config.max_input_tokens = Some(tokens);
         self
     }
     /// Completion tokens per run, checked between steps.
     pub fn max_output_tokens(&mut self, tokens: u64) -> &mut Self {
-        self.max_output_tokens = Some(tokens);
+        self.config.max_output_tokens = Some(tokens);
         self
     }
     /// Time limit per execution; needs a runtime that can be interrupted.
     pub fn max_exec_timeout(&mut self, limit: Duration) -> &mut Self {
-        self.max_exec_timeout = Some(limit);
+        self.config.max_exec_timeout = Some(limit);
         self
     }
     /// Longest output (in characters) sent to the model inline (default 5000); longer output
     /// is stored in the runtime and the model gets a marker with a preview.
     pub fn max_exec_output(&mut self, chars: usize) -> &mut Self {
-        self.max_exec_output = chars;
+        self.config.max_exec_output = chars;
         self
     }
     /// Length of that preview in characters (default 2000; 0 for none).
     pub fn exec_output_preview_chars(&mut self, chars: usize) -> &mut Self {
-        self.exec_output_preview_chars = chars;
+        self.config.exec_output_preview_chars = chars;
         self
     }
     /// Prefix of the variables large output is stored in (default `_output`: `_output_1`, …).
     pub fn persisted_output_prefix(&mut self, prefix: impl Into<String>) -> &mut Self {
-        self.persisted_output_prefix = prefix.into();
+        self.config.persisted_output_prefix = prefix.into();
         self
     }
     /// Longest wait for the model's next delta, connecting included (default 120 s).
     pub fn stream_idle_timeout(&mut self, limit: Option<Duration>) -> &mut Self {
-        self.stream_idle_timeout = limit;
+        self.config.stream_idle_timeout = limit;
         self
     }
     /// Who the agent is (the prompt's first paragraph).
     pub fn instructions(&mut self, text: impl Into<String>) -> &mut Self {
-        self.instructions = text.into();
+        self.config.instructions = text.into();
         self
     }
     /// How the agent works; `{python_block_identifier}` is replaced, `{{`/`}}` are braces.
     pub fn system_instructions(&mut self, text: impl Into<String>) -> &mut Self {
-        self.system_instructions = text.into();
+        self.config.system_instructions = text.into();
         self
     }
     /// The system prompt's layout (see [`prompt::DEFAULT_SYSTEM_PROMPT_TEMPLATE`]).
     pub fn prompt_template(&mut self, template: impl Into<String>) -> &mut Self {
-        self.prompt_template = template.into();
+        self.config.prompt_template = template.into();
         self
     }
     /// The fence tag of executable blocks (default `python`).
     pub fn python_block_identifier(&mut self, tag: impl Into<String>) -> &mut Self {
-        self.python_block_identifier = tag.into();
+        self.config.python_block_identifier = tag.into();
         self
     }
     /// The conversation to continue (e.g. a saved history).
@@ -479,19 +468,19 @@ impl AgentBuilder {
 
     /// Checks the settings and builds the agent.
     pub fn build(&self) -> Result<Agent, BuildError> {
-        if self.max_exec_timeout.is_some() && self.runtime.interrupter().is_none() {
+        if self.config.max_exec_timeout.is_some() && self.runtime.interrupter().is_none() {
             return Err(BuildError::ExecTimeoutNeedsInterrupt);
         }
-        if self.max_exec_timeout.is_some_and(|t| t.is_zero()) {
+        if self.config.max_exec_timeout.is_some_and(|t| t.is_zero()) {
             return Err(BuildError::ZeroExecTimeout);
         }
-        let tag = &self.python_block_identifier;
+        let tag = &self.config.python_block_identifier;
         if tag.is_empty() || tag.chars().any(|c| c.is_whitespace() || c == '`') {
             return Err(BuildError::BlockIdentifier {
                 identifier: tag.clone(),
             });
         }
-        let prefix = &self.persisted_output_prefix;
+        let prefix = &self.config.persisted_output_prefix;
         let prefix = validate_name(NameKind::Prefix, &format!("{prefix}_1"))
             .map(|name| name[..name.len() - 2].to_owned())
             .map_err(|source| BuildError::PersistedOutputPrefix {
@@ -499,7 +488,7 @@ impl AgentBuilder {
                 source,
             })?;
         let system_instructions = prompt::render_template(
-            &self.system_instructions,
+            &self.config.system_instructions,
             &[("python_block_identifier", tag)],
         )
         .map_err(|source| BuildError::Template {
@@ -510,7 +499,7 @@ impl AgentBuilder {
             .iter()
             .map(|&k| (k, ""))
             .collect();
-        prompt::render_template(&self.prompt_template, &known).map_err(|source| {
+        prompt::render_template(&self.config.prompt_template, &known).map_err(|source| {
             BuildError::Template {
                 which: "prompt_template",
                 source,
@@ -538,24 +527,10 @@ impl AgentBuilder {
             estimator,
             persisted_floor: highest_persisted_index(&self.history, &prefix) + 1,
             config: Config {
-                max_steps: self.max_steps,
-                max_run_time: self.max_run_time,
-                max_total_tokens: self.max_total_tokens,
-                max_input_tokens: self.max_input_tokens,
-                max_output_tokens: self.max_output_tokens,
-                max_exec_timeout: self.max_exec_timeout,
-                max_exec_output: self.max_exec_output,
-                exec_output_preview_chars: self.exec_output_preview_chars,
                 persisted_output_prefix: prefix,
-                stream_idle_timeout: self.stream_idle_timeout,
-                instructions: self.instructions.clone(),
                 system_instructions,
-                prompt_template: self.prompt_template.clone(),
                 python_block_identifier: tag.clone(),
-                skills: self.skills.clone(),
-                display_dir: self.display_dir.clone(),
-                image_budget: self.image_budget,
-                trace_content: self.trace_content,
+                ..self.config.clone()
             },
             history: self.history.clone(),
             anchor: None,

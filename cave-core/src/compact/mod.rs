@@ -208,12 +208,19 @@ pub trait Compactor: Send + Sync {
     }
 
     /// Summarizes older history; the history unchanged (with the error) if that fails.
-    async fn summarize(&self, history: Vec<Message>) -> Summarized {
+    /// `estimator` is the agent's, as in [`prepare`](Compactor::prepare).
+    async fn summarize(&self, history: Vec<Message>, estimator: &dyn TokenEstimator) -> Summarized {
+        let _ = estimator;
         Summarized::unchanged(history)
     }
 
     /// Shrinks a history the provider rejected as too long.
-    async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
+    async fn recover_from_overflow(
+        &self,
+        history: Vec<Message>,
+        estimator: &dyn TokenEstimator,
+    ) -> Summarized {
+        let _ = estimator;
         Summarized::unchanged(history)
     }
 }
@@ -236,11 +243,19 @@ macro_rules! forward_compactor {
             ) -> Prepared {
                 (**self).prepare(history, anchor, estimator)
             }
-            async fn summarize(&self, history: Vec<Message>) -> Summarized {
-                (**self).summarize(history).await
+            async fn summarize(
+                &self,
+                history: Vec<Message>,
+                estimator: &dyn TokenEstimator,
+            ) -> Summarized {
+                (**self).summarize(history, estimator).await
             }
-            async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
-                (**self).recover_from_overflow(history).await
+            async fn recover_from_overflow(
+                &self,
+                history: Vec<Message>,
+                estimator: &dyn TokenEstimator,
+            ) -> Summarized {
+                (**self).recover_from_overflow(history, estimator).await
             }
         }
     )*};

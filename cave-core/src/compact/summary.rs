@@ -2,8 +2,7 @@
 //! the model writes when clearing old results is not enough.
 
 use super::{
-    Compactor, Prepared, ScriptEstimator, Summarized, SummaryError, TokenAnchor, TokenEstimator,
-    estimate_history,
+    Compactor, Prepared, Summarized, SummaryError, TokenAnchor, TokenEstimator, estimate_history,
 };
 use crate::prompt as prompts;
 use crate::{
@@ -78,7 +77,6 @@ impl Breaker {
 /// ([`Summarized`]) and count in the run's usage and budgets.
 pub struct ContextCompactor {
     summarizer: Arc<dyn Model>,
-    estimator: Box<dyn TokenEstimator>,
     context_window: u64,
     output_reserve: Option<u64>,
     breaker: Mutex<Breaker>,
@@ -96,12 +94,12 @@ impl std::fmt::Debug for ContextCompactor {
 
 impl ContextCompactor {
     /// Compacts with summaries written by `summarizer` (usually the agent's own model, or a
-    /// cheaper one), estimating with [`ScriptEstimator`] (cave-compact's `estimator_for` gives
-    /// exact counts for OpenAI model ids: [`with_estimator`](Self::with_estimator)).
+    /// cheaper one). It counts with the estimator the agent hands it at each call (the
+    /// agent's own, [`AgentBuilder::estimator`](crate::AgentBuilder::estimator)), so the
+    /// two always count in one unit.
     pub fn new(summarizer: Arc<dyn Model>) -> Self {
         Self {
             summarizer,
-            estimator: Box::new(ScriptEstimator),
             context_window: DEFAULT_CONTEXT_WINDOW,
             output_reserve: None,
             breaker: Mutex::new(Breaker::default()),
@@ -118,12 +116,6 @@ impl ContextCompactor {
     /// (default: the summarizer's declared cap, else 16 000).
     pub fn with_output_reserve(mut self, tokens: u64) -> Self {
         self.output_reserve = Some(tokens);
-        self
-    }
-
-    /// Estimates with `estimator`.
-    pub fn with_estimator(mut self, estimator: impl TokenEstimator + 'static) -> Self {
-        self.estimator = Box::new(estimator);
         self
     }
 
@@ -150,9 +142,12 @@ impl ContextCompactor {
 
     /// Clears old execution results; `None` if there is nothing to clear. Message count and
     /// code messages are unchanged; applying it twice changes nothing more.
-    pub fn microcompact(&self, history: &[Message]) -> Option<Vec<Message>> {
-        self.clear_old_results(history, self.estimator.as_ref())
-            .map(|(h, _)| h)
+    pub fn microcompact(
+        &self,
+        history: &[Message],
+        estimator: &dyn TokenEstimator,
+    ) -> Option<Vec<Message>> {
+        self.clear_old_results(history, estimator).map(|(h, _)| h)
     }
 
     /// The history with old results cleared, and the estimated tokens saved.
@@ -204,7 +199,7 @@ impl ContextCompactor {
         &self,
         history: &[Message],
         divisor: usize,
-        spent: &Spent,
+        spent: &Spent<'_>,
     ) -> Result<Option<Vec<Message>>, SummaryError> {
         let (system, body) = match history.first() {
             Some(m @ Message::System { .. }) => (Some(m.clone()), &history[1..]),
@@ -266,14 +261,14 @@ impl ContextCompactor {
         prior: Option<String>,
         entries: Vec<Message>,
         depth: u32,
-        spent: &'a Spent,
+        spent: &'a Spent<'a>,
     ) -> Pin<Box<dyn Future<Output = Result<String, SummaryError>> + Send + 'a>> {
         Box::pin(async move {
             let request = prompts::summary_request(prior.as_deref(), &entries, TRANSCRIPT_CAP);
             let size: u64 = request
                 .messages
                 .iter()
-                .map(|m| self.estimator.estimate(&m.content))
+                .map(|m| spent.estimator.estimate(&m.content))
                 .sum();
             let too_big = size > self.threshold();
             let result = if too_big {
@@ -313,7 +308,7 @@ impl ContextCompactor {
         &self,
         request: ChatRequest,
         prompt_estimate: u64,
-        spent: &Spent,
+        spent: &Spent<'_>,
     ) -> Result<String, SummaryError> {
         let mut stream = self
             .summarizer
@@ -343,7 +338,7 @@ impl ContextCompactor {
         let usage = reported.filter(|u| u.total_tokens > 0).unwrap_or_else(|| {
             Usage::new(
                 prompt_estimate,
-                self.estimator.estimate(&text) + self.estimator.estimate(&refusal),
+                spent.estimator.estimate(&text) + spent.estimator.estimate(&refusal),
             )
             .estimate()
         });
@@ -404,16 +399,25 @@ fn split_entries(mut entries: Vec<Message>) -> Option<(Vec<Message>, Vec<Message
     Some((vec![as_message(part(a))], vec![as_message(part(b))]))
 }
 
-/// Tokens spent by the summary calls of one compaction.
-#[derive(Default)]
-struct Spent(Mutex<Usage>);
+/// One compaction's summary calls: the tokens they spent, and the agent's estimator they
+/// count with where the provider reports nothing.
+struct Spent<'e> {
+    usage: Mutex<Usage>,
+    estimator: &'e dyn TokenEstimator,
+}
 
-impl Spent {
+impl<'e> Spent<'e> {
+    fn new(estimator: &'e dyn TokenEstimator) -> Self {
+        Self {
+            usage: Mutex::new(Usage::default()),
+            estimator,
+        }
+    }
     fn add(&self, usage: Usage) {
-        *lock(&self.0) += usage;
+        *lock(&self.usage) += usage;
     }
     fn total(&self) -> Usage {
-        *lock(&self.0)
+        *lock(&self.usage)
     }
 }
 
@@ -440,12 +444,12 @@ impl Compactor for ContextCompactor {
         }
     }
 
-    async fn summarize(&self, history: Vec<Message>) -> Summarized {
+    async fn summarize(&self, history: Vec<Message>, estimator: &dyn TokenEstimator) -> Summarized {
         if lock(&self.breaker).should_skip() {
             tracing::info!("summary skipped: the circuit breaker is open");
             return Summarized::failed(history, Usage::default(), SummaryError::Paused);
         }
-        let spent = Spent::default();
+        let spent = Spent::new(estimator);
         match self.summarize_part(&history, 2, &spent).await {
             Ok(Some(summarized)) => {
                 lock(&self.breaker).record_success();
@@ -461,10 +465,14 @@ impl Compactor for ContextCompactor {
         }
     }
 
-    async fn recover_from_overflow(&self, history: Vec<Message>) -> Summarized {
+    async fn recover_from_overflow(
+        &self,
+        history: Vec<Message>,
+        estimator: &dyn TokenEstimator,
+    ) -> Summarized {
         // The provider has refused the prompt: no threshold, no breaker.
-        let cleared = self.microcompact(&history).unwrap_or(history);
-        let spent = Spent::default();
+        let cleared = self.microcompact(&history, estimator).unwrap_or(history);
+        let spent = Spent::new(estimator);
         match self.summarize_part(&cleared, 4, &spent).await {
             Ok(Some(summarized)) => Summarized::new(summarized, spent.total()),
             Ok(None) => Summarized::new(cleared, spent.total()),

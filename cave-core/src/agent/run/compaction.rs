@@ -17,7 +17,9 @@ impl Run<'_> {
             self.emit.emit(Event::Status(Status::Compacting)).await;
             // A clone, so that a run cancelled mid-summary keeps its history.
             let summarized = tracing::Instrument::instrument(
-                self.agent.compactor.summarize(self.agent.history.clone()),
+                self.agent
+                    .compactor
+                    .summarize(self.agent.history.clone(), self.agent.estimator.as_ref()),
                 spans::compaction(),
             )
             .await;

@@ -185,9 +185,10 @@ impl Run<'_> {
                 let before = self.agent.history.len();
                 self.emit.emit(Event::Status(Status::Compacting)).await;
                 let recovered = tracing::Instrument::instrument(
-                    self.agent
-                        .compactor
-                        .recover_from_overflow(self.agent.history.clone()),
+                    self.agent.compactor.recover_from_overflow(
+                        self.agent.history.clone(),
+                        self.agent.estimator.as_ref(),
+                    ),
                     super::spans::compaction(),
                 )
                 .await;
