@@ -158,7 +158,9 @@ impl KernelRuntime {
         current.as_ref().filter(|p| p.alive()).and_then(|p| p.pid())
     }
 
-    /// How each sandbox layer stands in the running child (`None` before the first start).
+    /// How each sandbox layer stands in the running child. A runtime starts its child lazily,
+    /// at the first cell or registration: this is `None` until then. Call
+    /// [`start`](Self::start) first to know before any code runs (`cave` does, to print them).
     pub async fn sandbox_layers(&self) -> Option<Vec<Layer>> {
         let current = self.inner.current.lock().await;
         current.as_ref().map(|p| p.link().sandbox())

@@ -180,7 +180,12 @@ pub async fn a_host_call_that_never_returns_is_interrupted(rt: &dyn Runtime) {
     }
     let dropped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let counter = dropped.clone();
+    // Calls that reached the host: the interrupt is sent only once the call is there (sent
+    // while the cell is still handing the call over, it stops the cell before any call).
+    let entered = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let entering = entered.clone();
     let hang = Function::host("hang", Signature::default(), move |_args: Args| {
+        entering.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let guard = Dropped(counter.clone());
         async move {
             let _guard = guard;
@@ -193,7 +198,18 @@ pub async fn a_host_call_that_never_returns_is_interrupted(rt: &dyn Runtime) {
         .expect("registers");
     let interrupter = rt.interrupter().expect("the runtime can interrupt");
     for attempt in 1..=2 {
-        let stopper = interrupt_once_running(interrupter.clone());
+        let stopper = {
+            let (interrupter, entered) = (interrupter.clone(), entered.clone());
+            tokio::spawn(async move {
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while entered.load(std::sync::atomic::Ordering::SeqCst) < attempt
+                    && Instant::now() < deadline
+                {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                (interrupter.interrupt(), Instant::now())
+            })
+        };
         let waiting = run(
             rt,
             "print('calling')
