@@ -165,6 +165,14 @@ after that were dropped.",
     )
 }
 
+/// Added to the declaration of a persisted output whose whole text, kept in a file, could not
+/// be stored in the runtime (`error`): the variable holds what the result shows.
+pub fn persisted_output_ends_only(error: &str) -> String {
+    format!(
+        " It holds only the beginning and the end shown below, not the whole output: that could not be stored in the runtime ({error})."
+    )
+}
+
 /// Sent live once a cell's live output reaches `cap` bytes (the result keeps the output's end).
 pub fn live_output_stopped(cap: usize) -> String {
     format!(

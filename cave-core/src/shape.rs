@@ -65,11 +65,14 @@ pub async fn persist_output(
     floor: u64,
     preview_chars: usize,
 ) -> Result<Persisted, crate::RuntimeError> {
+    // Why the whole output, kept in a file, is not what the variable holds.
+    let mut not_whole = None;
     let whole = match spooled {
         Some(spooled) => match runtime.bind_unique_spooled(prefix, spooled, floor).await {
             Ok(name) => Some((name, spooled)),
             Err(error) => {
                 tracing::warn!(%error, "a cell's whole output could not be bound; its ends are");
+                not_whole = Some(error.to_string());
                 None
             }
         },
@@ -105,6 +108,13 @@ pub async fn persist_output(
         note_in_persisted_marker(
             &mut marker,
             &crate::prompt::persisted_output_cut(limit, cut),
+        );
+    }
+    if let Some(error) = not_whole {
+        // The output's note says the whole is kept: the variable must say it is not.
+        note_in_persisted_marker(
+            &mut marker,
+            &crate::prompt::persisted_output_ends_only(&error),
         );
     }
     Ok(Persisted {

@@ -1914,3 +1914,46 @@ async fn a_run_that_fails_after_text_keeps_the_partial_answer() {
     assert_eq!(response.stop_reason, StopReason::ModelError);
     assert_eq!(response.content, "The first half of the answer");
 }
+
+/// A cell's whole output, kept in a file, is what `_output_N` holds; when the runtime cannot
+/// take it, the variable holds the ends the result shows, and its declaration says so (the
+/// result's own note says the whole is kept).
+#[tokio::test]
+async fn a_whole_output_the_runtime_cannot_take_is_declared_as_its_ends() {
+    let dir = cave_testing::TestDir::new("spool");
+    let whole: String = (0..4_000).map(|i| format!("line {i}\n")).collect();
+    let spooled_output = || {
+        let mut cell = cave_core::CellOutput::new(1_000, None)
+            .with_spool(cave_core::OutputSpool::new(dir.path(), 1 << 20));
+        cell.push(&whole);
+        let (text, spooled) = cell.finish();
+        (
+            text,
+            spooled.expect("past the cap, the whole output is in the file"),
+        )
+    };
+    for fail in [false, true] {
+        let runtime = FakeRuntime {
+            fail_bind_spooled: fail,
+            ..FakeRuntime::new()
+        };
+        let (text, spooled) = spooled_output();
+        let persisted =
+            cave_core::persist_output(&runtime, "_output", &text, Some(&spooled), 1, 200)
+                .await
+                .expect("bound");
+        let bound = runtime.value(&persisted.variable).await;
+        let says_ends_only = persisted
+            .marker
+            .contains("It holds only the beginning and the end");
+        if fail {
+            assert_eq!(bound, Some(Value::Str(text.clone())));
+            assert!(says_ends_only, "{}", persisted.marker);
+            assert!(persisted.marker.contains("larger than a frame"));
+        } else {
+            assert_eq!(bound, Some(Value::Str(whole.clone())));
+            assert!(!says_ends_only, "{}", persisted.marker);
+            assert_eq!(persisted.chars, whole.chars().count());
+        }
+    }
+}

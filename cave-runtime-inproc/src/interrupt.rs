@@ -35,13 +35,11 @@ impl CellInterrupt {
 
     /// Marks an execution as started (call with the interpreter attached).
     pub(crate) fn begin(&self, execution: u64) {
-        let mut running = self.lock();
-        running.execution = execution;
-        running.host_calls = CancellationToken::new();
+        self.lock().execution = execution;
     }
 
     /// What a host call made now waits on besides its future: cancelled when the running
-    /// execution is interrupted.
+    /// execution is interrupted, and replaced when that execution ends.
     pub(crate) fn host_calls(&self) -> CancellationToken {
         self.lock().host_calls.clone()
     }
@@ -51,6 +49,11 @@ impl CellInterrupt {
     pub(crate) fn end(&self, _py: Python<'_>) {
         let mut running = self.lock();
         running.execution = 0;
+        // Interrupted: later calls (the next cell's, or a thread's between cells) get a token
+        // of their own, not the cancelled one.
+        if running.host_calls.is_cancelled() {
+            running.host_calls = CancellationToken::new();
+        }
         if let Some(thread) = running.thread {
             // SAFETY: the interpreter is attached on this thread; a null exception clears a
             // pending asynchronous exception of that thread.

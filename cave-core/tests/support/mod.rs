@@ -46,6 +46,8 @@ pub struct FakeRuntime {
     pub namespace: EchoRuntime,
     pub interrupt: Option<Arc<FakeInterrupt>>,
     pub fail_bind: bool,
+    /// `bind_unique_spooled` fails (a whole output too large to send to the runtime).
+    pub fail_bind_spooled: bool,
 }
 
 impl FakeRuntime {
@@ -191,6 +193,22 @@ impl Runtime for FakeRuntime {
             });
         }
         self.namespace.bind_unique(prefix, value, start).await
+    }
+
+    async fn bind_unique_spooled(
+        &self,
+        prefix: &str,
+        spooled: &cave_core::SpooledOutput,
+        start: u64,
+    ) -> Result<String, RuntimeError> {
+        if self.fail_bind_spooled {
+            return Err(RuntimeError::Backend {
+                operation: "bind_unique_spooled",
+                message: "larger than a frame".into(),
+            });
+        }
+        let text = spooled.text()?;
+        self.bind_unique(prefix, Value::Str(text), start).await
     }
 
     async fn reset(&self) -> Result<(), RuntimeError> {

@@ -135,12 +135,8 @@ pub(super) fn rendered(calls: &ToolCalls) -> String {
     calls
         .calls()
         .map(|call| {
-            let arguments: String = call.arguments.chars().take(200).collect();
-            let more = if arguments.len() < call.arguments.len() {
-                "…"
-            } else {
-                ""
-            };
+            let (arguments, cut) = crate::preview(&call.arguments, 200);
+            let more = if cut { "…" } else { "" };
             format!("{}({arguments}{more})", display_name(&call.name))
         })
         .collect::<Vec<_>>()
