@@ -4,6 +4,51 @@
 
 pub use cave_core::*;
 
+/// Context compaction, on in every agent `Agent::builder` makes: old results cleared, then a
+/// summary the model writes; script-aware estimates, and exact ones for OpenAI models (feature
+/// `tiktoken`, on by default).
+pub mod compact {
+    pub use cave_compact::*;
+}
+
+pub use cave_compact::{ContextCompactor, ScriptEstimator};
+
+/// `Agent::builder`: an agent with the facade's defaults.
+///
+/// cave-core's [`AgentBuilder::new`] keeps every message and counts a token per four bytes;
+/// the agents most programs want compact their history when it nears the context window
+/// ([`ContextCompactor`], whose summaries the agent's own model writes, the model's declared
+/// output cap kept free) and never under-count other scripts ([`ScriptEstimator`]). This trait
+/// gives [`Agent`] the constructor that sets both; bring it into scope with the type:
+///
+/// ```
+/// use cave_agent::{Agent, AgentDefaults, Model, Runtime};
+///
+/// fn agent(model: impl Model + 'static, runtime: impl Runtime + 'static) -> Agent {
+///     Agent::builder(model, runtime).build().expect("the defaults hold together")
+/// }
+/// ```
+///
+/// Either setting can still be changed on the builder (`.compactor(NoCompaction)` keeps every
+/// message, `.estimator(compact::estimator_for(id))` counts exactly for OpenAI models).
+pub trait AgentDefaults {
+    /// Starts building an agent for this model and runtime, compacting and estimating as the
+    /// facade does. Keep a clone of the runtime (e.g. pass an `Arc`) to read objects after a
+    /// run.
+    fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> AgentBuilder;
+}
+
+impl AgentDefaults for Agent {
+    fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> AgentBuilder {
+        let model: std::sync::Arc<dyn Model> = std::sync::Arc::new(model);
+        let mut builder = AgentBuilder::new(model.clone(), runtime);
+        builder
+            .compactor(ContextCompactor::new(model))
+            .estimator(ScriptEstimator);
+        builder
+    }
+}
+
 /// Approvals before host calls, the audit log, method filters: cave-guards.
 pub use cave_guards::*;
 
@@ -65,13 +110,6 @@ pub mod skills {
 
 #[cfg(feature = "skills")]
 pub use cave_skills::{Skill, SkillSet};
-
-/// Exact token counts for OpenAI models (feature `compact`, on by default); every agent
-/// compacts its history without it.
-#[cfg(feature = "compact")]
-pub mod compact {
-    pub use cave_compact::*;
-}
 
 /// Traces to any OpenTelemetry backend over OTLP/HTTP (feature `otel`, off by default).
 #[cfg(feature = "otel")]

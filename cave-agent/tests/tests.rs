@@ -1,5 +1,6 @@
 //! Agent runs on the real in-process runtime, with scripted models.
 
+use cave_agent::AgentDefaults;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{
     Agent, CancellationToken, Event, InProcRuntime, Message, Resources, Runtime, RuntimeExt,

@@ -6,6 +6,7 @@ use crate::exit::Exit;
 use crate::output::{Human, JsonLines, Output, Retrieved};
 use crate::stop::{TerminalSettings, Termination, stop_requested};
 use anyhow::Context;
+use cave_agent::AgentDefaults;
 use cave_agent::ContextCompactor;
 use cave_agent::inproc::{CapturedStreams, StdioCapture};
 use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};

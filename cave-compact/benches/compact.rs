@@ -2,8 +2,7 @@
 //!
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-compact`).
 
-use cave_compact::{Encoding, TiktokenEstimator};
-use cave_core::{ContextCompactor, ScriptEstimator};
+use cave_compact::{ContextCompactor, Encoding, ScriptEstimator, TiktokenEstimator};
 use cave_core::{Message, TokenEstimator};
 use cave_testing::ScriptedModel;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};

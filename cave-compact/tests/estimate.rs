@@ -1,5 +1,6 @@
+use cave_compact::ScriptEstimator;
 use cave_compact::{Encoding, TiktokenEstimator, estimator_for};
-use cave_core::{ScriptEstimator, TokenEstimator};
+use cave_core::TokenEstimator;
 
 const SAMPLES: &[(&str, &str)] = &[
     (

@@ -1,2 +1,3 @@
 //! Estimation and compaction.
+mod compactor;
 mod estimate;

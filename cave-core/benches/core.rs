@@ -3,7 +3,7 @@
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-core --features testing`).
 
 use cave_core::FenceParser;
-use cave_core::{Agent, StopReason};
+use cave_core::{AgentBuilder, StopReason};
 use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
@@ -26,7 +26,7 @@ fn loop_overhead(c: &mut Criterion) {
         b.iter_batched(
             || {
                 let model = ScriptedModel::repeating(reply.clone());
-                Agent::builder(model, EchoRuntime::new())
+                AgentBuilder::new(model, EchoRuntime::new())
                     .max_steps(STEPS)
                     .build()
                     .unwrap()

@@ -7,7 +7,7 @@
 //!
 //! # Brief overview
 //!
-//! - [`Agent`] (built with [`Agent::builder`]) runs prompts: [`Agent::stream`] yields
+//! - [`Agent`] (built with [`AgentBuilder::new`]) runs prompts: [`Agent::stream`] yields
 //!   [`Event`]s and [`Agent::run`] drains them into an [`AgentResponse`].
 //! - [`Model`] is a chat model that streams [`Delta`]s (implemented in `cave-models`).
 //! - [`Runtime`] is the Python namespace (implemented in `cave-runtime-inproc` and
@@ -21,10 +21,10 @@
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
 //! use cave_testing::{EchoRuntime, Reply, ScriptedModel};
-//! use cave_core::{Agent, StopReason};
+//! use cave_core::{AgentBuilder, StopReason};
 //!
 //! let model = ScriptedModel::new([Reply::text("```python\nprint(6 * 7)\n```"), Reply::text("It is 42.")]);
-//! let mut agent = Agent::builder(model, EchoRuntime::new()).build().unwrap();
+//! let mut agent = AgentBuilder::new(model, EchoRuntime::new()).build().unwrap();
 //! let response = agent.run("What is 6 times 7?").await;
 //! assert_eq!(response.stop_reason, StopReason::Completed);
 //! assert_eq!(response.content, "It is 42.");
@@ -68,10 +68,8 @@ pub use agent::{
 };
 pub use approval::{Approval, ApprovalRequest, Approver};
 pub use compact::{
-    COMPACT_BUFFER_TOKENS, COOLDOWN_ATTEMPTS, Compactor, ContextCompactor, DEFAULT_CONTEXT_WINDOW,
-    FALLBACK_OUTPUT_RESERVE, KEEP_RECENT_RESULTS, MAX_CONSECUTIVE_FAILURES, NoCompaction, Prepared,
-    ScriptEstimator, Summarized, SummaryError, TokenAnchor, TokenEstimator, estimate_history,
-    estimate_message, image_tokens,
+    ByteEstimator, Compactor, NoCompaction, Prepared, Summarized, SummaryError, TokenAnchor,
+    TokenEstimator, estimate_history, estimate_message, image_tokens,
 };
 pub use display::{
     DEFAULT_MAX_DISPLAY, DisplayData, DisplayItem, MAX_DISPLAY_ITEMS, file_extension, image_size,

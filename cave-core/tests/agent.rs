@@ -2,10 +2,10 @@
 
 use crate::support::FakeRuntime;
 use cave_core::{
-    Agent, AgentBuilder, BuildError, CancellationToken, CodePolicy, Compactor, Event, FinishReason,
-    Interruption, Message, ModelError, ModelErrorKind, ModelInfo, Prepared, Runtime, Status,
-    StopError, StopErrorKind, StopReason, Summarized, TokenAnchor, TokenEstimator, Usage, Value,
-    Violation, prompt,
+    Agent, AgentBuilder, BuildError, ByteEstimator, CancellationToken, CodePolicy, Compactor,
+    Event, FinishReason, Interruption, Message, ModelError, ModelErrorKind, ModelInfo, Prepared,
+    Runtime, Status, StopError, StopErrorKind, StopReason, Summarized, TokenAnchor, TokenEstimator,
+    Usage, Value, Violation, prompt,
 };
 use cave_testing::{Reply, ScriptedModel};
 use futures_util::StreamExt;
@@ -33,7 +33,7 @@ impl Setup {
         }
     }
     fn builder(&self) -> AgentBuilder {
-        Agent::builder(self.model.clone(), self.runtime.clone())
+        AgentBuilder::new(self.model.clone(), self.runtime.clone())
     }
     fn agent(&self) -> Agent {
         self.builder().build().unwrap()
@@ -324,9 +324,9 @@ async fn usage_is_summed_and_estimated_when_not_reported() {
     let second_prompt: u64 = s.model.requests()[1]
         .messages
         .iter()
-        .map(|m| m.content.chars().count() as u64 / 4)
+        .map(|m| ByteEstimator.estimate(&m.content))
         .sum();
-    let estimated = Usage::new(second_prompt, " is all good.".len() as u64 / 4).estimate();
+    let estimated = Usage::new(second_prompt, ByteEstimator.estimate(" is all good.")).estimate();
     assert_eq!(response.usage, Usage::new(100, 7) + estimated);
     assert!(response.usage.estimated, "part of it was estimated");
     // A reply too short to estimate still costs a token.

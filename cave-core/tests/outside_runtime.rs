@@ -4,8 +4,8 @@
 //! and cannot be left out.
 
 use cave_core::{
-    Agent, Event, Execution, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError,
-    RuntimeExt, Value, Variable, async_trait, lock, normalize_name,
+    AgentBuilder, Event, Execution, OutputSink, Registry, Resource, Resources, Runtime,
+    RuntimeError, RuntimeExt, Value, Variable, async_trait, lock, normalize_name,
 };
 use cave_testing::{Reply, ScriptedModel};
 use std::collections::HashMap;
@@ -117,7 +117,7 @@ async fn a_runtime_of_ones_own_redacts_secrets_and_describes_its_variables() {
         Reply::text("```python\nprint(API_TOKEN)\n```"),
         Reply::text("Done."),
     ]);
-    let mut agent = Agent::builder(model, runtime).build().unwrap();
+    let mut agent = AgentBuilder::new(model, runtime).build().unwrap();
     let events: Vec<Event> =
         futures_util::StreamExt::collect(agent.stream("Show the token.")).await;
     let shown = format!("{events:?}{:?}", agent.history());

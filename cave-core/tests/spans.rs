@@ -2,7 +2,7 @@
 //! cells), the GenAI attributes and token counts, and no code, output or secret unless the host
 //! opts in (then redacted).
 
-use cave_core::{Agent, Resources, Runtime, Usage, Variable};
+use cave_core::{AgentBuilder, Resources, Runtime, Usage, Variable};
 use cave_testing::spans::{CapturedSpan as Recorded, SpanCapture};
 use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use std::collections::BTreeMap;
@@ -33,7 +33,7 @@ fn spans_with(content: bool, second: Reply) -> BTreeMap<u64, Recorded> {
             Reply::text(format!("```python\nx = '{SECRET}'\nprint(x)\n```")),
             second,
         ]));
-        let mut builder = Agent::builder(model, runtime);
+        let mut builder = AgentBuilder::new(model, runtime);
         builder.trace_content(content);
         let mut agent = builder.build().unwrap();
         agent.run("Count.").await;

@@ -1,6 +1,5 @@
 //! Integration tests of cave-core: one binary, one module per concern.
 mod agent;
-mod compactor;
 mod outside_runtime;
 mod parser;
 mod registry;

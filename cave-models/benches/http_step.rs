@@ -8,7 +8,7 @@
 #[allow(dead_code)]
 mod support;
 
-use cave_core::{Agent, StopReason};
+use cave_core::{AgentBuilder, StopReason};
 use cave_models::{ModelConfig, OpenAiModel};
 use cave_testing::EchoRuntime;
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
@@ -31,7 +31,7 @@ fn http_steps(c: &mut Criterion) {
     group.bench_function("10_steps_60_chars_in_8_char_chunks", |b| {
         b.iter_batched(
             || {
-                Agent::builder(model.clone(), EchoRuntime::new())
+                AgentBuilder::new(model.clone(), EchoRuntime::new())
                     .max_steps(STEPS)
                     .build()
                     .unwrap()

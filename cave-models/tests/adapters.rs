@@ -5,8 +5,8 @@ use crate::support::{
     text, usage,
 };
 use cave_core::{
-    Agent, ChatMessage, ChatRequest, ChatRole, Delta, Event, FinishReason, Message, Model,
-    ModelError, ModelErrorKind, StopReason, Usage, prompt,
+    Agent, AgentBuilder, ChatMessage, ChatRequest, ChatRole, Delta, Event, FinishReason, Message,
+    Model, ModelError, ModelErrorKind, StopReason, Usage, prompt,
 };
 use cave_models::{
     ApiKey, LiteLlmModel, ModelConfig, OpenAiModel, RecordingModel, ReplayModel, RetryPolicy,
@@ -355,7 +355,7 @@ fn block(code: &str) -> String {
 }
 
 async fn run_agent(model: impl Model + 'static, idle: Option<Duration>) -> (Agent, Vec<Event>) {
-    let mut agent = Agent::builder(model, EchoRuntime::new())
+    let mut agent = AgentBuilder::new(model, EchoRuntime::new())
         .stream_idle_timeout(idle)
         .max_steps(5)
         .build()
@@ -585,7 +585,7 @@ async fn a_recorded_run_replays_to_the_same_events() {
     assert_eq!(strip(&replayed), strip(&recorded));
 
     // A conversation that goes elsewhere fails loudly.
-    let mut agent = Agent::builder(ReplayModel::open(&cassette).unwrap(), EchoRuntime::new())
+    let mut agent = AgentBuilder::new(ReplayModel::open(&cassette).unwrap(), EchoRuntime::new())
         .build()
         .unwrap();
     let response = agent.run("something else").await;
@@ -909,7 +909,9 @@ async fn an_agent_asks_again_after_an_error_inside_the_stream() {
     ])
     .await;
     let model = OpenAiModel::new(config(&server)).unwrap();
-    let mut agent = Agent::builder(model, EchoRuntime::new()).build().unwrap();
+    let mut agent = AgentBuilder::new(model, EchoRuntime::new())
+        .build()
+        .unwrap();
     let events: Vec<Event> = agent.stream("Run it.").collect().await;
     assert!(
         events.iter().any(|e| matches!(

@@ -2,7 +2,7 @@
 //! API: the run's tree, its GenAI attributes and token counts, and nothing of the secret.
 //! Needs Phoenix (`cave_testing::phoenix`); says so and skips without one, outside CI.
 
-use cave_core::{Agent, Resources, Runtime, Variable};
+use cave_core::{AgentBuilder, Resources, Runtime, Variable};
 use cave_testing::phoenix::{Phoenix, named};
 use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use serde_json::Value as Json;
@@ -30,7 +30,7 @@ fn a_run_reaches_phoenix_as_a_genai_trace() {
             Reply::text(format!("```python\nprint('{SECRET}')\n```")),
             Reply::text("Done."),
         ]));
-        let mut agent = Agent::builder(model, runtime).build().unwrap();
+        let mut agent = AgentBuilder::new(model, runtime).build().unwrap();
         assert_eq!(agent.run("Go.").await.content, "Done.");
     });
     guard.finish().expect("every span sent");

@@ -128,7 +128,7 @@ async fn a_cell_that_ignores_its_interrupt_is_killed() {
 /// swallows its interrupt (killed, state lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn max_exec_timeout_stops_hung_cells() {
-    use cave_core::{Agent, Event};
+    use cave_core::{AgentBuilder, Event};
     use cave_testing::{Reply, ScriptedModel};
     use futures_util::StreamExt;
     let rt = prepared(KernelConfig::new()).await;
@@ -141,7 +141,7 @@ async fn max_exec_timeout_stops_hung_cells() {
         Reply::text("```python\nprint(kept, 'mine' in globals())\n```"),
         Reply::text("done"),
     ]);
-    let mut builder = Agent::builder(model, rt.clone());
+    let mut builder = AgentBuilder::new(model, rt.clone());
     builder.max_exec_timeout(Duration::from_millis(500));
     let mut agent = builder.build().expect("builds");
     let events: Vec<Event> = agent.stream("go").collect().await;
@@ -225,7 +225,7 @@ async fn a_fork_bomb_stops_at_the_process_limit() {
 /// lost, and its next cell runs in a fresh process with the registered resources.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_model_recovers_from_a_crash_mid_run() {
-    use cave_core::{Agent, Event, StopReason};
+    use cave_core::{AgentBuilder, Event, StopReason};
     use cave_testing::{Reply, ScriptedModel};
     use futures_util::StreamExt;
     let rt = prepared(KernelConfig::new()).await;
@@ -235,7 +235,7 @@ async fn the_model_recovers_from_a_crash_mid_run() {
         Reply::text("It crashed once; kept + 1 is 8."),
     ]);
     let shared = std::sync::Arc::new(model);
-    let mut agent = Agent::builder(shared.clone(), rt.clone())
+    let mut agent = AgentBuilder::new(shared.clone(), rt.clone())
         .build()
         .expect("builds");
     let events: Vec<Event> = agent.stream("go").collect().await;

@@ -107,7 +107,7 @@ async fn stop_and_drop_leave_no_process() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_run_leaves_no_process() {
-    use cave_core::Agent;
+    use cave_core::AgentBuilder;
     use cave_testing::{Reply, ScriptedModel};
     use futures_util::StreamExt;
     let rt = KernelRuntime::with_config(KernelConfig::new().spare(false)).expect("python");
@@ -116,7 +116,9 @@ async fn a_cancelled_run_leaves_no_process() {
     let model = ScriptedModel::new([Reply::text(
         "```python\nwhile True:\n    try:\n        import time; time.sleep(10)\n    except BaseException:\n        pass\n```",
     )]);
-    let mut agent = Agent::builder(model, rt.clone()).build().expect("builds");
+    let mut agent = AgentBuilder::new(model, rt.clone())
+        .build()
+        .expect("builds");
     {
         let mut stream = agent.stream("go");
         while let Some(event) = stream.next().await {

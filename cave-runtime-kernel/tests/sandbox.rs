@@ -280,13 +280,15 @@ async fn every_layer_is_reported() {
 /// The agent says the layers once, at the start of the first run after the child started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_agent_reports_the_isolation_once() {
-    use cave_core::{Agent, Event, Status};
+    use cave_core::{AgentBuilder, Event, Status};
     use cave_testing::{Reply, ScriptedModel};
     use futures_util::StreamExt;
     let rt = strict();
     rt.start().await.expect("starts");
     let model = ScriptedModel::new([Reply::text("One."), Reply::text("Two.")]);
-    let mut agent = Agent::builder(model, rt.clone()).build().expect("builds");
+    let mut agent = AgentBuilder::new(model, rt.clone())
+        .build()
+        .expect("builds");
     let isolation = |events: &[Event]| -> Vec<Vec<String>> {
         events
             .iter()

@@ -1,4 +1,4 @@
-use cave_core::{Agent, CodePolicy, Event, Message, StopReason};
+use cave_core::{AgentBuilder, CodePolicy, Event, Message, StopReason};
 use cave_security::SecurityPolicy;
 use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use futures_util::StreamExt;
@@ -269,7 +269,7 @@ async fn a_refused_cell_never_runs_and_the_model_is_told_why() {
         Reply::text("I will not do that."),
     ]);
     let runtime = Arc::new(EchoRuntime::new());
-    let mut agent = Agent::builder(model, runtime.clone())
+    let mut agent = AgentBuilder::new(model, runtime.clone())
         .policy(SecurityPolicy::strict())
         .build()
         .unwrap();

@@ -14,8 +14,8 @@ pub use sub::SubAgent;
 use crate::RuntimeExt;
 use crate::prompt::{self, TemplateError};
 use crate::{
-    CodePolicy, Compactor, ContextCompactor, Event, Message, Model, ModelInfo, NameError, NameKind,
-    Runtime, ScriptEstimator, StopError, StopErrorKind, StopReason, TokenAnchor, TokenEstimator,
+    ByteEstimator, CodePolicy, Compactor, Event, Message, Model, ModelInfo, NameError, NameKind,
+    NoCompaction, Runtime, StopError, StopErrorKind, StopReason, TokenAnchor, TokenEstimator,
     Usage, highest_persisted_index, validate_name,
 };
 use futures_util::StreamExt;
@@ -46,8 +46,9 @@ pub const DEFAULT_PERSISTED_PREFIX: &str = "_output";
 
 /// An LLM operating a live Python runtime.
 ///
-/// Build one with [`Agent::builder`]. [`stream`](Agent::stream) runs a prompt and yields
-/// [`Event`]s; [`run`](Agent::run) drains the same stream into an [`AgentResponse`]. The agent
+/// Build one with [`AgentBuilder::new`] (or the facade's `Agent::builder`, which compacts).
+/// [`stream`](Agent::stream) runs a prompt and yields [`Event`]s; [`run`](Agent::run) drains
+/// the same stream into an [`AgentResponse`]. The agent
 /// keeps the conversation across runs; the runtime keeps the objects.
 pub struct Agent {
     model: Arc<dyn Model>,
@@ -105,13 +106,6 @@ struct Config {
 }
 
 impl Agent {
-    /// Starts building an agent for this model and runtime.
-    ///
-    /// Keep a clone of the runtime (e.g. pass an `Arc`) to retrieve objects after a run.
-    pub fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> AgentBuilder {
-        AgentBuilder::new(Arc::new(model), Arc::new(runtime))
-    }
-
     /// Runs `prompt`, yielding events as they happen; the last one is always `Stopped`.
     pub fn stream(&mut self, prompt: impl Into<String>) -> EventStream<'_> {
         self.stream_until(prompt, CancellationToken::new())
@@ -249,10 +243,16 @@ pub struct AgentBuilder {
 }
 
 impl AgentBuilder {
-    fn new(model: Arc<dyn Model>, runtime: Arc<dyn Runtime>) -> Self {
+    /// Starts building an agent for this model and runtime, with the core's defaults: no
+    /// compaction ([`NoCompaction`]) and [`ByteEstimator`]'s counts. The facade's
+    /// `cave_agent::Agent::builder` starts from here and adds cave-compact's compaction and
+    /// script-aware estimate.
+    ///
+    /// Keep a clone of the runtime (e.g. pass an `Arc`) to retrieve objects after a run.
+    pub fn new(model: impl Model + 'static, runtime: impl Runtime + 'static) -> Self {
         Self {
-            model,
-            runtime,
+            model: Arc::new(model),
+            runtime: Arc::new(runtime),
             policy: None,
             compactor: None,
             estimator: None,
@@ -449,18 +449,18 @@ impl AgentBuilder {
         self.policy = Some(Arc::new(policy));
         self
     }
-    /// Keeps the history inside the context window. Default: a [`ContextCompactor`] whose
-    /// summaries the agent's own model writes, with the model's declared output cap kept free
-    /// (`ContextCompactor::new(model).with_output_reserve(cap)`; set one to change its context
-    /// window, or [`NoCompaction`](crate::NoCompaction) to keep every message).
+    /// Keeps the history inside the context window. Default: [`NoCompaction`] (every message
+    /// kept) on the core alone; cave-compact's `ContextCompactor`, whose summaries the agent's
+    /// own model writes, through the facade's `Agent::builder`.
     pub fn compactor(&mut self, compactor: impl Compactor + 'static) -> &mut Self {
         self.compactor = Some(Arc::new(compactor));
         self
     }
     /// Counts tokens where the provider does not (usage of streams that report none,
-    /// budgets, and the history's size between provider counts). Default: [`ScriptEstimator`],
-    /// which never under-counts other scripts; cave-compact's `estimator_for(model_id)` counts
-    /// exactly for OpenAI models.
+    /// budgets, and the history's size between provider counts). Default: [`ByteEstimator`] on
+    /// the core alone; cave-compact's `ScriptEstimator`, which never under-counts other
+    /// scripts, through the facade's `Agent::builder` (`estimator_for(model_id)` counts exactly
+    /// for OpenAI models).
     pub fn estimator(&mut self, estimator: impl TokenEstimator + 'static) -> &mut Self {
         self.estimator = Some(Arc::new(estimator));
         self
@@ -507,17 +507,14 @@ impl AgentBuilder {
         })?;
 
         let model_info = self.model.info();
-        let compactor = self.compactor.clone().unwrap_or_else(|| {
-            let mut compactor = ContextCompactor::new(self.model.clone());
-            if let Some(tokens) = model_info.max_output_tokens {
-                compactor = compactor.with_output_reserve(u64::from(tokens));
-            }
-            Arc::new(compactor)
-        });
+        let compactor = self
+            .compactor
+            .clone()
+            .unwrap_or_else(|| Arc::new(NoCompaction));
         let estimator = self
             .estimator
             .clone()
-            .unwrap_or_else(|| Arc::new(ScriptEstimator));
+            .unwrap_or_else(|| Arc::new(ByteEstimator));
         Ok(Agent {
             model: self.model.clone(),
             model_info,

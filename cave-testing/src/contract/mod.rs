@@ -590,7 +590,7 @@ pub async fn output_written_between_cells_comes_with_the_next(rt: &dyn Runtime) 
 /// agent tests.
 pub async fn time_limits_stop_a_printing_loop(runtime: impl Runtime + Clone + 'static) {
     use crate::{Reply, ScriptedModel};
-    use cave_core::{Agent, Event, Message, StopReason, prompt};
+    use cave_core::{Agent, AgentBuilder, Event, Message, StopReason, prompt};
     use futures_util::StreamExt;
     let block = |code: &str| format!("```python\n{code}\n```");
     // A cell nothing stops would hang the suite: fail instead, well past either limit.
@@ -615,7 +615,7 @@ pub async fn time_limits_stop_a_printing_loop(runtime: impl Runtime + Clone + 's
         Reply::text(block("print(n > 0)")),
         Reply::text("Done."),
     ]);
-    let mut agent = Agent::builder(model, runtime.clone())
+    let mut agent = AgentBuilder::new(model, runtime.clone())
         // Room for the cell after it: behind a Jupyter server the interrupted cell's output
         // may still be arriving when it starts.
         .max_exec_timeout(Duration::from_secs(2))
@@ -636,7 +636,7 @@ pub async fn time_limits_stop_a_printing_loop(runtime: impl Runtime + Clone + 's
 
     // The run's budget: the cell is stopped when the run's time is up, and the run ends.
     let model = ScriptedModel::new([Reply::text(printing), Reply::text("never asked")]);
-    let mut agent = Agent::builder(model, runtime)
+    let mut agent = AgentBuilder::new(model, runtime)
         .max_exec_timeout(Duration::from_secs(600))
         .max_run_time(Duration::from_millis(800))
         .build()

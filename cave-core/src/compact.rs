@@ -1,14 +1,6 @@
 //! Keeping the history inside the context window: the `Compactor` and `TokenEstimator` seams,
-//! and the defaults every agent gets (`ContextCompactor`, `ScriptEstimator`).
-
-mod estimate;
-mod summary;
-
-pub use estimate::ScriptEstimator;
-pub use summary::{
-    COMPACT_BUFFER_TOKENS, COOLDOWN_ATTEMPTS, ContextCompactor, DEFAULT_CONTEXT_WINDOW,
-    FALLBACK_OUTPUT_RESERVE, KEEP_RECENT_RESULTS, MAX_CONSECUTIVE_FAILURES,
-};
+//! what a program on the core alone gets (`NoCompaction`, `ByteEstimator`) and the arithmetic
+//! both sides share. The compaction every facade agent gets is cave-compact's.
 
 use crate::{Message, Usage};
 use async_trait::async_trait;
@@ -225,7 +217,9 @@ pub trait Compactor: Send + Sync {
     }
 }
 
-/// A compactor that never compacts (the agent's default until one is configured).
+/// A compactor that never compacts: the default of an agent built on the core alone
+/// ([`AgentBuilder::new`](crate::AgentBuilder::new)); the facade's `Agent::builder` sets
+/// cave-compact's `ContextCompactor`.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct NoCompaction;
 
@@ -273,9 +267,30 @@ macro_rules! forward_estimator {
 }
 forward_estimator!(&E, Box<E>, Arc<E>);
 
+/// One token per four bytes of UTF-8, rounded up: OpenAI's rule of thumb for English, and the
+/// estimate of an agent built on the core alone. It under-counts the scripts that tokenize
+/// densely (Chinese, Japanese, Korean, most of the rest of the world's); cave-compact's
+/// `ScriptEstimator`, the facade's default, does not, and its `TiktokenEstimator` is exact.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ByteEstimator;
+
+impl TokenEstimator for ByteEstimator {
+    fn estimate(&self, text: &str) -> u64 {
+        (text.len() as u64).div_ceil(4)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bytes_count_a_quarter_token_each_rounded_up() {
+        assert_eq!(ByteEstimator.estimate(""), 0);
+        assert_eq!(ByteEstimator.estimate("abcd"), 1);
+        assert_eq!(ByteEstimator.estimate("abcde"), 2);
+        assert_eq!(ByteEstimator.estimate("你好"), 2, "six bytes");
+    }
 
     #[test]
     fn images_cost_what_openai_counts_at_high_detail() {
@@ -284,7 +299,7 @@ mod tests {
         assert_eq!(image_tokens(0, 10), 85);
         let message = Message::execution_result("abcdefgh")
             .with_images(vec![crate::ImagePart::new("image/png", b"x", 640, 480)]);
-        assert_eq!(estimate_message(&message, &ScriptEstimator), 2 + 425);
+        assert_eq!(estimate_message(&message, &ByteEstimator), 2 + 425);
         // Only execution results carry images.
         assert!(
             Message::user("hi")

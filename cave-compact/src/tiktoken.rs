@@ -1,6 +1,7 @@
 //! Exact token counts with tiktoken, for OpenAI models.
 
-use cave_core::{ScriptEstimator, TokenEstimator};
+use crate::ScriptEstimator;
+use cave_core::TokenEstimator;
 use std::sync::OnceLock;
 use tiktoken_rs::CoreBPE;
 

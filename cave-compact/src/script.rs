@@ -1,6 +1,6 @@
-//! The default token estimator: a script-aware heuristic that never under-counts.
+//! The facade's token estimator: a script-aware heuristic that never under-counts.
 
-use super::TokenEstimator;
+use cave_core::TokenEstimator;
 
 /// Estimates tokens from character classes, never under-counting the scripts that tokenize
 /// densely: a quarter token per character for Latin text, digits, punctuation and spaces;

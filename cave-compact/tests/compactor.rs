@@ -1,9 +1,10 @@
 //! Compaction tiers, pair preservation, incremental summaries, the breaker, overflow recovery.
 
+use cave_compact::{ContextCompactor, ScriptEstimator};
 use cave_core::prompt as prompts;
 use cave_core::{
-    Agent, Compactor, ContextCompactor, Event, Message, ModelError, ModelErrorKind, ModelInfo,
-    PersistedOutput, ScriptEstimator, StopReason, TokenEstimator, persisted_marker,
+    AgentBuilder, Compactor, Event, Message, ModelError, ModelErrorKind, ModelInfo,
+    PersistedOutput, StopReason, TokenEstimator, persisted_marker,
 };
 use cave_testing::{EchoRuntime, Reply, ScriptedModel};
 use futures_util::StreamExt;
@@ -295,7 +296,7 @@ async fn the_agent_recovers_from_a_prompt_that_is_too_long() {
     let too_long = ModelError::new(ModelErrorKind::PromptTooLong, "context length exceeded");
     let agent_model = ScriptedModel::new([Reply::fails(too_long), Reply::text("Fits now.")]);
     let (c, summarizer) = compactor(ScriptedModel::new([summary("earlier work")]));
-    let mut agent = Agent::builder(agent_model, EchoRuntime::new())
+    let mut agent = AgentBuilder::new(agent_model, EchoRuntime::new())
         .history(history(12, "out"))
         .compactor(c)
         .build()
@@ -335,9 +336,10 @@ async fn a_long_session_stays_inside_a_small_window() {
     )));
     let c = c.with_context_window(window).with_output_reserve(500);
     let runtime = Arc::new(EchoRuntime::new());
-    let mut agent = Agent::builder(agent_model.clone(), runtime.clone())
+    let mut agent = AgentBuilder::new(agent_model.clone(), runtime.clone())
         .max_steps(200)
         .compactor(c)
+        .estimator(ScriptEstimator)
         .build()
         .unwrap();
     let response = agent.run("Keep going.").await;

@@ -1,15 +1,13 @@
 //! `ContextCompactor`: keeping a conversation inside the model's context window, with summaries
 //! the model writes when clearing old results is not enough.
 
-use super::{
-    Compactor, Prepared, Summarized, SummaryError, TokenAnchor, TokenEstimator, estimate_history,
-};
-use crate::prompt as prompts;
-use crate::{
-    ChatMessage, ChatRequest, ChatRole, FinishReason, Message, Model, Usage, lock,
-    strip_persisted_preview,
-};
 use async_trait::async_trait;
+use cave_core::prompt as prompts;
+use cave_core::{
+    ChatMessage, ChatRequest, ChatRole, Compactor, FinishReason, Message, Model, Prepared,
+    Summarized, SummaryError, TokenAnchor, TokenEstimator, Usage, estimate_history,
+    estimate_message, lock, strip_persisted_preview,
+};
 use futures_util::StreamExt;
 use std::future::Future;
 use std::pin::Pin;
@@ -95,7 +93,7 @@ impl std::fmt::Debug for ContextCompactor {
 impl ContextCompactor {
     /// Compacts with summaries written by `summarizer` (usually the agent's own model, or a
     /// cheaper one). It counts with the estimator the agent hands it at each call (the
-    /// agent's own, [`AgentBuilder::estimator`](crate::AgentBuilder::estimator)), so the
+    /// agent's own, [`AgentBuilder::estimator`](cave_core::AgentBuilder::estimator)), so the
     /// two always count in one unit.
     pub fn new(summarizer: Arc<dyn Model>) -> Self {
         Self {
@@ -183,7 +181,7 @@ impl ContextCompactor {
                 continue;
             }
             // Images go with the text they came with (as a large output, a figure is cleared).
-            saved += super::estimate_message(&history[i], estimator)
+            saved += estimate_message(&history[i], estimator)
                 .saturating_sub(estimator.estimate(&cleared));
             out.get_or_insert_with(|| history.to_vec())[i] = match persisted {
                 Some(persisted) => Message::persisted_result(cleared, persisted),
