@@ -11,7 +11,7 @@
 //! Run with `cargo xtask bench` (or `cargo bench -p cave-agent --bench load --features
 //! kernel,testing`).
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::kernel::{KernelConfig, KernelPool, PoolConfig, Sandbox};
 use cave_agent::testing::measure::{
     descendants, open_descriptors, percentile, resident_self, resident_tree, started_since,

@@ -11,7 +11,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::mcp::{DEFAULT_CALL_TIMEOUT, McpServer, McpTools, StdioServer};
 use cave_agent::testing::Reply;
 use cave_agent::{Agent, InProcRuntime, Model, Resources, Runtime, RuntimeExt};

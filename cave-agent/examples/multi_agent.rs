@@ -8,7 +8,7 @@
 #[path = "common/mod.rs"]
 mod common;
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::Reply;
 use cave_agent::{
     Agent, InProcRuntime, KernelRuntime, Model, Resources, Runtime, SubAgent, Value, Variable,

@@ -8,7 +8,7 @@
 mod common;
 
 use cave_agent::Agent;
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::Reply;
 use cave_agent::{InProcRuntime, Model, Resources, Runtime, RuntimeExt, Value, Variable};
 use std::sync::Arc;

@@ -5,7 +5,7 @@
 //!
 //! Run with `cargo run -p cave-agent --example owned_run --features testing`.
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{Agent, Event, InProcRuntime, StopReason};
 use futures_util::StreamExt;

@@ -9,7 +9,7 @@
 mod common;
 
 use cave_agent::Agent;
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::skills::discover;
 use cave_agent::testing::Reply;
 use cave_agent::{Event, InProcRuntime, Model, SkillSet};

@@ -9,7 +9,7 @@
 mod common;
 
 use cave_agent::Agent;
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::Reply;
 use cave_agent::{InProcRuntime, Model, ObjectBinding, Resources, Runtime, Shared};
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 mod common;
 
 use cave_agent::Agent;
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::models::ReplayModel;
 use cave_agent::{
     InProcRuntime, Model, ObjectBinding, OpenAiModel, Resources, Runtime, Shared, Value,

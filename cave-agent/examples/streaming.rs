@@ -10,7 +10,7 @@
 mod common;
 
 use cave_agent::Agent;
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::Reply;
 use cave_agent::{Event, InProcRuntime, Model};
 use futures_util::StreamExt;

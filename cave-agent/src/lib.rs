@@ -13,41 +13,23 @@ pub mod compact {
 
 pub use cave_compact::{ContextCompactor, ScriptEstimator};
 
-/// `Agent::builder`: an agent with the facade's defaults.
-///
-/// cave-core's [`AgentBuilder::new`] keeps every message and counts a token per four bytes;
-/// the agents most programs want compact their history when it nears the context window
-/// ([`ContextCompactor`], whose summaries the agent's own model writes, the model's declared
-/// output cap kept free) and never under-count other scripts ([`ScriptEstimator`]). This trait
-/// gives [`Agent`] the constructor that sets both; bring it into scope with the type:
-///
-/// ```
-/// use cave_agent::{Agent, AgentDefaults, Model, Runtime};
-///
-/// fn agent(model: impl Model + 'static, runtime: impl Runtime + 'static) -> Agent {
-///     Agent::builder(model, runtime).build().expect("the defaults hold together")
-/// }
-/// ```
-///
-/// Either setting can still be changed on the builder (`.compactor(NoCompaction)` keeps every
-/// message, `.estimator(compact::estimator_for(id))` counts exactly for OpenAI models).
-pub trait AgentDefaults {
-    /// Starts building an agent for this model and runtime, compacting and estimating as the
-    /// facade does. Keep a clone of the runtime (e.g. pass an `Arc`) to read objects after a
-    /// run.
-    fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> AgentBuilder;
-}
+mod agent;
+mod spawned;
 
-impl AgentDefaults for Agent {
-    fn builder(model: impl Model + 'static, runtime: impl Runtime + 'static) -> AgentBuilder {
-        let model: std::sync::Arc<dyn Model> = std::sync::Arc::new(model);
-        let mut builder = AgentBuilder::new(model.clone(), runtime);
-        builder
-            .compactor(ContextCompactor::new(model))
-            .estimator(ScriptEstimator);
-        builder
-    }
-}
+pub use agent::AgentExt;
+pub use spawned::RunHandle;
+
+/// What every runtime does around a running cell: output held and spooled, host calls in
+/// their spans, `show_from_host`.
+pub use cave_cell::*;
+
+/// Rust types as the model sees them: `PythonType`, `ObjectClass`, `ObjectMethods`,
+/// `Shared`.
+pub use cave_pytype::{ObjectClass, ObjectMethods, PythonType, Shared, push_schema};
+
+/// What `cave-macros` output calls (not a public API).
+#[doc(hidden)]
+pub use cave_pytype::macro_support;
 
 /// Approvals before host calls, the audit log, method filters: cave-guards.
 pub use cave_guards::*;

@@ -1,7 +1,7 @@
 //! Approvals through the agent: a refused cell is told to the model, which carries on; an
 //! approved one runs; a guarded host function raises PermissionError when refused.
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::RuntimeExt;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{

@@ -1,7 +1,7 @@
 //! A cell that prints as fast as it can for seconds leaves the host's memory bounded, on each
 //! runtime. One test in its own binary: the resident size measured is this test's alone.
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::measure::resident_self as resident;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{Agent, DEFAULT_MAX_HELD_OUTPUT, Event, InProcRuntime, Message, Runtime};

@@ -4,7 +4,7 @@
 #[path = "../../cave-runtime-kernel/tests/support/gateway.rs"]
 mod gateway;
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::RuntimeExt;
 use cave_agent::kernel::JupyterConfig;
 use cave_agent::testing::{Reply, ScriptedModel};

@@ -9,7 +9,7 @@
 //! `results.jsonl` and writes its events as a JSON Lines transcript, under `target/live/`
 //! (or `CAVE_LIVE_DIR`).
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::ContextCompactor;
 use cave_agent::RuntimeExt;
 use cave_agent::testing::contract::Light;

@@ -1,7 +1,7 @@
 //! Secrets through the agent, on both runtimes: code can use them; their value (and its
 //! usual printed forms) never reaches the events or what the model reads next.
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::RuntimeExt;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{Agent, Event, InProcRuntime, KernelRuntime, Resources, Runtime, Variable};

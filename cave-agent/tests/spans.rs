@@ -6,7 +6,7 @@
 #[path = "support/orchestra.rs"]
 mod orchestra;
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::ScriptedModel;
 use cave_agent::testing::spans::{CapturedSpan, SpanCapture};
 use cave_agent::{Agent, Resources, StopReason};

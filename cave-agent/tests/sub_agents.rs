@@ -2,7 +2,7 @@
 //! (in-process) and an analyzer (kernel runtime); the host reads the analyzer's result; the
 //! nested events arrive in order; cancelling the orchestrator cancels the sub-agent it waits on.
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{
     Agent, CancellationToken, Event, InProcRuntime, KernelRuntime, Resources, Runtime, StopReason,

@@ -1,6 +1,6 @@
 //! Agent runs on the real in-process runtime, with scripted models.
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{
     Agent, CancellationToken, Event, InProcRuntime, Message, Resources, Runtime, RuntimeExt,
@@ -759,4 +759,79 @@ async fn with_vision_shown_images_go_to_the_model_within_a_budget() {
             .iter()
             .all(|m| m.images.is_empty())
     );
+}
+
+/// A cell that runs until it is interrupted.
+const SPIN: &str = "while True:\n    pass";
+
+/// The owned form: the agent in its own task, events read elsewhere, cancelled from a token,
+/// and the agent back with a valid history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spawned_run_streams_cancels_and_gives_the_agent_back() {
+    let model = ScriptedModel::new([Reply::text(block(SPIN)), Reply::text("never")]);
+    let agent = Agent::builder(model, InProcRuntime::new().unwrap())
+        .build()
+        .unwrap();
+    let mut run = agent.spawn("go");
+    let stop = run.cancel_token();
+    // A "UI" task reads the events and presses stop when code starts.
+    let reader = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(event) = run.next().await {
+            if matches!(event, Event::Code { .. }) {
+                stop.cancel();
+            }
+            seen.push(event);
+        }
+        (seen, run)
+    });
+    let (seen, run) = reader.await.unwrap();
+    assert!(matches!(seen.first(), Some(Event::UserPrompt { .. })));
+    assert!(
+        matches!(
+            seen.last(),
+            Some(Event::Stopped {
+                stop_reason: StopReason::Cancelled,
+                ..
+            })
+        ),
+        "{seen:?}"
+    );
+    let agent = run.into_agent().await.expect("the agent comes back");
+    let code_at = agent
+        .history()
+        .iter()
+        .position(|m| matches!(m, Message::Code { .. }))
+        .unwrap();
+    assert!(matches!(
+        agent.history()[code_at + 1],
+        Message::ExecutionResult { .. }
+    ));
+    // It can run again.
+    let mut again = agent.spawn("and now?");
+    let mut last = None;
+    while let Some(event) = again.next().await {
+        last = Some(event);
+    }
+    assert!(matches!(last, Some(Event::Stopped { .. })));
+}
+
+/// Dropping the handle mid-run stops the run; `into_agent` on a fresh one stops it too.
+#[tokio::test]
+async fn a_spawned_run_stops_when_its_handle_stops_reading() {
+    let model = ScriptedModel::new([Reply::text(block(SPIN))]);
+    let agent = Agent::builder(model, InProcRuntime::new().unwrap())
+        .build()
+        .unwrap();
+    let mut run = agent.spawn("go");
+    while let Some(event) = run.next().await {
+        if matches!(event, Event::Code { .. }) {
+            break;
+        }
+    }
+    let agent = run.into_agent().await.unwrap();
+    assert!(matches!(
+        agent.history().last(),
+        Some(Message::ExecutionResult { .. } | Message::User { .. })
+    ));
 }

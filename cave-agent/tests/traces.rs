@@ -7,7 +7,7 @@
 #[path = "support/orchestra.rs"]
 mod orchestra;
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::otel::{OtlpConfig, install};
 use cave_agent::testing::phoenix::{Phoenix, attribute, named, parent, recorded_cells};
 use cave_agent::testing::{Reply, ScriptedModel};

@@ -6,7 +6,7 @@ use crate::exit::Exit;
 use crate::output::{Human, JsonLines, Output, Retrieved};
 use crate::stop::{TerminalSettings, Termination, stop_requested};
 use anyhow::Context;
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::ContextCompactor;
 use cave_agent::inproc::{CapturedStreams, StdioCapture};
 use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};
@@ -1169,7 +1169,7 @@ async fn open_runtime(
         RuntimeChoice::InProc { max_cell_output } => {
             let runtime =
                 InProcRuntime::new().context("the in-process Python runtime could not start")?;
-            runtime.set_max_cell_output(max_cell_output);
+            runtime.set_cell_limits(runtime.cell_limits().max_cell_output(max_cell_output));
             Backend::InProc(runtime)
         }
         RuntimeChoice::Jupyter(config) => {

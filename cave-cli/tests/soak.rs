@@ -5,7 +5,7 @@
 //! `CAVE_AGENT_SOAK=N` sets the number of runs (`cargo xtask soak N` runs it in release, after the parser's soak);
 //! the regular test suite runs a hundred.
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::inproc::{CapturedStreams, StdioCapture};
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{Agent, CodePolicy, Event, InProcRuntime, Runtime, SecurityPolicy};

@@ -43,11 +43,8 @@ mod compact;
 mod display;
 mod error;
 mod event;
-#[doc(hidden)]
-pub mod macro_support;
 mod message;
 mod model;
-mod output;
 mod parser;
 mod policy;
 pub mod prompt;
@@ -64,7 +61,7 @@ mod value;
 pub use agent::{
     Agent, AgentBuilder, AgentResponse, BuildError, DEFAULT_IMAGE_TOKENS, DEFAULT_MAX_EXEC_OUTPUT,
     DEFAULT_PERSISTED_PREFIX, DEFAULT_PREVIEW_CHARS, EventStream, INTERRUPT_GRACE,
-    MAX_OUTPUT_RECOVERIES, RunHandle, SubAgent,
+    MAX_OUTPUT_RECOVERIES, SubAgent,
 };
 pub use approval::{Approval, ApprovalRequest, Approver};
 pub use compact::{
@@ -73,7 +70,6 @@ pub use compact::{
 };
 pub use display::{
     DEFAULT_MAX_DISPLAY, DisplayData, DisplayItem, MAX_DISPLAY_ITEMS, file_extension, image_size,
-    run_host_call, show_from_host,
 };
 pub use error::{RuntimeError, error_chain};
 pub use event::{
@@ -87,10 +83,6 @@ pub use model::{
     ChatRequest, Delta, DeltaStream, FinishReason, Model, ModelError, ModelErrorKind, ModelInfo,
     ToolCallDelta,
 };
-pub use output::{
-    CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, DEFAULT_MAX_HELD_OUTPUT, LiveOutput,
-    OutputSpool, STRAY_OUTPUT_CAP, StrayOutput,
-};
 pub use parser::{FenceParser, Parsed, ThinkSplit, ThinkSplitter};
 pub use policy::{CodePolicy, Violation, ViolationKind, refusal_message};
 pub use prompt::format_size;
@@ -98,13 +90,12 @@ pub use redact::{MIN_SECRET_CHARS, SecretRedactor, StreamRedaction};
 pub use registry::{Description, Entry, Registry, unique_prefix};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
-    NameKind, NameProblem, ObjectBinding, ObjectClass, ObjectMethods, Param, ParamDefault,
-    ParamKind, PythonType, Resource, Resources, Shared, Signature, TypeSchema, TypeShape, Variable,
-    is_identifier, normalize_name, validate_name,
+    NameKind, NameProblem, ObjectBinding, Param, ParamDefault, ParamKind, Resource, Resources,
+    Signature, TypeSchema, TypeShape, Variable, is_identifier, normalize_name, validate_name,
 };
 pub use runtime::{
-    BoundName, DiscardOutput, Execution, ExecutionError, Interrupt, Interruption, Layer,
-    LayerState, OutputSink, Runtime, RuntimeExt, downcast_object,
+    BoundName, DEFAULT_MAX_HELD_OUTPUT, DiscardOutput, Execution, ExecutionError, Interrupt,
+    Interruption, Layer, LayerState, LiveOutput, OutputSink, Runtime, RuntimeExt, downcast_object,
 };
 pub use shape::{
     Persisted, highest_persisted_index, one_line, persist_output, persisted_marker, preview,

@@ -412,6 +412,29 @@ pub trait OutputSink: Send + Sync {
     }
 }
 
+/// The output of one cell a runtime holds in the host's memory by default: 8 MiB, its first
+/// and last 4 MiB (the agent's live sink stops at the same size).
+pub const DEFAULT_MAX_HELD_OUTPUT: usize = 8 << 20;
+
+/// A piece of a running cell's output as it goes live: text, or an item it showed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LiveOutput {
+    /// Text.
+    Text(String),
+    /// An item (`display`).
+    Display(crate::DisplayItem),
+}
+
+impl LiveOutput {
+    /// Hands it to `sink`.
+    pub fn deliver(self, sink: &dyn OutputSink) {
+        match self {
+            LiveOutput::Text(text) => sink.write(&text),
+            LiveOutput::Display(item) => sink.display(item),
+        }
+    }
+}
+
 /// An [`OutputSink`] that drops live output (the whole output is still in the [`Execution`]).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct DiscardOutput;

@@ -1,5 +1,5 @@
 //! A cell's whole output kept in a file, as a runtime hands it back with the execution
-//! ([`crate::Execution::spooled`]) for `_output_N`; written by [`crate::OutputSpool`].
+//! ([`crate::Execution::spooled`]) for `_output_N`; written by cave-cell's `OutputSpool`.
 
 use std::path::{Path, PathBuf};
 
@@ -8,16 +8,36 @@ use std::path::{Path, PathBuf};
 /// file is removed when this is dropped.
 #[derive(Debug)]
 pub struct SpooledOutput {
-    pub(crate) file: std::fs::File,
+    file: std::fs::File,
     /// `None` once unlinked.
-    pub(crate) path: Option<PathBuf>,
-    pub(crate) bytes: u64,
-    pub(crate) chars: u64,
-    pub(crate) cut: u64,
-    pub(crate) limit: u64,
+    path: Option<PathBuf>,
+    bytes: u64,
+    chars: u64,
+    cut: u64,
+    limit: u64,
 }
 
 impl SpooledOutput {
+    /// The output written to `file` (at `path`, `None` if unlinked): `bytes` and `chars`
+    /// kept, `cut` bytes past `limit` counted. It owns the file: dropping it removes the path.
+    pub fn new(
+        file: std::fs::File,
+        path: Option<PathBuf>,
+        bytes: u64,
+        chars: u64,
+        cut: u64,
+        limit: u64,
+    ) -> Self {
+        Self {
+            file,
+            path,
+            bytes,
+            chars,
+            cut,
+            limit,
+        }
+    }
+
     /// The file's path, while it has one (an unlinked file is read through [`file`](Self::file)).
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()

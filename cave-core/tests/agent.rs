@@ -1828,79 +1828,6 @@ fn saved_histories_carry_their_format_version() {
     ));
 }
 
-/// The owned form: the agent in its own task, events read elsewhere, cancelled from a token,
-/// and the agent back with a valid history.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_spawned_run_streams_cancels_and_gives_the_agent_back() {
-    let s = Setup::with(
-        ScriptedModel::new([Reply::text(block("spin()")), Reply::text("never")]),
-        FakeRuntime::interruptible(Interruption::Delivered),
-    );
-    let agent = s.agent();
-    let mut run = agent.spawn("go");
-    let stop = run.cancel_token();
-    // A "UI" task reads the events and presses stop when code starts.
-    let reader = tokio::spawn(async move {
-        let mut seen = Vec::new();
-        while let Some(event) = run.next().await {
-            if matches!(event, Event::Code { .. }) {
-                stop.cancel();
-            }
-            seen.push(event);
-        }
-        (seen, run)
-    });
-    let (seen, run) = reader.await.unwrap();
-    assert!(matches!(seen.first(), Some(Event::UserPrompt { .. })));
-    assert!(
-        matches!(
-            seen.last(),
-            Some(Event::Stopped {
-                stop_reason: StopReason::Cancelled,
-                ..
-            })
-        ),
-        "{seen:?}"
-    );
-    let agent = run.into_agent().await.expect("the agent comes back");
-    let code_at = agent
-        .history()
-        .iter()
-        .position(|m| matches!(m, Message::Code { .. }))
-        .unwrap();
-    assert!(matches!(
-        agent.history()[code_at + 1],
-        Message::ExecutionResult { .. }
-    ));
-    // It can run again.
-    let mut again = agent.spawn("and now?");
-    let mut last = None;
-    while let Some(event) = again.next().await {
-        last = Some(event);
-    }
-    assert!(matches!(last, Some(Event::Stopped { .. })));
-}
-
-/// Dropping the handle mid-run stops the run; `into_agent` on a fresh one stops it too.
-#[tokio::test]
-async fn a_spawned_run_stops_when_its_handle_stops_reading() {
-    let s = Setup::with(
-        ScriptedModel::new([Reply::text(block("spin()"))]),
-        FakeRuntime::interruptible(Interruption::Delivered),
-    );
-    let mut run = s.agent().spawn("go");
-    while let Some(event) = run.next().await {
-        if matches!(event, Event::Code { .. }) {
-            break;
-        }
-    }
-    let agent = run.into_agent().await.unwrap();
-    assert!(matches!(
-        agent.history().last(),
-        Some(Message::ExecutionResult { .. } | Message::User { .. })
-    ));
-}
-
 /// A server that dies mid-answer: the run ends in an error, and its content is what streamed.
 #[tokio::test]
 async fn a_run_that_fails_after_text_keeps_the_partial_answer() {
@@ -1923,8 +1850,8 @@ async fn a_whole_output_the_runtime_cannot_take_is_declared_as_its_ends() {
     let dir = cave_testing::TestDir::new("spool");
     let whole: String = (0..4_000).map(|i| format!("line {i}\n")).collect();
     let spooled_output = || {
-        let mut cell = cave_core::CellOutput::new(1_000, None)
-            .with_spool(cave_core::OutputSpool::new(dir.path(), 1 << 20));
+        let mut cell = cave_cell::CellOutput::new(1_000, None)
+            .with_spool(cave_cell::OutputSpool::new(dir.path(), 1 << 20));
         cell.push(&whole);
         let (text, spooled) = cell.finish();
         (

@@ -50,13 +50,13 @@ pub(crate) fn expand(item: TokenStream) -> syn::Result<TokenStream> {
                 let is_option = matches!(ty, syn::Type::Path(p) if p.path.segments.last().is_some_and(|s| s.ident == "Option"));
                 let built = if is_option {
                     quote! {
-                        #krate::Field::new(#py, <#ty as #krate::PythonType>::annotation())
-                            .default_value(#krate::Value::None)
+                        #krate::macro_support::Field::new(#py, <#ty as #krate::macro_support::PythonType>::annotation())
+                            .default_value(#krate::macro_support::Value::None)
                             #description
                     }
                 } else {
                     quote! {
-                        #krate::Field::new(#py, <#ty as #krate::PythonType>::annotation())
+                        #krate::macro_support::Field::new(#py, <#ty as #krate::macro_support::PythonType>::annotation())
                             #description
                     }
                 };
@@ -65,11 +65,11 @@ pub(crate) fn expand(item: TokenStream) -> syn::Result<TokenStream> {
                 } else {
                     required.push(built);
                 }
-                nested.push(quote!(<#ty as #krate::PythonType>::schemas(out);));
+                nested.push(quote!(<#ty as #krate::macro_support::PythonType>::schemas(out);));
             }
             (
                 quote! {
-                    #krate::TypeSchema::record(#name, [#(#required,)* #(#optional,)*]) #class_doc
+                    #krate::macro_support::TypeSchema::record(#name, [#(#required,)* #(#optional,)*]) #class_doc
                 },
                 nested,
             )
@@ -86,12 +86,12 @@ pub(crate) fn expand(item: TokenStream) -> syn::Result<TokenStream> {
                 }
                 let member = variant.ident.to_string();
                 members.push(quote! {
-                    (::std::string::String::from(#member), #krate::Value::Str(::std::string::String::from(#member)))
+                    (::std::string::String::from(#member), #krate::macro_support::Value::Str(::std::string::String::from(#member)))
                 });
             }
             (
                 quote! {
-                    #krate::TypeSchema::enumeration(#name, [#(#members),*]) #class_doc
+                    #krate::macro_support::TypeSchema::enumeration(#name, [#(#members),*]) #class_doc
                 },
                 Vec::new(),
             )
@@ -104,11 +104,11 @@ pub(crate) fn expand(item: TokenStream) -> syn::Result<TokenStream> {
         }
     };
     Ok(quote! {
-        impl #krate::PythonType for #ident {
+        impl #krate::macro_support::PythonType for #ident {
             fn annotation() -> ::std::string::String {
                 ::std::string::String::from(#name)
             }
-            fn schemas(out: &mut ::std::vec::Vec<#krate::TypeSchema>) {
+            fn schemas(out: &mut ::std::vec::Vec<#krate::macro_support::TypeSchema>) {
                 // Added before its fields' types, so that a type containing itself ends.
                 if out.iter().any(|t| t.name == #name) {
                     return;

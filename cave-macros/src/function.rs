@@ -48,14 +48,14 @@ pub(crate) fn expand(args: TokenStream, item: TokenStream) -> syn::Result<TokenS
 
         impl #ident {
             #[doc = #note]
-            #vis fn function() -> #krate::Function {
-                let mut __collected: ::std::vec::Vec<#krate::TypeSchema> = ::std::vec::Vec::new();
+            #vis fn function() -> #krate::macro_support::Function {
+                let mut __collected: ::std::vec::Vec<#krate::macro_support::TypeSchema> = ::std::vec::Vec::new();
                 let __types = &mut __collected;
                 #schemas
-                #krate::Function::host(
+                #krate::macro_support::Function::host(
                     #py_name,
                     #signature,
-                    |__args: #krate::Args| async move {
+                    |__args: #krate::macro_support::Args| async move {
                         #bind
                         let __result = #ident(#arguments) #await_;
                         #convert

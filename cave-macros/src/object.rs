@@ -58,12 +58,12 @@ fn class(options: Options, mut item: ItemStruct) -> syn::Result<TokenStream> {
                 None => quote!(),
             };
             properties.push(quote! {
-                #krate::Method::property(#py, <#ty as #krate::PythonType>::annotation()) #doc
+                #krate::macro_support::Method::property(#py, <#ty as #krate::macro_support::PythonType>::annotation()) #doc
             });
             reads.push(quote! {
                 #py => ::std::option::Option::Some(#krate::macro_support::value(&self.#field_ident)),
             });
-            types.push(quote!(<#ty as #krate::PythonType>::schemas(out);));
+            types.push(quote!(<#ty as #krate::macro_support::PythonType>::schemas(out);));
         }
     } else {
         for field in item.fields.iter_mut() {
@@ -78,21 +78,21 @@ fn class(options: Options, mut item: ItemStruct) -> syn::Result<TokenStream> {
     Ok(quote! {
         #item
 
-        impl #krate::ObjectClass for #ident {
+        impl #krate::macro_support::ObjectClass for #ident {
             const NAME: &'static str = #name;
             fn doc() -> ::std::option::Option<&'static str> {
                 #class_doc
             }
-            fn properties() -> ::std::vec::Vec<#krate::Method> {
+            fn properties() -> ::std::vec::Vec<#krate::macro_support::Method> {
                 ::std::vec![#(#properties),*]
             }
-            fn property(&self, name: &str) -> ::std::option::Option<::std::result::Result<#krate::Value, #krate::HostError>> {
+            fn property(&self, name: &str) -> ::std::option::Option<::std::result::Result<#krate::macro_support::Value, #krate::macro_support::HostError>> {
                 match name {
                     #(#reads)*
                     _ => ::std::option::Option::None,
                 }
             }
-            fn property_types(out: &mut ::std::vec::Vec<#krate::TypeSchema>) {
+            fn property_types(out: &mut ::std::vec::Vec<#krate::macro_support::TypeSchema>) {
                 #(#types)*
             }
         }
@@ -143,7 +143,7 @@ fn methods(options: Options, mut item: ItemImpl) -> syn::Result<TokenStream> {
             Some(text) => quote!(.with_doc(#text)),
             None => quote!(),
         };
-        described.push(quote!(#krate::Method::new(#py, #signature) #doc));
+        described.push(quote!(#krate::macro_support::Method::new(#py, #signature) #doc));
         let schemas = parsed.schemas(&krate);
         types.push(schemas);
         let bind = parsed.bind();
@@ -169,26 +169,26 @@ fn methods(options: Options, mut item: ItemImpl) -> syn::Result<TokenStream> {
         #item
 
         #[#krate::macro_support::async_trait]
-        impl #krate::ObjectMethods for #self_ty {
-            fn methods() -> ::std::vec::Vec<#krate::Method> {
+        impl #krate::macro_support::ObjectMethods for #self_ty {
+            fn methods() -> ::std::vec::Vec<#krate::macro_support::Method> {
                 ::std::vec![#(#described),*]
             }
-            fn method_types(__types: &mut ::std::vec::Vec<#krate::TypeSchema>) {
+            fn method_types(__types: &mut ::std::vec::Vec<#krate::macro_support::TypeSchema>) {
                 #(#types)*
             }
             async fn call(
-                __shared: &#krate::Shared<Self>,
+                __shared: &#krate::macro_support::Shared<Self>,
                 __method: &str,
-                __args: #krate::Args,
-            ) -> ::std::result::Result<#krate::Value, #krate::HostError> {
+                __args: #krate::macro_support::Args,
+            ) -> ::std::result::Result<#krate::macro_support::Value, #krate::macro_support::HostError> {
                 match __method {
                     #(#arms)*
                     __other => {
                         let __this = __shared.read().await;
-                        match <Self as #krate::ObjectClass>::property(&*__this, __other) {
+                        match <Self as #krate::macro_support::ObjectClass>::property(&*__this, __other) {
                             ::std::option::Option::Some(__read) => __read,
                             ::std::option::Option::None => ::std::result::Result::Err(
-                                #krate::macro_support::no_attribute(<Self as #krate::ObjectClass>::NAME, __other),
+                                #krate::macro_support::no_attribute(<Self as #krate::macro_support::ObjectClass>::NAME, __other),
                             ),
                         }
                     }

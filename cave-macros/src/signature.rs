@@ -271,19 +271,21 @@ impl Parsed {
                 Some(expr) => quote_spanned! {expr.span()=>
                     .default_value(#krate::macro_support::default_value::<#ty>(#name, #expr))
                 },
-                None if p.none_default => quote!(.default_value(#krate::Value::None)),
+                None if p.none_default => {
+                    quote!(.default_value(#krate::macro_support::Value::None))
+                }
                 None => quote!(),
             };
             quote! {
-                #krate::Param::new(#name)
-                    .annotated(<#ty as #krate::PythonType>::annotation())
+                #krate::macro_support::Param::new(#name)
+                    .annotated(<#ty as #krate::macro_support::PythonType>::annotation())
                     #default
             }
         });
         let returns = &self.returns.ty;
         quote! {
-            #krate::Signature::new([#(#params),*])
-                .returns(<#returns as #krate::PythonType>::annotation())
+            #krate::macro_support::Signature::new([#(#params),*])
+                .returns(<#returns as #krate::macro_support::PythonType>::annotation())
         }
     }
 
@@ -296,7 +298,7 @@ impl Parsed {
             .map(|p| &p.ty)
             .chain(std::iter::once(&self.returns.ty));
         quote! {
-            #(<#types as #krate::PythonType>::schemas(__types);)*
+            #(<#types as #krate::macro_support::PythonType>::schemas(__types);)*
         }
     }
 

@@ -218,7 +218,7 @@ impl HostObject for McpTools {
         let value = tool_result(&result, self.server.name(), &tool.tool)?;
         // Images are shown among the cell's output as well (the value keeps their bytes).
         for item in image_items(&result, &tool.tool) {
-            cave_core::show_from_host(item);
+            cave_cell::show_from_host(item);
         }
         Ok(value)
     }

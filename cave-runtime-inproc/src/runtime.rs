@@ -7,19 +7,19 @@ use crate::interrupt::{CellInterrupt, InterruptHandle};
 use crate::stdio::{self, CellSink, StdioCapture};
 use crate::worker::Worker;
 use async_trait::async_trait;
+use cave_cell::{CellLimits, CellOutput, OutputSpool, StrayOutput};
 use cave_core::lock;
 use cave_core::{
-    Args, CellOutput, DEFAULT_MAX_CELL_OUTPUT, DEFAULT_MAX_DISPLAY, DEFAULT_MAX_HELD_OUTPUT,
-    DisplayItem, Entry, Execution, ExecutionError, Function, FunctionBody, HostError, Interrupt,
-    LiveOutput, ObjectBinding, OutputSink, OutputSpool, Param, Registry, Resource, Resources,
-    Runtime, RuntimeError, StrayOutput, TypeSchema, TypeShape, Value, Variable, normalize_name,
+    Args, DisplayItem, Entry, Execution, ExecutionError, Function, FunctionBody, HostError,
+    Interrupt, LiveOutput, ObjectBinding, OutputSink, Param, Registry, Resource, Resources,
+    Runtime, RuntimeError, TypeSchema, TypeShape, Value, Variable, normalize_name,
 };
 use pyo3::exceptions::{PyRuntimeError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyCFunction, PyDict, PyList, PyString, PyTuple};
 use std::collections::HashMap;
 use std::ffi::CString;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use tokio::runtime::Handle;
 use tokio::sync::mpsc::UnboundedSender;
@@ -50,11 +50,8 @@ struct Inner {
     state: Mutex<State>,
     interrupt: Arc<CellInterrupt>,
     executions: AtomicU64,
-    /// How much of one cell's output is held, in bytes.
-    max_output: AtomicUsize,
-    /// How much of one cell's output is kept whole (in a file past `max_output`), in bytes.
-    max_cell_output: AtomicU64,
-    max_display: AtomicUsize,
+    /// The bounds on each cell's output.
+    limits: Mutex<CellLimits>,
     /// The process's captured descriptors, when the host attached them to this runtime.
     stdio: Mutex<Option<Arc<stdio::Shared>>>,
     /// Where host functions' futures run (the creator's tokio runtime, or our own).
@@ -249,9 +246,7 @@ impl InProcRuntime {
                 state: Mutex::new(State::default()),
                 interrupt,
                 executions: AtomicU64::new(0),
-                max_output: AtomicUsize::new(DEFAULT_MAX_HELD_OUTPUT),
-                max_cell_output: AtomicU64::new(DEFAULT_MAX_CELL_OUTPUT),
-                max_display: AtomicUsize::new(DEFAULT_MAX_DISPLAY),
+                limits: Mutex::new(CellLimits::default()),
                 stdio: Mutex::new(None),
                 handle,
                 own_runtime: Mutex::new(own_runtime),
@@ -259,25 +254,17 @@ impl InProcRuntime {
         })
     }
 
-    /// Sets how much of one cell's output is held, in bytes (default:
-    /// [`DEFAULT_MAX_HELD_OUTPUT`]): past it, the beginning and the end are kept and the
-    /// middle is counted in a note.
-    pub fn set_max_output(&self, bytes: usize) {
-        self.inner.max_output.store(bytes, Ordering::Relaxed);
+    /// Sets the bounds on each cell's output: how much the host holds, how much is kept whole
+    /// (past what is held, the output goes to a temporary file as it comes, unlinked at once so
+    /// that nothing outlives the process, and `_output_N` gets all of it) and the largest form
+    /// of an item a cell shows. Default: [`CellLimits::default`].
+    pub fn set_cell_limits(&self, limits: CellLimits) {
+        *lock(&self.inner.limits) = limits;
     }
 
-    /// Sets how much of one cell's output is kept whole, in bytes (default:
-    /// [`DEFAULT_MAX_CELL_OUTPUT`]): past what is held, the output goes to a temporary file as
-    /// it comes (unlinked at once: nothing outlives the process), and `_output_N` gets all of
-    /// it; past this limit the rest is dropped and counted.
-    pub fn set_max_cell_output(&self, bytes: u64) {
-        self.inner.max_cell_output.store(bytes, Ordering::Relaxed);
-    }
-
-    /// Sets the largest form of an item a cell shows (a figure's PNG, a table's HTML), in
-    /// bytes (default: [`DEFAULT_MAX_DISPLAY`]): larger forms are left out and named.
-    pub fn set_max_display(&self, bytes: usize) {
-        self.inner.max_display.store(bytes, Ordering::Relaxed);
+    /// The bounds on each cell's output in force.
+    pub fn cell_limits(&self) -> CellLimits {
+        *lock(&self.inner.limits)
     }
 
     /// A runtime with these resources registered.
@@ -675,11 +662,8 @@ impl Inner {
             message: e.to_string(),
         })?;
         let number = self.executions.fetch_add(1, Ordering::SeqCst) + 1;
-        let limit = self.max_cell_output.load(Ordering::Relaxed);
-        let cap = self
-            .max_output
-            .load(Ordering::Relaxed)
-            .min(usize::try_from(limit).unwrap_or(usize::MAX));
+        let limits = *lock(&self.limits);
+        let (limit, cap) = (limits.max_cell_output, limits.held());
         {
             let mut outputs = lock(&self.output);
             let spool = OutputSpool::new(std::env::temp_dir(), limit).unlinked();
@@ -705,7 +689,7 @@ impl Inner {
                 format!("<cell {number}>"),
                 self.write.bind(py),
                 self.show.bind(py),
-                self.max_display.load(Ordering::Relaxed),
+                limits.max_display,
             ),
         );
         self.interrupt.end(py);
@@ -1017,7 +1001,7 @@ impl Inner {
     }
 
     /// Where items a host call shows go (the running cell's output, see
-    /// [`cave_core::show_from_host`]), and the span its calls are children of.
+    /// [`cave_cell::show_from_host`]), and the span its calls are children of.
     fn host_display(&self) -> HostCell {
         let output = Arc::downgrade(&self.output);
         let shown = output.clone();
@@ -1186,7 +1170,7 @@ where
         handle.block_on(async {
             tokio::select! {
                 biased;
-                result = cave_core::run_host_call(&span, name, cell.show.clone(), call(args)) => Some(result),
+                result = cave_cell::run_host_call(&span, name, cell.show.clone(), call(args)) => Some(result),
                 // The cell was interrupted (its time limit, Ctrl-C): the call's future is
                 // dropped here, and the cell gets what an interrupted cell gets.
                 () = interrupted.cancelled() => None,

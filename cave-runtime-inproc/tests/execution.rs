@@ -64,11 +64,11 @@ async fn a_pool_thread_writes_into_the_cell_that_waits_for_it() {
     run(&rt, "pool.shutdown()").await;
 }
 
-/// `set_max_display` bounds each form of an item a cell shows, for this runtime alone.
+/// `set_cell_limits` bounds each form of an item a cell shows, for this runtime alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_display_limit_is_a_setting_of_each_runtime() {
     let small = InProcRuntime::new().unwrap();
-    small.set_max_display(1000);
+    small.set_cell_limits(small.cell_limits().max_display(1000));
     let other = InProcRuntime::new().unwrap();
     let code = "display({'text/plain': 't', 'image/svg+xml': 'y' * 1001}, raw=True)";
     let (_, shown) = cave_testing::contract::run_shown(&small, code).await;

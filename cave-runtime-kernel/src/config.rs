@@ -3,6 +3,7 @@
 //! cannot name what its server decides.)
 
 use crate::sandbox::Sandbox;
+use cave_cell::CellLimits;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -140,25 +141,41 @@ impl fmt::Display for Limits {
     }
 }
 
-/// Settings every transport has: how the runtime treats its workers.
-#[derive(Clone, Debug)]
-pub(crate) struct Settings {
-    /// Keep one started worker ready.
-    pub(crate) spare: bool,
-    /// How long an interrupted cell has before its worker is killed.
-    pub(crate) interrupt_grace: Duration,
-    /// How long a stop waits for the worker to exit.
-    pub(crate) stop_grace: Duration,
-    /// The largest frame either side may send.
-    pub(crate) max_frame: usize,
-    /// The output of one cell the host holds.
-    pub(crate) max_output: usize,
-    /// The output of one cell kept whole (in a file past `max_output`).
-    pub(crate) max_cell_output: u64,
-    /// The largest form of a display item sent.
-    pub(crate) max_display: usize,
-    /// How long a started worker has to say it is ready.
-    pub(crate) start_timeout: Duration,
+/// How a kernel runtime treats its workers, whatever the transport: one set of settings that
+/// [`KernelConfig`] and [`JupyterConfig`](crate::JupyterConfig) both hold (their builder
+/// methods set it), with the bounds on each cell's output that every runtime shares
+/// ([`CellLimits`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WorkerSettings {
+    /// Keep one started worker ready, so that `reset` and recovery from a dead worker do not
+    /// wait for a start. Default: on.
+    pub spare: bool,
+    /// How long an interrupted cell has to stop before its worker is ended. Default: 0.5 s
+    /// for a child process, 5 s for a Jupyter kernel (the interrupt crosses a server).
+    pub interrupt_grace: Duration,
+    /// How long `stop` waits for the worker to exit before ending it. Default: 1 s.
+    pub stop_grace: Duration,
+    /// How long a started worker has to say it is ready before it is ended and the start
+    /// fails. Default: [`DEFAULT_START_TIMEOUT`].
+    pub start_timeout: Duration,
+    /// The largest frame either side may send. Default: [`DEFAULT_MAX_FRAME`].
+    pub max_frame: usize,
+    /// The bounds on each cell's output. Default: [`CellLimits::default`].
+    pub cell: CellLimits,
+}
+
+impl Default for WorkerSettings {
+    fn default() -> Self {
+        Self {
+            spare: true,
+            interrupt_grace: Duration::from_millis(500),
+            stop_grace: Duration::from_secs(1),
+            start_timeout: DEFAULT_START_TIMEOUT,
+            max_frame: DEFAULT_MAX_FRAME,
+            cell: CellLimits::default(),
+        }
+    }
 }
 
 /// How long a started worker has to say it is ready, by default: a cold interpreter takes
@@ -176,30 +193,11 @@ pub struct KernelConfig {
     /// The interpreter to run; `None` finds one as the in-process runtime does (`CAVE_PYTHON`,
     /// `VIRTUAL_ENV`, `python3` on `PATH`). Any Python 3.9 or later.
     pub python: Option<PathBuf>,
-    /// Keep one started process ready, so that `reset` and crash recovery do not wait for a
-    /// cold start. Default: on.
-    pub spare: bool,
-    /// How long an interrupted cell has to stop before its process is killed. `None`: 0.5 s
-    /// (see [`interrupt_grace_in_force`](Self::interrupt_grace_in_force)).
-    pub interrupt_grace: Option<Duration>,
-    /// How long `stop` waits for the child to exit before killing it. Default: 1 s.
-    pub stop_grace: Duration,
-    /// How long a started child has to say it is ready before it is killed and the start
-    /// fails. Default: [`DEFAULT_START_TIMEOUT`].
-    pub start_timeout: Duration,
-    /// The largest frame either side may send. Default: [`DEFAULT_MAX_FRAME`].
-    pub max_frame: usize,
-    /// The output of one cell the host holds, in bytes: past it, the beginning and the end are
-    /// kept and the middle is counted in a note. Default: [`cave_core::DEFAULT_MAX_HELD_OUTPUT`].
-    pub max_output: usize,
-    /// The output of one cell kept whole, in bytes: past `max_output` it is written to a file
-    /// in the child's work directory as it comes, and bound whole to `_output_N`; past this
-    /// limit the rest is dropped and counted. Never above the file-size limit in force.
-    /// Default: [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
-    pub max_cell_output: u64,
-    /// The largest form of an item a cell shows (a figure's PNG, a table's HTML), in bytes:
-    /// larger forms are left out and named. Default: [`cave_core::DEFAULT_MAX_DISPLAY`].
-    pub max_display: usize,
+    /// How the runtime treats its child (spare, graces, start timeout, frame size) and the
+    /// bounds on each cell's output; the builder methods below set it. A cell's whole output
+    /// is written to a file in the child's work directory past what the host holds, and is
+    /// never kept above the file-size limit in force.
+    pub worker: WorkerSettings,
     /// Resource limits for the child; `None`: [`Limits::default`] under a sandbox,
     /// [`Limits::unsandboxed`] without one ([`limits_in_force`](Self::limits_in_force)).
     pub limits: Option<Limits>,
@@ -225,14 +223,7 @@ impl Default for KernelConfig {
     fn default() -> Self {
         Self {
             python: None,
-            spare: true,
-            interrupt_grace: None,
-            stop_grace: Duration::from_secs(1),
-            start_timeout: DEFAULT_START_TIMEOUT,
-            max_frame: DEFAULT_MAX_FRAME,
-            max_output: cave_core::DEFAULT_MAX_HELD_OUTPUT,
-            max_cell_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
-            max_display: cave_core::DEFAULT_MAX_DISPLAY,
+            worker: WorkerSettings::default(),
             limits: None,
             env: Vec::new(),
             working_dir: None,
@@ -255,56 +246,57 @@ impl KernelConfig {
     }
     /// Turns the spare process on or off.
     pub fn spare(mut self, spare: bool) -> Self {
-        self.spare = spare;
+        self.worker.spare = spare;
         self
     }
     /// Sets the grace an interrupted cell gets before its process is killed.
     pub fn interrupt_grace(mut self, grace: Duration) -> Self {
-        self.interrupt_grace = Some(grace);
+        self.worker.interrupt_grace = grace;
         self
     }
-    /// The grace an interrupted cell gets: the one set, or 0.5 s.
-    pub fn interrupt_grace_in_force(&self) -> Duration {
-        self.interrupt_grace.unwrap_or(Duration::from_millis(500))
+    /// Sets how long `stop` waits for the child to exit before killing it.
+    pub fn stop_grace(mut self, grace: Duration) -> Self {
+        self.worker.stop_grace = grace;
+        self
     }
-    /// What the runtime applies to every worker, whatever its transport.
-    pub(crate) fn settings(&self) -> Settings {
-        Settings {
-            spare: self.spare,
-            interrupt_grace: self.interrupt_grace_in_force(),
-            stop_grace: self.stop_grace,
-            max_frame: self.max_frame,
-            max_output: self.max_output,
-            max_cell_output: self
-                .max_cell_output
-                .min(self.limits_in_force().file_size.unwrap_or(u64::MAX)),
-            max_display: self.max_display,
-            start_timeout: self.start_timeout,
-        }
+    /// What the runtime applies to every worker: [`worker`](Self::worker), a cell's whole
+    /// output never kept above the file-size limit in force.
+    pub(crate) fn settings(&self) -> WorkerSettings {
+        let mut settings = self.worker;
+        settings.cell.max_cell_output = settings
+            .cell
+            .max_cell_output
+            .min(self.limits_in_force().file_size.unwrap_or(u64::MAX));
+        settings
     }
     /// Sets how long a started child has to say it is ready.
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
-        self.start_timeout = timeout;
+        self.worker.start_timeout = timeout;
         self
     }
     /// Sets the frame limit in bytes.
     pub fn max_frame(mut self, bytes: usize) -> Self {
-        self.max_frame = bytes;
+        self.worker.max_frame = bytes;
+        self
+    }
+    /// Sets the bounds on each cell's output.
+    pub fn cell_limits(mut self, limits: CellLimits) -> Self {
+        self.worker.cell = limits;
         self
     }
     /// Sets how much of one cell's output the host holds, in bytes.
     pub fn max_output(mut self, bytes: usize) -> Self {
-        self.max_output = bytes;
+        self.worker.cell.max_output = bytes;
         self
     }
     /// Sets how much of one cell's output is kept whole, in bytes.
     pub fn max_cell_output(mut self, bytes: u64) -> Self {
-        self.max_cell_output = bytes;
+        self.worker.cell.max_cell_output = bytes;
         self
     }
     /// Sets the largest form of a display item, in bytes.
     pub fn max_display(mut self, bytes: usize) -> Self {
-        self.max_display = bytes;
+        self.worker.cell.max_display = bytes;
         self
     }
     /// Sets the limits.
@@ -374,14 +366,7 @@ impl fmt::Debug for KernelConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KernelConfig")
             .field("python", &self.python)
-            .field("spare", &self.spare)
-            .field("interrupt_grace", &self.interrupt_grace)
-            .field("start_timeout", &self.start_timeout)
-            .field("stop_grace", &self.stop_grace)
-            .field("max_frame", &self.max_frame)
-            .field("max_output", &self.max_output)
-            .field("max_cell_output", &self.max_cell_output)
-            .field("max_display", &self.max_display)
+            .field("worker", &self.worker)
             .field("limits", &self.limits)
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("working_dir", &self.working_dir)
@@ -400,11 +385,27 @@ mod tests {
     #[test]
     fn the_interrupt_grace_is_half_a_second_unless_set() {
         assert_eq!(
-            KernelConfig::new().interrupt_grace_in_force(),
+            KernelConfig::new().settings().interrupt_grace,
             Duration::from_millis(500)
         );
         let set = KernelConfig::new().interrupt_grace(Duration::from_secs(2));
-        assert_eq!(set.interrupt_grace_in_force(), Duration::from_secs(2));
         assert_eq!(set.settings().interrupt_grace, Duration::from_secs(2));
+    }
+
+    /// A cell's whole output is never kept above the file-size limit the child has.
+    #[test]
+    fn the_whole_output_is_kept_within_the_file_size_limit() {
+        let defaults = KernelConfig::new().sandbox(Sandbox::off());
+        assert_eq!(defaults.settings().cell, CellLimits::default());
+        let limited = KernelConfig::new().limits(Limits {
+            file_size: Some(1000),
+            ..Limits::unsandboxed()
+        });
+        assert_eq!(limited.settings().cell.max_cell_output, 1000);
+        assert_eq!(
+            limited.worker.cell.max_cell_output,
+            cave_cell::DEFAULT_MAX_CELL_OUTPUT,
+            "the setting itself is kept"
+        );
     }
 }

@@ -44,7 +44,7 @@ mod worker;
 pub use checkpoint::Checkpoint;
 pub use config::{
     DEFAULT_FILE_SIZE, DEFAULT_MAX_FRAME, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,
-    DEFAULT_START_TIMEOUT, KernelConfig, Limits, PreExec,
+    DEFAULT_START_TIMEOUT, KernelConfig, Limits, PreExec, WorkerSettings,
 };
 pub use containment::support as containment_support;
 #[cfg(feature = "jupyter")]

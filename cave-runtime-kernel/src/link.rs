@@ -8,7 +8,7 @@
 //! business nowhere: see [`crate::worker`].
 
 use crate::KernelError;
-use crate::config::Settings;
+use crate::config::WorkerSettings;
 use crate::sandbox::Layer;
 use async_trait::async_trait;
 use std::collections::HashMap;
@@ -22,7 +22,7 @@ use tokio::sync::watch;
 #[async_trait]
 pub(crate) trait Transport: Send + Sync + 'static {
     /// The settings the runtime applies to this transport's workers.
-    fn settings(&self) -> &Settings;
+    fn settings(&self) -> &WorkerSettings;
     /// Starts a worker (not yet handed the sources: [`crate::worker::Worker::handshake`] does).
     async fn start(&self) -> Result<Started, KernelError>;
     /// Whether a spare worker can be kept: not when the worker is one given kernel.

@@ -6,7 +6,7 @@
 
 use crate::KernelError;
 use crate::child::ChildTransport;
-use crate::config::{KernelConfig, Settings};
+use crate::config::{KernelConfig, WorkerSettings};
 use crate::link::Transport;
 use crate::worker::{Callables, Worker};
 use cave_core::lock;
@@ -252,7 +252,7 @@ impl Drop for Waiting<'_> {
 
 impl PoolInner {
     /// The settings of the pool's workers.
-    pub(crate) fn settings(&self) -> &Settings {
+    pub(crate) fn settings(&self) -> &WorkerSettings {
         self.transport.settings()
     }
 
@@ -309,7 +309,7 @@ impl PoolInner {
             state.peak_starting = state.peak_starting.max(state.starting);
             let pool = Arc::downgrade(self);
             let transport = self.transport.clone();
-            let settings = self.settings().clone();
+            let settings = *self.settings();
             tokio::spawn(async move {
                 let started = match transport.start().await {
                     Ok(started) => {

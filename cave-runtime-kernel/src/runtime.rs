@@ -3,16 +3,17 @@
 use crate::KernelError;
 use crate::child::ChildTransport;
 use crate::config::KernelConfig;
-use crate::config::Settings;
+use crate::config::WorkerSettings;
 use crate::link::Transport;
 use crate::marshal::Data;
 use crate::spec;
 use crate::worker::{Callables, NEVER_READY, Status, Worker, lock};
 use async_trait::async_trait;
+use cave_cell::{CellOutput, OutputSpool};
 use cave_core::{
-    CellOutput, Entry, Execution, ExecutionError, FunctionBody, Interrupt, Interruption, Layer,
-    LayerState, LiveOutput, OutputSink, OutputSpool, Registry, Resource, Resources, Runtime,
-    RuntimeError, Value, normalize_name,
+    Entry, Execution, ExecutionError, FunctionBody, Interrupt, Interruption, Layer, LayerState,
+    LiveOutput, OutputSink, Registry, Resource, Resources, Runtime, RuntimeError, Value,
+    normalize_name,
 };
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -330,7 +331,7 @@ impl Inner {
     }
 
     /// What the runtime applies to its workers.
-    pub(crate) fn settings(&self) -> &Settings {
+    pub(crate) fn settings(&self) -> &WorkerSettings {
         self.transport.settings()
     }
 
@@ -577,12 +578,12 @@ impl Runtime for KernelRuntime {
         // Past what the host holds, the whole output goes to a file the worker can read (a
         // worker elsewhere: the host's own, unlinked, read back by the host).
         let spool = match process.link().shared_dir() {
-            Some(dir) => OutputSpool::new(dir, settings.max_cell_output),
-            None => OutputSpool::new(std::env::temp_dir(), settings.max_cell_output).unlinked(),
+            Some(dir) => OutputSpool::new(dir, settings.cell.max_cell_output),
+            None => {
+                OutputSpool::new(std::env::temp_dir(), settings.cell.max_cell_output).unlinked()
+            }
         };
-        let held = settings
-            .max_output
-            .min(usize::try_from(settings.max_cell_output).unwrap_or(usize::MAX));
+        let held = settings.cell.held();
         let collected = Arc::new(Mutex::new(
             CellOutput::new(held, Some(live)).with_spool(spool),
         ));
@@ -593,7 +594,7 @@ impl Runtime for KernelRuntime {
             .execute(
                 code,
                 number,
-                self.inner.settings().max_display,
+                self.inner.settings().cell.max_display,
                 collected.clone(),
             )
             .map_err(|e| died("execute", e))?;
@@ -898,7 +899,7 @@ struct PoolTransport(Arc<dyn Transport>);
 
 #[async_trait::async_trait]
 impl Transport for PoolTransport {
-    fn settings(&self) -> &crate::config::Settings {
+    fn settings(&self) -> &crate::config::WorkerSettings {
         self.0.settings()
     }
 

@@ -87,7 +87,7 @@ pub(crate) type Raised = Option<(String, String)>;
 enum Pending {
     Reply(oneshot::Sender<Reply>),
     Execution {
-        output: Arc<Mutex<cave_core::CellOutput>>,
+        output: Arc<Mutex<cave_cell::CellOutput>>,
         done: oneshot::Sender<Raised>,
     },
 }
@@ -110,7 +110,7 @@ struct Shared {
     /// The outermost execution in progress (its request id).
     executing: Mutex<Option<u64>>,
     /// What was written while no execution ran, for the next one.
-    stray: cave_core::StrayOutput,
+    stray: cave_cell::StrayOutput,
     /// Bytes read from the worker's socket so far.
     received: Arc<AtomicU64>,
     /// Bytes of the frames handled so far (each with its length prefix).
@@ -140,7 +140,7 @@ impl Shared {
             killed: AtomicBool::new(false),
             kill_reason: Mutex::new(None),
             executing: Mutex::new(None),
-            stray: cave_core::StrayOutput::default(),
+            stray: cave_cell::StrayOutput::default(),
             received: Arc::new(AtomicU64::new(0)),
             handled: AtomicU64::new(0),
             host_tasks: Mutex::new(Vec::new()),
@@ -206,7 +206,7 @@ impl Worker {
     /// Hands a started worker the sources, waits for its `ready`, and serves its frames.
     pub(crate) async fn handshake(
         started: Started,
-        settings: &crate::config::Settings,
+        settings: &crate::config::WorkerSettings,
         callables: Callables,
     ) -> Result<Arc<Worker>, KernelError> {
         let max_frame = settings.max_frame;
@@ -432,7 +432,7 @@ impl Worker {
         code: &str,
         number: u64,
         max_display: usize,
-        output: Arc<Mutex<cave_core::CellOutput>>,
+        output: Arc<Mutex<cave_cell::CellOutput>>,
     ) -> Result<(u64, oneshot::Receiver<Raised>), KernelError> {
         let id = self.next_id();
         let (done, rx) = oneshot::channel();
@@ -1030,7 +1030,7 @@ impl Served {
                 )),
                 // A panic fails the call (`run_host_call` catches it), never this reader.
                 None => {
-                    let call = cave_core::run_host_call(
+                    let call = cave_cell::run_host_call(
                         &cell,
                         &name,
                         shown,
@@ -1068,7 +1068,7 @@ impl Served {
     }
 }
 
-/// Where items a host call shows go (see [`cave_core::show_from_host`]): the execution that
+/// Where items a host call shows go (see [`cave_cell::show_from_host`]): the execution that
 /// began last among those waiting (the innermost, when a host function runs a cell of its
 /// own), else the next one's output, as text.
 fn host_display(shared: &Arc<Shared>) -> Arc<dyn Fn(DisplayItem) + Send + Sync> {
@@ -1085,7 +1085,7 @@ fn host_display(shared: &Arc<Shared>) -> Arc<dyn Fn(DisplayItem) + Send + Sync> 
 }
 
 /// The output of the newest running cell: the one a host call comes from.
-fn newest_cell(shared: &Shared) -> Option<(u64, Arc<Mutex<cave_core::CellOutput>>)> {
+fn newest_cell(shared: &Shared) -> Option<(u64, Arc<Mutex<cave_cell::CellOutput>>)> {
     lock(&shared.pending)
         .iter()
         .filter_map(|(id, pending)| match pending {

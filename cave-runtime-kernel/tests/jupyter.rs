@@ -726,7 +726,13 @@ async fn a_server_with_a_private_ca_is_reached_over_tls_once_the_ca_is_given() {
 #[test]
 fn a_jupyter_runtime_has_its_own_defaults() {
     let config = cave_runtime_kernel::JupyterConfig::new("http://127.0.0.1:9");
-    assert_eq!(config.interrupt_grace_in_force(), Duration::from_secs(5));
+    let defaults = cave_runtime_kernel::WorkerSettings::default();
+    assert_eq!(config.worker().interrupt_grace, Duration::from_secs(5));
+    assert_eq!(
+        (config.worker().spare, config.worker().cell),
+        (defaults.spare, defaults.cell),
+        "the same defaults as a child's, the grace aside"
+    );
     let shown = format!("{config:?}");
     for field in [
         "spare: true",
@@ -737,7 +743,7 @@ fn a_jupyter_runtime_has_its_own_defaults() {
         assert!(shown.contains(field), "{field} in {shown}");
     }
     let set = config.interrupt_grace(Duration::from_secs(1));
-    assert_eq!(set.interrupt_grace_in_force(), Duration::from_secs(1));
+    assert_eq!(set.worker().interrupt_grace, Duration::from_secs(1));
     // Nothing starts until the first request.
     let rt = KernelRuntime::jupyter(set);
     assert_eq!(

@@ -7,6 +7,8 @@ use std::process::Command;
 /// The library crates, in dependency order.
 const CRATES: &[&str] = &[
     "cave-core",
+    "cave-cell",
+    "cave-pytype",
     "cave-testing",
     "cave-guards",
     "cave-python",

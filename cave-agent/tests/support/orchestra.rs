@@ -2,7 +2,7 @@
 //! `tick`, and a sub-agent `helper` on the sandboxed kernel runtime with host function `tock`
 //! (its model scripted to call it once).
 
-use cave_agent::AgentDefaults;
+use cave_agent::AgentExt;
 use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{
     Agent, Args, Function, InProcRuntime, KernelRuntime, Param, Resources, Runtime, Signature,

@@ -4,11 +4,9 @@
 mod announce;
 mod emit;
 mod run;
-mod spawned;
 mod sub;
 
 pub use emit::EventStream;
-pub use spawned::RunHandle;
 pub use sub::SubAgent;
 
 use crate::RuntimeExt;

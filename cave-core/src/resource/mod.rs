@@ -1,10 +1,8 @@
 //! What a host injects into a runtime: variables, functions, types, host objects, bindings.
 
 mod name;
-mod pytype;
 
 pub use name::{NameError, NameKind, NameProblem, is_identifier, normalize_name, validate_name};
-pub use pytype::{ObjectClass, ObjectMethods, PythonType, Shared, push_schema};
 
 use crate::{Value, ValueError, from_value, to_value};
 use async_trait::async_trait;

@@ -1,7 +1,7 @@
 struct Lamp;
 
 impl Lamp {
-    #[cave_macros::function(crate = "cave_core")]
+    #[cave_macros::function(crate = "cave_pytype")]
     pub fn toggle(&self) -> bool {
         true
     }

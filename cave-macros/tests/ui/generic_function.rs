@@ -1,4 +1,4 @@
-#[cave_macros::function(crate = "cave_core")]
+#[cave_macros::function(crate = "cave_pytype")]
 fn first<T: Clone>(items: Vec<T>) -> Option<T> {
     items.first().cloned()
 }

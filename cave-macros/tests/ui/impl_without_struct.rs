@@ -2,7 +2,7 @@ struct Lamp {
     on: bool,
 }
 
-#[cave_macros::object(crate = "cave_core")]
+#[cave_macros::object(crate = "cave_pytype")]
 impl Lamp {
     pub fn is_on(&self) -> bool {
         self.on

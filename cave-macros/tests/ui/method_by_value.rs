@@ -1,9 +1,9 @@
-#[cave_macros::object(crate = "cave_core")]
+#[cave_macros::object(crate = "cave_pytype")]
 struct Lamp {
     on: bool,
 }
 
-#[cave_macros::object(crate = "cave_core")]
+#[cave_macros::object(crate = "cave_pytype")]
 impl Lamp {
     pub fn into_state(self) -> bool {
         self.on

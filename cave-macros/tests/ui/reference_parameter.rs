@@ -1,4 +1,4 @@
-#[cave_macros::function(crate = "cave_core")]
+#[cave_macros::function(crate = "cave_pytype")]
 fn shout(text: &str) -> String {
     text.to_uppercase()
 }

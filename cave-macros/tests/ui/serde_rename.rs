@@ -1,5 +1,5 @@
 #[derive(serde::Serialize, serde::Deserialize, cave_macros::PythonType)]
-#[cave(crate = "cave_core")]
+#[cave(crate = "cave_pytype")]
 struct Order {
     #[serde(rename = "qty")]
     quantity: u32,

@@ -1,4 +1,4 @@
-#[cave_macros::function(crate = "cave_core")]
+#[cave_macros::function(crate = "cave_pytype")]
 fn sum(values: &[i64]) -> i64 {
     values.iter().sum()
 }

@@ -7,7 +7,7 @@ mod spawn;
 use crate::KernelError;
 use crate::cgroup::ChildGroup;
 use crate::config::KernelConfig;
-use crate::config::Settings;
+use crate::config::WorkerSettings;
 use crate::link::{Copies, Link, Started, Transport};
 use crate::sandbox::{Layer, WorkDir};
 use async_trait::async_trait;
@@ -29,7 +29,7 @@ pub(crate) struct Interpreter {
 /// Starts workers as children of this process.
 pub(crate) struct ChildTransport {
     config: KernelConfig,
-    settings: Settings,
+    settings: WorkerSettings,
     python: PathBuf,
     /// The interpreter behind `python` (a pyenv shim alone doubles the start), found once.
     resolved: tokio::sync::OnceCell<Interpreter>,
@@ -119,7 +119,7 @@ impl ChildTransport {
 
 #[async_trait]
 impl Transport for ChildTransport {
-    fn settings(&self) -> &Settings {
+    fn settings(&self) -> &WorkerSettings {
         &self.settings
     }
 

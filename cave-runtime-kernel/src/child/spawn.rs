@@ -215,7 +215,7 @@ fn command(
         .arg("-c")
         .arg(BOOTSTRAP)
         .arg(CHILD_FD.to_string())
-        .arg(config.max_frame.to_string())
+        .arg(config.worker.max_frame.to_string())
         .arg(SHADOW_FD.to_string())
         .arg(SHADOW_SIZE.to_string())
         .arg(members.unwrap_or(Path::new("-")))

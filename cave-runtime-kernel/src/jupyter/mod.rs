@@ -16,10 +16,11 @@ mod gateway;
 mod websocket;
 
 use crate::KernelError;
-use crate::config::Settings;
+use crate::config::WorkerSettings;
 use crate::link::{Link, Started, Transport};
 use crate::runtime::KernelRuntime;
 use async_trait::async_trait;
+use cave_cell::CellLimits;
 use gateway::Gateway;
 use jupyter_protocol::{Channel, ExecuteRequest, JupyterMessage};
 use std::sync::Arc;
@@ -44,14 +45,7 @@ pub struct JupyterConfig {
     env: Vec<(String, String)>,
     ca_certificates: Option<Vec<u8>>,
     orphan_timeout: Duration,
-    spare: bool,
-    interrupt_grace: Duration,
-    stop_grace: Duration,
-    start_timeout: Duration,
-    max_frame: usize,
-    max_output: usize,
-    max_cell_output: u64,
-    max_display: usize,
+    worker: WorkerSettings,
 }
 
 impl std::fmt::Debug for JupyterConfig {
@@ -65,14 +59,7 @@ impl std::fmt::Debug for JupyterConfig {
             .field("env", &self.env.iter().map(|(k, _)| k).collect::<Vec<_>>())
             .field("ca_certificates", &self.ca_certificates.is_some())
             .field("orphan_timeout", &self.orphan_timeout)
-            .field("spare", &self.spare)
-            .field("interrupt_grace", &self.interrupt_grace)
-            .field("stop_grace", &self.stop_grace)
-            .field("start_timeout", &self.start_timeout)
-            .field("max_frame", &self.max_frame)
-            .field("max_output", &self.max_output)
-            .field("max_cell_output", &self.max_cell_output)
-            .field("max_display", &self.max_display)
+            .field("worker", &self.worker)
             .finish()
     }
 }
@@ -89,31 +76,27 @@ impl JupyterConfig {
             env: Vec::new(),
             ca_certificates: None,
             orphan_timeout: Duration::from_secs(600),
-            spare: true,
-            interrupt_grace: Duration::from_secs(5),
-            stop_grace: Duration::from_secs(1),
-            start_timeout: crate::DEFAULT_START_TIMEOUT,
-            max_frame: crate::DEFAULT_MAX_FRAME,
-            max_output: cave_core::DEFAULT_MAX_HELD_OUTPUT,
-            max_cell_output: cave_core::DEFAULT_MAX_CELL_OUTPUT,
-            max_display: cave_core::DEFAULT_MAX_DISPLAY,
+            worker: WorkerSettings {
+                interrupt_grace: Duration::from_secs(5),
+                ..WorkerSettings::default()
+            },
         }
     }
     /// Keeps one more kernel started and ready, so that `reset` and recovery from a dead
     /// kernel do not wait for a start (default: on; never for a kernel attached to).
     pub fn spare(mut self, spare: bool) -> Self {
-        self.spare = spare;
+        self.worker.spare = spare;
         self
     }
     /// How long an interrupted cell has to stop before its kernel is ended (a kernel attached
     /// to: restarted). Default 5 s: the interrupt crosses the server, and a busy cluster.
     pub fn interrupt_grace(mut self, grace: Duration) -> Self {
-        self.interrupt_grace = grace;
+        self.worker.interrupt_grace = grace;
         self
     }
     /// How long `stop` waits for the worker to end before ending its kernel. Default: 1 s.
     pub fn stop_grace(mut self, grace: Duration) -> Self {
-        self.stop_grace = grace;
+        self.worker.stop_grace = grace;
         self
     }
     /// How long the worker bootstrapped in a started kernel has to say it is ready before the
@@ -121,38 +104,43 @@ impl JupyterConfig {
     /// may keep trying to reach). Default:
     /// [`DEFAULT_START_TIMEOUT`](crate::DEFAULT_START_TIMEOUT).
     pub fn start_timeout(mut self, timeout: Duration) -> Self {
-        self.start_timeout = timeout;
+        self.worker.start_timeout = timeout;
         self
     }
     /// The largest frame either side may send, in bytes. Default:
     /// [`DEFAULT_MAX_FRAME`](crate::DEFAULT_MAX_FRAME).
     pub fn max_frame(mut self, bytes: usize) -> Self {
-        self.max_frame = bytes;
+        self.worker.max_frame = bytes;
         self
     }
     /// How much of one cell's output the host holds, in bytes. Default:
     /// [`cave_core::DEFAULT_MAX_HELD_OUTPUT`].
     pub fn max_output(mut self, bytes: usize) -> Self {
-        self.max_output = bytes;
+        self.worker.cell.max_output = bytes;
         self
     }
     /// How much of one cell's output is kept whole, in bytes: past what the host holds
     /// ([`max_output`](Self::max_output)) it goes to a temporary file of the host's as it
     /// comes, and is sent to the kernel whole as `_output_N`. Default:
-    /// [`cave_core::DEFAULT_MAX_CELL_OUTPUT`].
+    /// [`cave_cell::DEFAULT_MAX_CELL_OUTPUT`].
     pub fn max_cell_output(mut self, bytes: u64) -> Self {
-        self.max_cell_output = bytes;
+        self.worker.cell.max_cell_output = bytes;
         self
     }
     /// Sets the largest form of a display item, in bytes (default:
     /// [`cave_core::DEFAULT_MAX_DISPLAY`]).
     pub fn max_display(mut self, bytes: usize) -> Self {
-        self.max_display = bytes;
+        self.worker.cell.max_display = bytes;
         self
     }
-    /// The grace an interrupted cell gets.
-    pub fn interrupt_grace_in_force(&self) -> Duration {
-        self.interrupt_grace
+    /// How the runtime treats its kernels' workers and bounds each cell's output, as set.
+    pub fn worker(&self) -> WorkerSettings {
+        self.worker
+    }
+    /// Sets the bounds on each cell's output.
+    pub fn cell_limits(mut self, limits: CellLimits) -> Self {
+        self.worker.cell = limits;
+        self
     }
     /// The token the server asks for (`cave` reads it from `JUPYTER_TOKEN`).
     pub fn token(mut self, token: impl Into<String>) -> Self {
@@ -243,22 +231,13 @@ impl crate::KernelPool {
 /// Starts workers in kernels behind a Jupyter server.
 struct JupyterTransport {
     config: JupyterConfig,
-    settings: Settings,
+    settings: WorkerSettings,
 }
 
 impl JupyterTransport {
     fn new(config: JupyterConfig) -> Self {
         Self {
-            settings: Settings {
-                spare: config.spare,
-                interrupt_grace: config.interrupt_grace,
-                stop_grace: config.stop_grace,
-                max_frame: config.max_frame,
-                max_output: config.max_output,
-                max_cell_output: config.max_cell_output,
-                max_display: config.max_display,
-                start_timeout: config.start_timeout,
-            },
+            settings: config.worker,
             config,
         }
     }
@@ -266,7 +245,7 @@ impl JupyterTransport {
 
 #[async_trait]
 impl Transport for JupyterTransport {
-    fn settings(&self) -> &Settings {
+    fn settings(&self) -> &WorkerSettings {
         &self.settings
     }
 

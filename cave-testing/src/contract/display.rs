@@ -1,9 +1,10 @@
 //! The display protocol: `display(obj)`, objects' `_repr_*_` forms, a rich last value,
 //! matplotlib figures, and the bound on a form's size.
 
+use cave_cell::show_from_host;
 use cave_core::{
     Args, DisplayData, DisplayItem, Execution, Function, OutputSink, Resources, Runtime, Signature,
-    Value, show_from_host,
+    Value,
 };
 use std::sync::Mutex;
 

@@ -578,7 +578,7 @@ pub async fn output_written_between_cells_comes_with_the_next(rt: &dyn Runtime) 
         "{said:.300}"
     );
     assert!(
-        said.len() < 4 * cave_core::STRAY_OUTPUT_CAP,
+        said.len() < 4 * cave_cell::STRAY_OUTPUT_CAP,
         "{} bytes shown",
         said.len()
     );

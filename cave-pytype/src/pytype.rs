@@ -2,9 +2,8 @@
 //! need, and the lock a host object's state lives behind. What `#[cave_agent::function]` and
 //! `#[cave_agent::object]` build on; usable by hand too.
 
-use super::{Args, HostError, HostObject, Method, TypeSchema};
-use crate::Value;
 use async_trait::async_trait;
+use cave_core::{Args, HostError, HostObject, Method, TypeSchema, Value};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
@@ -143,7 +142,7 @@ tuple!(A, B, C, D, E, F, G, H);
 
 /// A Rust struct as a Python class of host objects: its name, docstring and read-only
 /// properties. `#[cave_agent::object]` on the struct implements it; `#[cave_agent::object]` on
-/// its `impl` block adds the methods and makes [`Shared<T>`] a [`HostObject`](super::HostObject).
+/// its `impl` block adds the methods and makes [`Shared<T>`] a [`HostObject`].
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a class of host objects",
     note = "put `#[cave_agent::object]` on the struct `{Self}` as well as on its impl block"

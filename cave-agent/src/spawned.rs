@@ -2,8 +2,7 @@
 //! handle cancels the run and gives the agent back. For UIs and web handlers, where the code
 //! that reads events is not the code that owns the agent.
 
-use super::Agent;
-use crate::Event;
+use cave_core::{Agent, Event};
 use futures_core::Stream;
 use futures_util::StreamExt;
 use std::pin::Pin;
@@ -12,7 +11,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-/// A run of an agent that was moved into its own task ([`Agent::spawn`]).
+/// A run of an agent that was moved into its own task ([`AgentExt::spawn`](crate::AgentExt::spawn)).
 ///
 /// It is a [`Stream`] of the run's [`Event`]s (the last one is always `Stopped`). The task
 /// reads one event ahead of the handle at most, so a run whose handle is not read waits.
@@ -27,15 +26,16 @@ pub struct RunHandle {
     task: JoinHandle<Agent>,
 }
 
-impl Agent {
-    /// Moves the agent into a new tokio task that runs `prompt`. Must be called within a tokio
+impl RunHandle {
+    /// Moves `agent` into a new tokio task that runs `prompt` (what
+    /// [`AgentExt::spawn`](crate::AgentExt::spawn) calls). Must be called within a tokio
     /// runtime.
-    pub fn spawn(self, prompt: impl Into<String>) -> RunHandle {
+    pub fn spawn(agent: Agent, prompt: impl Into<String>) -> RunHandle {
         let cancel = CancellationToken::new();
         let (sender, events) = mpsc::channel(1);
         let prompt = prompt.into();
         let token = cancel.clone();
-        let mut agent = self;
+        let mut agent = agent;
         let task = tokio::spawn(async move {
             {
                 let mut stream = agent.stream_until(prompt, token);
@@ -54,9 +54,7 @@ impl Agent {
             task,
         }
     }
-}
 
-impl RunHandle {
     /// Stops the run: the next events end with `stopped{cancelled}`.
     pub fn cancel(&self) {
         self.cancel.cancel();

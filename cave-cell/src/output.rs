@@ -2,13 +2,9 @@
 //! dropped between them, so that a printing loop cannot grow the host; and, past that cap,
 //! the whole output written to a file as it comes ([`OutputSpool`]), up to a limit.
 
-use crate::SpooledOutput;
+use cave_core::{DisplayItem, LiveOutput, SpooledOutput, lock, prompt};
 use std::io::Write as _;
 use std::path::PathBuf;
-
-/// The output of one cell a runtime holds in the host's memory by default: 8 MiB, its first
-/// and last 4 MiB.
-pub const DEFAULT_MAX_HELD_OUTPUT: usize = 8 << 20;
 
 /// The output of one cell kept whole by default (in a file past what is held): 1 GiB.
 pub const DEFAULT_MAX_CELL_OUTPUT: u64 = 1 << 30;
@@ -260,14 +256,7 @@ impl Spooling {
             }
             e.into_error()
         })?;
-        Ok(SpooledOutput {
-            file,
-            path,
-            bytes,
-            chars,
-            cut,
-            limit,
-        })
+        Ok(SpooledOutput::new(file, path, bytes, chars, cut, limit))
     }
 
     /// Gives up on the file (it could not be written).
@@ -303,29 +292,10 @@ pub struct CellOutput {
     span: tracing::Span,
 }
 
-/// A piece of a running cell's output as it goes live: text, or an item it showed.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LiveOutput {
-    /// Text.
-    Text(String),
-    /// An item (`display`).
-    Display(crate::DisplayItem),
-}
-
-impl LiveOutput {
-    /// Hands it to `sink`.
-    pub fn deliver(self, sink: &dyn crate::OutputSink) {
-        match self {
-            LiveOutput::Text(text) => sink.write(&text),
-            LiveOutput::Display(item) => sink.display(item),
-        }
-    }
-}
-
 impl CellOutput {
     /// Collects up to `cap` bytes, sending pieces to `live` as they come (up to `cap` too, the
     /// note that live output stops included).
-    /// Display items go to `live` too, at most [`MAX_DISPLAY_ITEMS`](crate::MAX_DISPLAY_ITEMS)
+    /// Display items go to `live` too, at most [`MAX_DISPLAY_ITEMS`](cave_core::MAX_DISPLAY_ITEMS)
     /// of them and 8 × `cap` bytes a cell; the result notes how many more there were.
     pub fn new(cap: usize, live: Option<tokio::sync::mpsc::UnboundedSender<LiveOutput>>) -> Self {
         Self {
@@ -363,9 +333,9 @@ impl CellOutput {
     }
 
     /// Adds an item the cell showed.
-    pub fn display(&mut self, item: crate::DisplayItem) {
+    pub fn display(&mut self, item: DisplayItem) {
         let size = item.size();
-        let within = self.displays_sent < crate::MAX_DISPLAY_ITEMS
+        let within = self.displays_sent < cave_core::MAX_DISPLAY_ITEMS
             && self.display_bytes.saturating_add(size) <= self.cap.saturating_mul(8);
         match &self.displays {
             Some(live) if within => {
@@ -385,9 +355,7 @@ impl CellOutput {
                 let _ = live.send(LiveOutput::Text(text.to_owned()));
             } else {
                 // Once, and nothing live after it: what follows is in the result's end.
-                let _ = live.send(LiveOutput::Text(crate::prompt::live_output_stopped(
-                    self.cap,
-                )));
+                let _ = live.send(LiveOutput::Text(prompt::live_output_stopped(self.cap)));
                 self.live = None;
             }
         }
@@ -439,12 +407,12 @@ impl CellOutput {
     /// The output for the result: whole when within the cap, else its beginning, a note of
     /// what is not in it and its end; and, past the cap with a spool, the whole output in its
     /// file. The note says which: the middle is in the file
-    /// ([`prompt::output_spooled`](crate::prompt::output_spooled)), or dropped
-    /// ([`prompt::output_dropped`](crate::prompt::output_dropped)).
+    /// ([`prompt::output_spooled`](prompt::output_spooled)), or dropped
+    /// ([`prompt::output_dropped`](prompt::output_dropped)).
     pub fn finish(mut self) -> (String, Option<SpooledOutput>) {
         let cap = self.cap;
         if self.displays_left_out > 0 {
-            let note = crate::prompt::displays_left_out(self.displays_left_out, cap);
+            let note = prompt::displays_left_out(self.displays_left_out, cap);
             self.text.push(&note);
         }
         let spooled = self.spooling.take().and_then(|s| match s.finish() {
@@ -456,7 +424,7 @@ impl CellOutput {
         });
         let failed = self.spool_failed.take();
         let text = self.text.finish(|bytes, lines| match &spooled {
-            Some(spooled) => crate::prompt::output_spooled(
+            Some(spooled) => prompt::output_spooled(
                 bytes,
                 lines,
                 spooled.bytes(),
@@ -464,9 +432,9 @@ impl CellOutput {
                 spooled.limit(),
             ),
             None => {
-                let mut note = crate::prompt::output_dropped(bytes, lines, cap);
+                let mut note = prompt::output_dropped(bytes, lines, cap);
                 if let Some(error) = &failed {
-                    note.push_str(&crate::prompt::output_not_spooled(error));
+                    note.push_str(&prompt::output_not_spooled(error));
                 }
                 note
             }
@@ -495,7 +463,7 @@ impl Default for StrayOutput {
 impl StrayOutput {
     /// Keeps `text`, within the cap.
     pub fn push(&self, text: &str) {
-        let mut held = crate::lock(&self.0);
+        let mut held = lock(&self.0);
         held.get_or_insert_with(|| CappedOutput::new(STRAY_OUTPUT_CAP))
             .push(text);
     }
@@ -503,9 +471,9 @@ impl StrayOutput {
     /// What was written since the last call, as the model reads it before a cell's output
     /// (`None` if nothing was).
     pub fn take(&self) -> Option<String> {
-        let held = crate::lock(&self.0).take()?;
-        let text = held.finish(|bytes, _| crate::prompt::written_outside_dropped(bytes));
-        Some(crate::prompt::written_outside_cells(&text))
+        let held = lock(&self.0).take()?;
+        let text = held.finish(|bytes, _| prompt::written_outside_dropped(bytes));
+        Some(prompt::written_outside_cells(&text))
     }
 }
 
@@ -659,9 +627,9 @@ mod tests {
             out.push("0123456789\n");
         }
         // Display items still go live after the text stopped.
-        out.display(crate::DisplayItem::new([(
+        out.display(DisplayItem::new([(
             "text/html".to_owned(),
-            crate::DisplayData::Text("<b>x</b>".into()),
+            cave_core::DisplayData::Text("<b>x</b>".into()),
         )]));
         let mut shown = String::new();
         let mut items = 0;
@@ -673,7 +641,7 @@ mod tests {
         }
         assert_eq!(items, 1);
         assert!(shown.len() <= 1000, "{} bytes live", shown.len());
-        assert!(shown.ends_with(&crate::prompt::live_output_stopped(1000)));
+        assert!(shown.ends_with(&prompt::live_output_stopped(1000)));
         assert!(shown.len() < 880, "live stopped before the end");
         assert_eq!(out.finish().0.len(), 880, "all of it held: within the cap");
     }
@@ -681,9 +649,9 @@ mod tests {
     #[test]
     fn display_items_are_bounded_per_cell_and_the_rest_counted() {
         let item = |n: usize| {
-            crate::DisplayItem::new([(
+            DisplayItem::new([(
                 "image/png".to_owned(),
-                crate::DisplayData::Bytes(vec![0; n]),
+                cave_core::DisplayData::Bytes(vec![0; n]),
             )])
         };
         let sent = |received: &mut tokio::sync::mpsc::UnboundedReceiver<LiveOutput>| {
@@ -696,10 +664,10 @@ mod tests {
         // By count.
         let (live, mut received) = tokio::sync::mpsc::unbounded_channel();
         let mut out = CellOutput::new(1 << 20, Some(live));
-        for _ in 0..crate::MAX_DISPLAY_ITEMS + 44 {
+        for _ in 0..cave_core::MAX_DISPLAY_ITEMS + 44 {
             out.display(item(0));
         }
-        assert_eq!(sent(&mut received), crate::MAX_DISPLAY_ITEMS);
+        assert_eq!(sent(&mut received), cave_core::MAX_DISPLAY_ITEMS);
         let (text, _) = out.finish();
         assert!(text.contains("44 more display items not shown"), "{text}");
         // By size: 8 × the cap in bytes, so seven items of a thousand bytes.

@@ -1,9 +1,14 @@
-//! What the code `cave-macros` generates calls. Not a public API: it changes with the macros.
+//! What the code `cave-macros` generates names, every path through this module (so that the
+//! macros' `crate = "..."` may name any crate that has it: `cave_agent` by default, or
+//! `cave_pytype`). Not a public API: it changes with the macros.
 
-pub use crate::resource::push_schema;
+pub use crate::{ObjectClass, ObjectMethods, PythonType, Shared, push_schema};
 pub use async_trait::async_trait;
+pub use cave_core::{
+    Args, Field, Function, HostError, Method, Param, Signature, TypeSchema, Value,
+};
 
-use crate::{HostError, Value, to_value};
+use cave_core::to_value;
 use serde::Serialize;
 use std::any::Any;
 use std::fmt::Display;
