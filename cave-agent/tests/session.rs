@@ -6,9 +6,10 @@
 //! And a host killed with SIGKILL in the middle of saves leaves a session that loads.
 
 use cave_agent::session::{Restored, Saved, Session, SessionError};
+use cave_agent::testing::{Reply, ScriptedModel};
 use cave_agent::{
-    DiscardOutput, Function, InProcRuntime, KernelRuntime, Message, ObjectBinding, Resources,
-    Runtime, Shared, Signature,
+    Agent, AgentExt, DiscardOutput, Function, InProcRuntime, KernelRuntime, Message, ObjectBinding,
+    Resources, Runtime, Shared, Signature,
 };
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
@@ -81,7 +82,9 @@ fn host_resources(store: &std::sync::Arc<Shared<KvStore>>) -> Resources {
 async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
     let dir = scratch(name);
     let py = module(&dir);
-    let session = Session::open(dir.join("session")).unwrap();
+    let session = Session::open(dir.join("session"))
+        .unwrap()
+        .registration(serde_json::json!({"py": [py]}));
     let first = make();
     first.register_python_file(&py, false).await.unwrap();
     let store = Shared::new(KvStore::default());
@@ -105,10 +108,7 @@ async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
         .await;
     }
     let history = vec![Message::user("build things"), Message::assistant("built")];
-    let report = session
-        .save(&history, &serde_json::json!({"py": [py]}), &*first)
-        .await
-        .expect("saves");
+    let report = session.save(&history, &*first).await.expect("saves");
     let skipped: Vec<&str> = report.skipped.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(skipped, ["lock"], "{report:?}");
     assert!(report.skipped[0].1.contains("pickle"), "{report:?}");
@@ -182,10 +182,7 @@ async fn round_trip(name: &str, make: impl Fn() -> Box<dyn Runtime>) {
         );
     }
     // A restored session saves again: what was defined from saved sources is found again.
-    let again = session
-        .save(&history, &serde_json::json!({}), &*second)
-        .await
-        .expect("saves again");
+    let again = session.save(&history, &*second).await.expect("saves again");
     assert!(again.skipped.is_empty(), "{again:?}");
     let saved: Vec<&str> = again.saved.iter().map(|(n, _)| n.as_str()).collect();
     for expected in ["Box", "Crate", "double", "twice", "inc", "boxed", "p"] {
@@ -225,10 +222,7 @@ async fn values_past_the_size_limit_are_named() {
     let session = Session::open(&dir).unwrap().max_bytes(10_000);
     let runtime = KernelRuntime::new().unwrap();
     run(&runtime, "big = 'x' * 50_000\nsmall = 1").await;
-    let report = session
-        .save(&[], &serde_json::Value::Null, &runtime)
-        .await
-        .unwrap();
+    let report = session.save(&[], &runtime).await.unwrap();
     assert_eq!(report.skipped.len(), 1, "{report:?}");
     assert_eq!(report.skipped[0].0, "big");
     assert!(
@@ -267,10 +261,7 @@ async fn host_saving_until_killed() {
         )
         .await;
         let history = vec![Message::user(format!("turn {turn}"))];
-        session
-            .save(&history, &serde_json::Value::Null, &runtime)
-            .await
-            .unwrap();
+        session.save(&history, &runtime).await.unwrap();
         println!("saved {turn}");
     }
 }
@@ -358,10 +349,7 @@ async fn values_holding_a_secret_are_not_saved() {
         .await
         .unwrap();
     run(&runtime, "copy = token\nholder = {'k': [token]}\nfine = 1").await;
-    let report = session
-        .save(&[], &serde_json::Value::Null, &runtime)
-        .await
-        .unwrap();
+    let report = session.save(&[], &runtime).await.unwrap();
     let skipped: Vec<&str> = report.skipped.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(skipped, ["copy", "holder"], "{report:?}");
     assert!(report.skipped[0].1.contains("secret"), "{report:?}");
@@ -374,5 +362,67 @@ async fn values_holding_a_secret_are_not_saved() {
         );
     }
     runtime.stop().await;
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A program's session as the CLI keeps one, in two calls: `resume` before the agent is built
+/// (values restored, the conversation and the line saying what came back), `save_turn` after
+/// each run; a run that lost the runtime's state keeps the values saved before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_resumes_and_saves_a_session_in_two_calls() {
+    let dir = scratch("resume");
+    let session = Session::open(&dir).unwrap();
+    let block = |code: &str| Reply::text(format!("```python\n{code}\n```"));
+
+    let model = ScriptedModel::new([block("total = 41"), Reply::text("Kept.")]);
+    let runtime = InProcRuntime::new().unwrap();
+    let mut builder = Agent::builder(model, runtime.clone());
+    let nothing = session.resume(&mut builder, &runtime).await.unwrap();
+    assert!(nothing.is_none(), "nothing was saved yet");
+    let mut agent = builder.build().unwrap();
+    let response = agent.run("Keep a total.").await;
+    assert!(response.completed() && !response.state_lost, "{response}");
+    session
+        .save_turn(agent.history(), &runtime, response.state_lost)
+        .await
+        .unwrap();
+
+    // The next start: a fresh runtime, the same two calls.
+    let model = ScriptedModel::new([block("print(total + 1)"), Reply::text("42.")]);
+    let runtime = InProcRuntime::new().unwrap();
+    let mut builder = Agent::builder(model, runtime.clone());
+    let restored = session.resume(&mut builder, &runtime).await.unwrap();
+    assert_eq!(restored.expect("a saved session").restored, ["total"]);
+    let mut agent = builder.build().unwrap();
+    let said = agent.history().last().unwrap().content().to_owned();
+    assert!(
+        said.starts_with("[session resumed] restored: total"),
+        "{said}"
+    );
+    let response = agent.run("One more.").await;
+    assert!(response.completed(), "{response}");
+    assert!(
+        agent.history().iter().any(
+            |m| matches!(m, Message::ExecutionResult { content, .. } if content.contains("42"))
+        ),
+        "the restored value was used: {:?}",
+        agent.history()
+    );
+
+    // A run whose runtime lost its state: the emptied namespace replaces nothing.
+    let emptied = InProcRuntime::new().unwrap();
+    session
+        .save_turn(agent.history(), &emptied, true)
+        .await
+        .unwrap();
+    let loaded = session.load().unwrap().expect("saved");
+    assert_eq!(loaded.history.len(), agent.history().len());
+    let fresh = InProcRuntime::new().unwrap();
+    let restored = session.restore(&loaded, &fresh).await.unwrap();
+    assert_eq!(
+        restored.restored,
+        ["total"],
+        "the values saved before are kept"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -244,7 +244,6 @@ struct Session {
 struct Persisted {
     session: cave_agent::session::Session,
     saved: Option<cave_agent::session::Saved>,
-    registration: serde_json::Value,
 }
 
 impl Persisted {
@@ -309,9 +308,8 @@ impl Persisted {
             "mcp_header": runtime.mcp_headers,
         });
         Ok(Some(Self {
-            session,
+            session: session.registration(registration),
             saved,
-            registration,
         }))
     }
 }
@@ -478,21 +476,15 @@ impl Session {
         let Some(persisted) = &self.persisted else {
             return;
         };
-        let (session, history, registration) = (
-            &persisted.session,
-            self.agent.history(),
-            &persisted.registration,
-        );
-        let saved = if state_lost {
+        if state_lost {
             eprintln!(
                 "cave: the runtime lost its state this turn; the session keeps the values saved before it"
             );
-            session.save_keeping_values(history, registration)
-        } else {
-            session
-                .save(history, registration, self.runtime.runtime())
-                .await
-        };
+        }
+        let saved = persisted
+            .session
+            .save_turn(self.agent.history(), self.runtime.runtime(), state_lost)
+            .await;
         match saved {
             Ok(report) if report.skipped.is_empty() => {}
             Ok(report) => eprintln!(

@@ -377,6 +377,142 @@ pub enum Event {
         error: Option<StopError>,
     },
 }
+/// A run as a person reads it in a terminal: `print!("{event}")` for each event of a stream
+/// gives a transcript (the prompt, the model's prose as it streams, each cell's code and its
+/// output, refusals and retries, a closing line), with no printer to write. Each event ends its
+/// own lines; the model's prose is printed as its chunks arrive. A cell's output is printed
+/// once, whole, with its result (`execution_output` chunks print nothing: a program that shows
+/// output live prints their `chunk` itself); reasoning is one shortened line. A sub-agent's
+/// events are indented under its name. Events are redacted before they are emitted, so the
+/// transcript holds no registered secret. The CLI's renderer adds colour, Markdown, images and
+/// a spinner.
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::UserPrompt { content, .. } => writeln!(f, "> {content}"),
+            Event::Text { content } => f.write_str(content),
+            Event::ThinkingChunk { .. }
+            | Event::ExecutionOutput { .. }
+            | Event::Step { .. }
+            | Event::ApprovalRequested { .. } => Ok(()),
+            Event::Thinking {
+                content,
+                duration_ms,
+            } => writeln!(
+                f,
+                "[thought for {:.1} s] {}",
+                *duration_ms as f64 / 1000.0,
+                crate::one_line(content, 200)
+            ),
+            Event::Code { code, .. } => writeln!(f, "\n```python\n{code}\n```"),
+            Event::Display {
+                mime_types, files, ..
+            } => {
+                write!(f, "[shown: {}]", mime_types.join(", "))?;
+                for file in files.values() {
+                    write!(f, " {file}")?;
+                }
+                writeln!(f)
+            }
+            Event::ExecutionResult {
+                output,
+                success,
+                persisted_variable,
+                state_lost,
+                ..
+            } => {
+                f.write_str(output)?;
+                if !output.is_empty() && !output.ends_with('\n') {
+                    writeln!(f)?;
+                }
+                let mut notes = vec![if *success { "ran" } else { "raised" }.to_owned()];
+                if let Some(variable) = persisted_variable {
+                    notes.push(format!("whole output in {variable}"));
+                }
+                if *state_lost {
+                    notes.push("the runtime's state was lost".to_owned());
+                }
+                writeln!(f, "[{}]", notes.join("; "))
+            }
+            Event::ExecutionTimeout {
+                timeout,
+                state_lost,
+            } => writeln!(
+                f,
+                "[stopped after {timeout} s{}]",
+                if *state_lost {
+                    "; the runtime's state was lost"
+                } else {
+                    ""
+                }
+            ),
+            Event::ExecutionRefused { reason } => match reason {
+                Some(reason) => writeln!(f, "[refused by the host: {reason}]"),
+                None => writeln!(f, "[refused by the host]"),
+            },
+            Event::SecurityError { message, .. } => {
+                writeln!(f, "[refused by the code policy] {message}")
+            }
+            Event::Status(status) => match status {
+                Status::Compacting => writeln!(f, "[summarizing the history]"),
+                Status::Compacted { before, after } => {
+                    writeln!(f, "[history summarized: {before} messages to {after}]")
+                }
+                Status::CompactionFailed { message } => {
+                    writeln!(f, "[summary failed, history kept: {message}]")
+                }
+                Status::Isolation { layers } => {
+                    writeln!(f, "[isolation: {}]", layers.join("; "))
+                }
+                Status::ToolCallsAnswered { tools } => {
+                    writeln!(f, "[tools called, none to call: {}]", tools.join(", "))
+                }
+                Status::OutputRecovery {
+                    recovery,
+                    max_recoveries,
+                } => writeln!(f, "[answer cut off, resuming {recovery}/{max_recoveries}]"),
+            },
+            Event::Backoff { delay, reason } => match reason {
+                Some(reason) => writeln!(f, "[retrying in {delay:.1} s: {reason}]"),
+                None => writeln!(f, "[retrying in {delay:.1} s]"),
+            },
+            Event::SubAgent { agent, event } => {
+                // Its prose is shown once, whole, with its final answer.
+                let inner = match &**event {
+                    Event::Text { .. } => return Ok(()),
+                    Event::FinalResponse { content } => format!("{content}\n"),
+                    other => other.to_string(),
+                };
+                for line in inner.lines() {
+                    writeln!(f, "  {agent} | {line}")?;
+                }
+                Ok(())
+            }
+            // The answer streamed as `text`: this ends its line.
+            Event::FinalResponse { .. } => writeln!(f),
+            Event::Stopped {
+                stop_reason,
+                steps,
+                elapsed,
+                usage,
+                error,
+                ..
+            } => {
+                write!(
+                    f,
+                    "[{stop_reason} after {steps} step{}, {} tokens, {elapsed:.1} s",
+                    if *steps == 1 { "" } else { "s" },
+                    usage.total_tokens
+                )?;
+                match error {
+                    Some(error) => writeln!(f, ": {error}]"),
+                    None => writeln!(f, "]"),
+                }
+            }
+        }
+    }
+}
+
 /// Sees every event of every run as it happens, before the run's consumer does (sub-agents'
 /// events nested in theirs): the seam for an audit log (`cave_guards::AuditLog`) or any record
 /// kept beside the stream. Called on the run's task: keep it short.

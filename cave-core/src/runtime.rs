@@ -128,6 +128,17 @@ pub trait Runtime: Send + Sync {
 /// operations; implemented for every runtime (and `dyn Runtime`), never by one.
 #[async_trait]
 pub trait RuntimeExt: Runtime {
+    /// This runtime with `resources` registered, for building one in an expression
+    /// (`InProcRuntime::new()?.registered(resources).await?`); the registration's error as
+    /// [`register`](Runtime::register) gives it.
+    async fn registered(self, resources: Resources) -> Result<Self, RuntimeError>
+    where
+        Self: Sized,
+    {
+        self.register(resources).await?;
+        Ok(self)
+    }
+
     /// The registered resources as prompt text.
     fn describe(&self) -> Description {
         lock(self.registry()).describe()

@@ -1884,3 +1884,52 @@ async fn a_whole_output_the_runtime_cannot_take_is_declared_as_its_ends() {
         }
     }
 }
+
+/// `print!("{event}")` over a run is a transcript: the prompt, the cell and its output once,
+/// the answer, and a closing line; a refusal and a sub-agent's answer say what they are.
+#[tokio::test]
+async fn events_print_as_a_transcript() {
+    let s = Setup::new([
+        Reply::text(format!("Let me count.\n{}", block("print('counted')"))),
+        Reply::text("There are 3."),
+    ]);
+    let mut agent = s.agent();
+    let run = events(&mut agent, "How many?").await;
+    let transcript: String = run.iter().map(ToString::to_string).collect();
+    let output = run
+        .iter()
+        .find_map(|e| match e {
+            Event::ExecutionResult { output, .. } => Some(output.clone()),
+            _ => None,
+        })
+        .expect("the cell ran");
+    assert!(transcript.starts_with("> How many?\n"), "{transcript}");
+    assert!(
+        transcript.contains("```python\nprint('counted')\n```\n"),
+        "{transcript}"
+    );
+    assert!(
+        transcript.contains(&format!("```\n{output}[ran]\n")),
+        "the output once, after the code: {transcript}"
+    );
+    assert!(transcript.contains("There are 3.\n"), "{transcript}");
+    assert!(
+        transcript.ends_with("[completed after 2 steps, ")
+            || transcript.contains("\n[completed after 2 steps, "),
+        "{transcript}"
+    );
+    let refused = Event::ExecutionRefused {
+        reason: Some("not now".to_owned()),
+    };
+    assert_eq!(refused.to_string(), "[refused by the host: not now]\n");
+    let nested = Event::SubAgent {
+        agent: "cleaner".to_owned(),
+        event: Box::new(Event::FinalResponse {
+            content: "Done.\nAll clean.".to_owned(),
+        }),
+    };
+    assert_eq!(
+        nested.to_string(),
+        "  cleaner | Done.\n  cleaner | All clean.\n"
+    );
+}

@@ -210,3 +210,20 @@ fn updates_keep_the_declared_type() {
         "{err}"
     );
 }
+
+/// `registered` is `register` in an expression: the runtime back with the batch bound, or the
+/// registration's own typed error.
+#[tokio::test]
+async fn a_runtime_is_built_with_its_resources_in_one_expression() {
+    use cave_core::RuntimeExt;
+    let runtime = cave_testing::EchoRuntime::new()
+        .registered(Resources::new().variable(Variable::new("limit", Value::Int(3))))
+        .await
+        .unwrap();
+    assert_eq!(runtime.retrieve("limit").await.unwrap(), Value::Int(3));
+    let refused = cave_testing::EchoRuntime::new()
+        .registered(Resources::new().variable(Variable::new("class", Value::Int(1))))
+        .await
+        .unwrap_err();
+    assert!(matches!(refused, RuntimeError::Name(_)), "{refused:?}");
+}

@@ -267,18 +267,6 @@ impl InProcRuntime {
         *lock(&self.inner.limits)
     }
 
-    /// A runtime with these resources registered.
-    pub async fn with_resources(resources: Resources) -> Result<Self, InProcError> {
-        let runtime = Self::new()?;
-        runtime
-            .register(resources)
-            .await
-            .map_err(|e| InProcError::Setup {
-                message: e.to_string(),
-            })?;
-        Ok(runtime)
-    }
-
     /// Registers a Python object the host created (e.g. a DataFrame) as a variable: bound as
     /// is, never copied; `retrieve_py` hands it back.
     pub async fn register_py(

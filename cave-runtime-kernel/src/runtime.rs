@@ -121,18 +121,6 @@ impl KernelRuntime {
         }
     }
 
-    /// A runtime with these resources registered.
-    pub async fn with_resources(resources: Resources) -> Result<Self, KernelError> {
-        let runtime = Self::new()?;
-        runtime
-            .register(resources)
-            .await
-            .map_err(|e| KernelError::Start {
-                message: e.to_string(),
-            })?;
-        Ok(runtime)
-    }
-
     /// Starts the process now (and binds what is registered) instead of on the first request.
     pub async fn start(&self) -> Result<(), RuntimeError> {
         self.inner.process().await.map(drop)

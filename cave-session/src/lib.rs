@@ -8,6 +8,10 @@
 //! directory is as trusted as the user's own files: restore only sessions you (or your
 //! service) wrote.
 //!
+//! Two calls keep a program's session: [`Session::resume`] before the agent is built, and
+//! [`Session::save_turn`] after each run (the README has the whole program); `load`,
+//! `restore` and `save` are the parts, for a host that needs them apart:
+//!
 //! ```no_run
 //! # async fn demo(runtime: &dyn cave_core::Runtime, history: &[cave_core::Message]) -> Result<(), cave_session::SessionError> {
 //! use cave_session::Session;
@@ -19,7 +23,7 @@
 //!     println!("{}", restored.line());
 //! }
 //! // ... after each turn:
-//! let report = session.save(history, &serde_json::json!({}), runtime).await?;
+//! let report = session.save(history, runtime).await?;
 //! println!("saved {} names, {} bytes", report.saved.len(), report.bytes);
 //! # Ok(()) }
 //! ```
@@ -40,8 +44,8 @@
 struct ReadmeDoctests;
 
 use cave_core::{
-    DEFAULT_PERSISTED_PREFIX, DiscardOutput, HistoryError, Message, Runtime, RuntimeError,
-    SavedHistory, Value, lock,
+    AgentBuilder, DEFAULT_PERSISTED_PREFIX, DiscardOutput, HistoryError, Message, Runtime,
+    RuntimeError, SavedHistory, Value, lock,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value as Json;
@@ -166,6 +170,7 @@ pub struct Session {
     dir: PathBuf,
     max_bytes: u64,
     keep_prefixes: Vec<String>,
+    registration: Json,
 }
 
 /// What a session directory held when it was loaded.
@@ -284,7 +289,17 @@ impl Session {
             dir,
             max_bytes: DEFAULT_MAX_BYTES,
             keep_prefixes: vec![DEFAULT_PERSISTED_PREFIX.to_owned()],
+            registration: Json::Null,
         })
+    }
+
+    /// Keeps `registration` with each save, for the host to read back on the next start
+    /// ([`Saved::registration`]): what it registered from its own options, as JSON (`cave`
+    /// keeps its `--var`, `--py`, `--skills` and `--mcp`). Default: `null`, for a program that
+    /// registers the same resources at every start.
+    pub fn registration(mut self, registration: Json) -> Self {
+        self.registration = registration;
+        self
     }
 
     /// Keeps at most `bytes` of pickled values per save (default [`DEFAULT_MAX_BYTES`]);
@@ -388,15 +403,52 @@ impl Session {
         Ok(restored)
     }
 
-    /// Saves `history`, `registration` (what the host wants back on the next start, as JSON)
-    /// and the names the model's code bound in `runtime` (not those the host registered,
+    /// Picks up where the directory's last save left off, for an agent about to be built:
+    /// the saved values restored into `runtime` (fresh, the host's own resources registered
+    /// again), and the builder given the saved conversation and, last, the line that tells the
+    /// model what came back ([`Restored::line`]). `None` when nothing was saved yet (the
+    /// builder is left as it was). With [`save_turn`](Self::save_turn) after each run, this is
+    /// what `cave run --session DIR` does.
+    pub async fn resume(
+        &self,
+        builder: &mut AgentBuilder,
+        runtime: &dyn Runtime,
+    ) -> Result<Option<Restored>, SessionError> {
+        let Some(saved) = self.load()? else {
+            return Ok(None);
+        };
+        let restored = self.restore(&saved, runtime).await?;
+        let mut history = saved.history;
+        history.push(Message::user(restored.line()));
+        builder.history(history);
+        Ok(Some(restored))
+    }
+
+    /// Saves after a run: [`save`](Self::save) of `history` and the namespace, or, when the
+    /// run's runtime lost its state ([`AgentResponse::state_lost`](cave_core::AgentResponse),
+    /// or a `state_lost` execution event), [`save_keeping_values`](Self::save_keeping_values),
+    /// so that the emptied namespace does not replace the only copy of what the model built.
+    pub async fn save_turn(
+        &self,
+        history: &[Message],
+        runtime: &dyn Runtime,
+        state_lost: bool,
+    ) -> Result<SaveReport, SessionError> {
+        if state_lost {
+            self.save_keeping_values(history)
+        } else {
+            self.save(history, runtime).await
+        }
+    }
+
+    /// Saves `history`, the [`registration`](Self::registration) and the names the model's
+    /// code bound in `runtime` (not those the host registered,
     /// which are the host's to register again; not a value holding the text of a secret
     /// variable, which is named instead). Atomic: a crash mid-save leaves the previous save
     /// whole.
     pub async fn save(
         &self,
         history: &[Message],
-        registration: &Json,
         runtime: &dyn Runtime,
     ) -> Result<SaveReport, SessionError> {
         let (registered, secrets): (Vec<String>, Vec<String>) = {
@@ -447,22 +499,17 @@ impl Session {
         self.write_generation(
             generation,
             history,
-            registration,
             Namespace::Bytes(&payload),
             report.saved,
             report.skipped,
         )
     }
 
-    /// Saves `history` and `registration` but keeps the values of the previous save: for a
+    /// Saves `history` (and the registration) but keeps the values of the previous save: for a
     /// turn in which the runtime lost its state (a crash, a cell killed past its time limit),
     /// so that saving the emptied namespace does not destroy the only copy of what the model
     /// had built. The next start restores those values (and says so).
-    pub fn save_keeping_values(
-        &self,
-        history: &[Message],
-        registration: &Json,
-    ) -> Result<SaveReport, SessionError> {
+    pub fn save_keeping_values(&self, history: &[Message]) -> Result<SaveReport, SessionError> {
         let previous = self.current_manifest();
         let generation = previous.as_ref().map_or(1, |m| m.generation + 1);
         let (saved, skipped, namespace) = match previous {
@@ -478,7 +525,6 @@ impl Session {
         self.write_generation(
             generation,
             history,
-            registration,
             namespace
                 .as_deref()
                 .map_or(Namespace::None, Namespace::File),
@@ -493,7 +539,6 @@ impl Session {
         &self,
         generation: u64,
         history: &[Message],
-        registration: &Json,
         namespace: Namespace<'_>,
         saved: Vec<(String, String)>,
         skipped: Vec<(String, String)>,
@@ -531,7 +576,7 @@ impl Session {
         let manifest = Manifest {
             format_version: SESSION_FORMAT_VERSION,
             generation,
-            registration: registration.clone(),
+            registration: self.registration.clone(),
             history: history_name,
             namespace: bytes.map(|_| namespace_name),
             saved: saved.clone(),

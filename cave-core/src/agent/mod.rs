@@ -611,6 +611,9 @@ pub struct AgentResponse {
     pub displays: Vec<crate::DisplayItem>,
     /// What failed, for the error stop reasons and `budget_exhausted`: match on its kind.
     pub error: Option<StopError>,
+    /// The runtime lost the names the code had bound during the run (its process died or was
+    /// ended at a limit): a session saved after it keeps the values saved before.
+    pub state_lost: bool,
 }
 
 impl AgentResponse {
@@ -623,9 +626,16 @@ impl AgentResponse {
     pub async fn collect(mut events: EventStream<'_>) -> AgentResponse {
         let mut code_snippets = Vec::new();
         let mut displays = Vec::new();
+        let mut state_lost = false;
         while let Some(event) = events.next().await {
             match event {
                 Event::Code { code, .. } => code_snippets.push(code),
+                Event::ExecutionResult {
+                    state_lost: true, ..
+                }
+                | Event::ExecutionTimeout {
+                    state_lost: true, ..
+                } => state_lost = true,
                 Event::Display {
                     item: Some(item), ..
                 } => displays.push(*item),
@@ -646,6 +656,7 @@ impl AgentResponse {
                         code_snippets,
                         displays,
                         error,
+                        state_lost,
                     };
                 }
                 _ => {}
@@ -664,6 +675,7 @@ impl AgentResponse {
                 StopErrorKind::Internal,
                 "the event stream ended without a stopped event",
             )),
+            state_lost,
         }
     }
 }
