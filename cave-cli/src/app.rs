@@ -52,6 +52,7 @@ pub fn run(
         }
         Command::Mcp(crate::args::McpCommand::Serve(args)) => {
             let served = config::resolve_serve(args, &secrets)
+                .map_err(anyhow::Error::from)
                 .and_then(|config| rt.block_on(mcp_serve(config)));
             return match served {
                 Ok(()) => Exit::Completed,
@@ -77,7 +78,8 @@ pub fn run(
     };
     // Held to the end of `run`, whichever way it ends: dropping it sends the spans left.
     let mut traces = None;
-    let session = config::resolve(common, api_key, &secrets).and_then(|mut config| {
+    let resolved = config::resolve(common, api_key, &secrets).map_err(anyhow::Error::from);
+    let session = resolved.and_then(|mut config| {
         if let Some(otlp) = config.traces.take() {
             traces = Some(cave_agent::otel::install(otlp).context("--otlp")?);
         }

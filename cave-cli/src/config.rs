@@ -4,13 +4,61 @@
 use crate::args::{
     CommonArgs, PolicyArgs, PolicyPreset, Provider, RuntimeArgs, RuntimeKind, SandboxMode,
 };
-use anyhow::{Context, bail};
 use cave_agent::SecurityPolicy;
 use cave_agent::kernel::{JupyterConfig, KernelConfig, Sandbox};
 use cave_agent::models::{ApiKey, ModelConfig};
 use cave_agent::{Value, Variable};
 use std::path::PathBuf;
 use std::time::Duration;
+
+/// Why the command line cannot run as given. Each says which option was wrong and what it
+/// takes instead; `cave` prints it and exits with the usage code.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// An option's value, or options together, that cannot be used: the message names the
+    /// option and what it takes.
+    #[error("{0}")]
+    Usage(String),
+    /// A file an option names could not be read or opened.
+    #[error("{option} {}: {source}", path.display())]
+    Unreadable {
+        /// The option (`--var`, `--audit`, `--jupyter-ca`, ...).
+        option: String,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Returns a [`ConfigError::Usage`] with this message from the function.
+macro_rules! usage {
+    ($($message:tt)*) => {
+        return Err(ConfigError::Usage(format!($($message)*)))
+    };
+}
+
+/// A missing value or a failure, as the usage error `message` names (a failure's own words,
+/// with its causes, after it).
+trait OrUsage<T> {
+    fn or_usage(self, message: impl FnOnce() -> String) -> Result<T, ConfigError>;
+}
+
+impl<T> OrUsage<T> for Option<T> {
+    fn or_usage(self, message: impl FnOnce() -> String) -> Result<T, ConfigError> {
+        self.ok_or_else(|| ConfigError::Usage(message()))
+    }
+}
+
+impl<T, E: std::error::Error> OrUsage<T> for Result<T, E> {
+    fn or_usage(self, message: impl FnOnce() -> String) -> Result<T, ConfigError> {
+        self.map_err(|e| {
+            ConfigError::Usage(format!("{}: {}", message(), cave_agent::error_chain(&e)))
+        })
+    }
+}
 
 /// Where the model's answers come from.
 #[derive(Debug)]
@@ -295,20 +343,23 @@ pub const SERVE_TOKEN_VARIABLE: &str = "CAVE_MCP_TOKEN";
 const MIN_SERVE_TOKEN: usize = 16;
 
 /// `--secret NAME=ENVVAR` as secret variables.
-fn secret_variables(args: &RuntimeArgs, taken: &TakenSecrets) -> anyhow::Result<Vec<Variable>> {
+fn secret_variables(
+    args: &RuntimeArgs,
+    taken: &TakenSecrets,
+) -> Result<Vec<Variable>, ConfigError> {
     args.secrets
         .iter()
         .map(|arg| {
             let (name, env) = arg
                 .split_once('=')
                 .filter(|(n, e)| !n.is_empty() && !e.is_empty())
-                .with_context(|| format!("--secret expects NAME=ENVVAR, got {arg:?}"))?;
+                .or_usage(|| format!("--secret expects NAME=ENVVAR, got {arg:?}"))?;
             let value = taken
                 .0
                 .iter()
                 .find(|(e, _)| e == env)
                 .and_then(|(_, v)| v.clone())
-                .with_context(|| {
+                .or_usage(|| {
                     format!(
                         "--secret {arg}: the environment variable {env} is not set (or is empty)"
                     )
@@ -324,7 +375,7 @@ pub fn resolve(
     args: &CommonArgs,
     api_key: Option<ApiKey>,
     secrets: &TakenSecrets,
-) -> anyhow::Result<Config> {
+) -> Result<Config, ConfigError> {
     let model = match &args.replay {
         Some(path) => ModelSource::Replay(path.clone()),
         None => {
@@ -335,7 +386,7 @@ pub fn resolve(
                 .or_else(|| std::env::var("LLM_MODEL_ID").ok())
                 .filter(|m| !m.trim().is_empty());
             let Some(id) = id else {
-                bail!(
+                usage!(
                     "no model given: pass --model ID or set LLM_MODEL_ID (or use --replay CASSETTE)"
                 );
             };
@@ -358,7 +409,7 @@ pub fn resolve(
         }
     };
     if args.context_window < 1_000 {
-        bail!(
+        usage!(
             "--context-window must be at least 1000 tokens, not {}",
             args.context_window
         );
@@ -398,10 +449,10 @@ pub fn resolve(
         }
     };
     if let Some(name) = args.retrieve.iter().find(|n| !cave_agent::is_identifier(n)) {
-        bail!("--retrieve takes a variable name, not {name:?}");
+        usage!("--retrieve takes a variable name, not {name:?}");
     }
     if args.max_steps == Some(0) {
-        bail!("--max-steps must be at least 1 (a run with no model call does nothing)");
+        usage!("--max-steps must be at least 1 (a run with no model call does nothing)");
     }
     let compact_model = compact_model(args, &model);
     Ok(Config {
@@ -417,7 +468,7 @@ pub fn resolve(
         display_dir: args.display_dir.clone().unwrap_or_else(default_display_dir),
         view: match args.view {
             Some(addr) if !addr.ip().is_loopback() => {
-                bail!("--view: {}", crate::view::ViewError::NotLoopback(addr))
+                usage!("--view: {}", crate::view::ViewError::NotLoopback(addr))
             }
             view => view,
         },
@@ -427,17 +478,17 @@ pub fn resolve(
 }
 
 /// `--otlp URL`, else the standard `OTEL_*` variables: where traces go, if anywhere.
-fn resolve_traces(args: &CommonArgs) -> anyhow::Result<Option<cave_agent::otel::OtlpConfig>> {
+fn resolve_traces(args: &CommonArgs) -> Result<Option<cave_agent::otel::OtlpConfig>, ConfigError> {
     if let Some(url) = &args.otlp
         && !(url.starts_with("http://") || url.starts_with("https://"))
     {
-        bail!(
+        usage!(
             "--otlp takes the http:// or https:// URL of an OTLP/HTTP receiver (e.g. http://127.0.0.1:4318), not {url:?}"
         );
     }
     let traces = cave_agent::otel::OtlpConfig::from_env_with(args.otlp.clone());
     if args.trace_content && traces.is_none() {
-        bail!(
+        usage!(
             "--trace-content records cells in traces, but no traces are exported: give --otlp URL or set OTEL_EXPORTER_OTLP_ENDPOINT"
         );
     }
@@ -445,9 +496,9 @@ fn resolve_traces(args: &CommonArgs) -> anyhow::Result<Option<cave_agent::otel::
 }
 
 /// A number of seconds given for `flag`, as a duration.
-fn seconds(flag: &str, s: f64) -> anyhow::Result<Duration> {
+fn seconds(flag: &str, s: f64) -> Result<Duration, ConfigError> {
     Duration::try_from_secs_f64(s)
-        .map_err(|_| anyhow::anyhow!("{flag} must be a number of seconds ≥ 0, not {s}"))
+        .map_err(|_| ConfigError::Usage(format!("{flag} must be a number of seconds ≥ 0, not {s}")))
 }
 
 /// The runtime options.
@@ -455,20 +506,20 @@ pub fn resolve_runtime(
     args: &RuntimeArgs,
     secrets: &TakenSecrets,
     cell_limit: Option<Duration>,
-) -> anyhow::Result<RuntimeConfig> {
+) -> Result<RuntimeConfig, ConfigError> {
     let mut variables = args
         .vars
         .iter()
         .map(|v| parse_var(v))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, ConfigError>>()?;
     for desc in &args.var_descs {
         let (name, text) = desc
             .split_once('=')
-            .with_context(|| format!("--var-desc expects NAME=TEXT, got {desc:?}"))?;
+            .or_usage(|| format!("--var-desc expects NAME=TEXT, got {desc:?}"))?;
         let variable = variables
             .iter_mut()
             .find(|v| v.name == name)
-            .with_context(|| format!("--var-desc names {name:?}, which no --var defines"))?;
+            .or_usage(|| format!("--var-desc names {name:?}, which no --var defines"))?;
         variable.description = Some(text.to_owned());
     }
     variables.extend(secret_variables(args, secrets)?);
@@ -487,14 +538,14 @@ pub fn resolve_runtime(
 }
 
 /// The code policy, approval and audit options.
-pub fn resolve_guards(args: &PolicyArgs) -> anyhow::Result<GuardsConfig> {
+pub fn resolve_guards(args: &PolicyArgs) -> Result<GuardsConfig, ConfigError> {
     Ok(GuardsConfig {
         policy: policy(args)?,
         approve: args.approve,
         audit: match &args.audit {
             Some(path) => Some(
                 cave_agent::AuditLog::append(path)
-                    .with_context(|| format!("--audit {}: cannot open it", path.display()))?,
+                    .or_usage(|| format!("--audit {}: cannot open it", path.display()))?,
             ),
             None => None,
         },
@@ -505,9 +556,9 @@ pub fn resolve_guards(args: &PolicyArgs) -> anyhow::Result<GuardsConfig> {
 pub fn resolve_serve(
     args: &crate::args::ServeArgs,
     secrets: &TakenSecrets,
-) -> anyhow::Result<ServeConfig> {
+) -> Result<ServeConfig, ConfigError> {
     let http = match args.http {
-        Some(addr) if !addr.ip().is_loopback() => bail!(
+        Some(addr) if !addr.ip().is_loopback() => usage!(
             "--http {addr}: the session is served on this machine only (a loopback address: 127.0.0.1 or ::1)"
         ),
         Some(addr) => {
@@ -517,7 +568,7 @@ pub fn resolve_serve(
                 .find(|(name, _)| name == SERVE_TOKEN_VARIABLE)
                 .and_then(|(_, value)| value.clone());
             match given {
-                Some(token) if token.len() < MIN_SERVE_TOKEN => bail!(
+                Some(token) if token.len() < MIN_SERVE_TOKEN => usage!(
                     "{SERVE_TOKEN_VARIABLE} is too short: a token of {MIN_SERVE_TOKEN} characters or more (or unset it, and one is made up)"
                 ),
                 Some(token) => Some((addr, token, false)),
@@ -550,14 +601,14 @@ pub enum McpSource {
 }
 
 /// `--mcp NAME=COMMAND|URL`: the name (an identifier, as the object is bound) and the server.
-pub fn mcp_server(spec: &str) -> anyhow::Result<(String, McpSource)> {
+pub fn mcp_server(spec: &str) -> Result<(String, McpSource), ConfigError> {
     let Some((name, target)) = spec.split_once('=') else {
-        bail!(
+        usage!(
             "--mcp takes NAME=COMMAND or NAME=URL (e.g. time=\"uvx mcp-server-time\"), not {spec:?}"
         );
     };
     let name = cave_agent::validate_name(cave_agent::NameKind::Object, name.trim())
-        .map_err(|e| anyhow::anyhow!("--mcp {spec:?}: {e}"))?;
+        .map_err(|e| ConfigError::Usage(format!("--mcp {spec:?}: {e}")))?;
     let target = target.trim();
     if target.starts_with("http://") || target.starts_with("https://") {
         return Ok((
@@ -566,7 +617,7 @@ pub fn mcp_server(spec: &str) -> anyhow::Result<(String, McpSource)> {
         ));
     }
     let server = cave_agent::mcp::StdioServer::from_command_line(target)
-        .map_err(|e| anyhow::anyhow!("--mcp {name}: {e}"))?;
+        .map_err(|e| ConfigError::Usage(format!("--mcp {name}: {e}")))?;
     Ok((name, McpSource::Stdio(server)))
 }
 
@@ -581,17 +632,17 @@ pub fn mcp_header(
     server: &mut McpSource,
     header: &str,
     value_of: impl Fn(&str) -> Option<String>,
-) -> anyhow::Result<()> {
+) -> Result<(), ConfigError> {
     let Some((key, env)) = header
         .split_once('=')
         .filter(|(k, e)| !k.is_empty() && !e.is_empty())
     else {
-        bail!("an MCP header is KEY=ENVVAR (its value is read from ENVVAR), not {header:?}");
+        usage!("an MCP header is KEY=ENVVAR (its value is read from ENVVAR), not {header:?}");
     };
     let McpSource::Http(http) = server else {
-        bail!("the header {key} is for a server over HTTP; this one is a command");
+        usage!("the header {key} is for a server over HTTP; this one is a command");
     };
-    let value = value_of(env).with_context(|| {
+    let value = value_of(env).or_usage(|| {
         format!("the header {key}: the environment variable {env} is not set (or is empty)")
     })?;
     http.headers.push((key.to_owned(), value));
@@ -603,18 +654,18 @@ pub fn mcp_header(
 fn mcp_servers(
     args: &RuntimeArgs,
     taken: &TakenSecrets,
-) -> anyhow::Result<Vec<(String, McpSource)>> {
+) -> Result<Vec<(String, McpSource)>, ConfigError> {
     let mut servers = args
         .mcp
         .iter()
         .map(|spec| mcp_server(spec))
-        .collect::<anyhow::Result<Vec<_>>>()?;
+        .collect::<Result<Vec<_>, ConfigError>>()?;
     for arg in &args.mcp_headers {
         let Some((name, header)) = arg.split_once(':') else {
-            bail!("--mcp-header takes NAME:KEY=ENVVAR, not {arg:?}");
+            usage!("--mcp-header takes NAME:KEY=ENVVAR, not {arg:?}");
         };
         let Some((_, server)) = servers.iter_mut().find(|(n, _)| n == name) else {
-            bail!("--mcp-header {arg}: no --mcp server is called {name:?}");
+            usage!("--mcp-header {arg}: no --mcp server is called {name:?}");
         };
         mcp_header(server, header, |env| {
             taken
@@ -623,7 +674,7 @@ fn mcp_servers(
                 .find(|(e, _)| e == env)
                 .and_then(|(_, v)| v.clone())
         })
-        .with_context(|| format!("--mcp-header {name}"))?;
+        .or_usage(|| format!("--mcp-header {name}"))?;
     }
     Ok(servers)
 }
@@ -663,7 +714,7 @@ fn default_display_dir() -> PathBuf {
 
 /// `--runtime` and the options of the kernel runtime (refused with the in-process one, where
 /// they would silently do nothing).
-fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
+fn runtime(args: &RuntimeArgs) -> Result<RuntimeChoice, ConfigError> {
     let kernel_only = [
         ("--python", args.python.is_some()),
         ("--memory-limit", args.memory_limit.is_some()),
@@ -685,7 +736,7 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
     if args.kind != RuntimeKind::Jupyter
         && let Some((flag, _)) = jupyter_only.iter().find(|(_, given)| *given)
     {
-        bail!("{flag} applies to the Jupyter runtime: add --runtime jupyter");
+        usage!("{flag} applies to the Jupyter runtime: add --runtime jupyter");
     }
     let max_cell_output = args
         .max_cell_output
@@ -698,12 +749,12 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
                 .filter(|(flag, _)| *flag != "--no-spare")
                 .find(|(_, given)| *given)
             {
-                bail!(
+                usage!(
                     "{flag} applies to the kernel runtime's child process; with --runtime jupyter the server sets its kernels' interpreter, limits and isolation"
                 );
             }
             let Some(url) = &args.jupyter_url else {
-                bail!(
+                usage!(
                     "--runtime jupyter needs --jupyter-url URL (the server, e.g. http://127.0.0.1:8888)"
                 );
             };
@@ -723,13 +774,15 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
             for pair in &args.jupyter_env {
                 let Some((name, value)) = pair.split_once('=').filter(|(n, _)| !n.is_empty())
                 else {
-                    bail!("--jupyter-env takes NAME=VALUE, not {pair:?}");
+                    usage!("--jupyter-env takes NAME=VALUE, not {pair:?}");
                 };
                 jupyter = jupyter.env(name, value);
             }
             if let Some(path) = &args.jupyter_ca {
-                let pem = std::fs::read(path).map_err(|e| {
-                    anyhow::anyhow!("--jupyter-ca: could not read {}: {e}", path.display())
+                let pem = std::fs::read(path).map_err(|source| ConfigError::Unreadable {
+                    option: "--jupyter-ca".to_owned(),
+                    path: path.clone(),
+                    source,
                 })?;
                 jupyter = jupyter.ca_certificates(pem);
             }
@@ -741,7 +794,7 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
         }
         RuntimeKind::Inproc => {
             if let Some((flag, _)) = kernel_only.iter().find(|(_, given)| *given) {
-                bail!(
+                usage!(
                     "{flag} applies to the kernel runtime: add --runtime kernel (the in-process runtime uses this process's limits; choose its Python with CAVE_PYTHON)"
                 );
             }
@@ -764,7 +817,7 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
             }
             if let Some(seconds) = args.cpu_limit {
                 if seconds < 1.0 {
-                    bail!("--cpu-limit must be at least 1 second, not {seconds}");
+                    usage!("--cpu-limit must be at least 1 second, not {seconds}");
                 }
                 limits = limits.cpu_seconds(seconds.ceil() as u64);
             }
@@ -780,7 +833,7 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
             if let Some(largest) = limits.file_size
                 && max_cell_output > largest
             {
-                bail!(
+                usage!(
                     "--max-cell-output {} is above the largest file the child may write ({}): lower it, or raise --max-file-size",
                     cave_agent::format_size(max_cell_output),
                     cave_agent::format_size(largest),
@@ -800,7 +853,7 @@ fn runtime(args: &RuntimeArgs) -> anyhow::Result<RuntimeChoice> {
 
 /// `--skills`: every path read and checked; any problem is a usage error listing them all.
 /// Warnings (a directory named differently from its skill) go to stderr.
-fn skills(paths: &[PathBuf]) -> anyhow::Result<cave_agent::SkillSet> {
+fn skills(paths: &[PathBuf]) -> Result<cave_agent::SkillSet, ConfigError> {
     let mut set = cave_agent::SkillSet::new();
     let mut problems = Vec::new();
     for path in paths {
@@ -816,35 +869,35 @@ fn skills(paths: &[PathBuf]) -> anyhow::Result<cave_agent::SkillSet> {
         }
     }
     if !problems.is_empty() {
-        bail!("--skills: {}", problems.join("\n"));
+        usage!("--skills: {}", problems.join("\n"));
     }
     Ok(set)
 }
 
 /// `NAME=JSON` or `NAME=@FILE`.
-fn parse_var(spec: &str) -> anyhow::Result<Variable> {
+fn parse_var(spec: &str) -> Result<Variable, ConfigError> {
     let (name, raw) = spec
         .split_once('=')
-        .with_context(|| format!("--var expects NAME=JSON, got {spec:?}"))?;
+        .or_usage(|| format!("--var expects NAME=JSON, got {spec:?}"))?;
     if name.is_empty() {
-        bail!("--var {spec:?} has no name before '='");
+        usage!("--var {spec:?} has no name before '='");
     }
     let (text, origin) = match raw.strip_prefix('@') {
         Some(path) => (
             std::fs::read_to_string(path)
-                .with_context(|| format!("--var {name}: cannot read {path}"))?,
+                .or_usage(|| format!("--var {name}: cannot read {path}"))?,
             format!("the file {path}"),
         ),
         None => (raw.to_owned(), "its value".to_owned()),
     };
-    let value: Value = serde_json::from_str(&text).with_context(|| {
+    let value: Value = serde_json::from_str(&text).or_usage(|| {
         format!("--var {name}: {origin} is not valid JSON (strings need quotes: {name}='\"text\"')")
     })?;
     Ok(Variable::new(name, value))
 }
 
 /// The code policy the flags describe, if any.
-fn policy(args: &PolicyArgs) -> anyhow::Result<Option<SecurityPolicy>> {
+fn policy(args: &PolicyArgs) -> Result<Option<SecurityPolicy>, ConfigError> {
     let mut policy = match args.preset {
         Some(PolicyPreset::Strict) => SecurityPolicy::strict(),
         None => SecurityPolicy::new(),
@@ -868,7 +921,7 @@ fn policy(args: &PolicyArgs) -> anyhow::Result<Option<SecurityPolicy>> {
     for pattern in &args.deny_regex {
         policy = policy
             .deny_regex(pattern, None)
-            .with_context(|| "--deny-regex".to_owned())?;
+            .or_usage(|| "--deny-regex".to_owned())?;
     }
     Ok((!policy.is_empty()).then_some(policy))
 }
