@@ -1056,10 +1056,10 @@ fn skills_command(command: &SkillsCommand) -> Exit {
                     .split_whitespace()
                     .collect::<Vec<_>>()
                     .join(" ");
-                let description = if description.chars().count() > 60 {
-                    format!("{}…", description.chars().take(59).collect::<String>())
-                } else {
-                    description
+                // At most 60 characters, the last one `…` when cut.
+                let description = match cave_agent::shorten(&description, 60) {
+                    (_, true) => format!("{}…", cave_agent::shorten(&description, 59).0),
+                    (_, false) => description,
                 };
                 [
                     s.name.clone(),

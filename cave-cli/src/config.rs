@@ -21,7 +21,7 @@ pub enum ConfigError {
     #[error("{0}")]
     Usage(String),
     /// A file an option names could not be read or opened.
-    #[error("{option} {}: {source}", path.display())]
+    #[error("{option}: could not read {}: {source}", path.display())]
     Unreadable {
         /// The option (`--var`, `--audit`, `--jupyter-ca`, ...).
         option: String,

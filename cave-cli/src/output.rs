@@ -265,7 +265,7 @@ impl<W: Write> Human<W> {
     fn shortened(&mut self, text: &str) -> io::Result<()> {
         let text = text.trim_end();
         let total_chars = text.chars().count();
-        let kept: String = text.chars().take(SHOWN_CHARS).collect();
+        let (kept, _) = cave_agent::shorten(text, SHOWN_CHARS);
         let lines: Vec<&str> = kept.lines().collect();
         let shown = lines.len().min(SHOWN_LINES);
         for (i, line) in lines[..shown].iter().enumerate() {
@@ -273,7 +273,7 @@ impl<W: Write> Human<W> {
             writeln!(self.out, "{lead}{line}")?;
         }
         let more_lines = lines.len().saturating_sub(shown);
-        let more_chars = total_chars.saturating_sub(SHOWN_CHARS);
+        let more_chars = total_chars - kept.chars().count();
         let note = match (more_lines, more_chars) {
             (0, 0) => None,
             (lines, 0) => Some(format!("     … {lines} more lines")),
@@ -318,7 +318,7 @@ impl<W: Write> Human<W> {
             self.note(DIM, &note)?;
         }
         for line in tail {
-            let line: String = line.chars().take(SHOWN_CHARS).collect();
+            let (line, _) = cave_agent::shorten(line, SHOWN_CHARS);
             writeln!(self.out, "     {line}")?;
         }
         Ok(())
@@ -358,7 +358,7 @@ impl<W: Write> Human<W> {
             let mut shown: Vec<String> = all
                 .iter()
                 .take(max)
-                .map(|l| l.chars().take(SHOWN_CHARS).collect())
+                .map(|l| cave_agent::shorten(l, SHOWN_CHARS).0.to_owned())
                 .collect();
             if all.len() > max {
                 shown.push(format!("… {} more lines", all.len() - max));

@@ -99,7 +99,7 @@ pub use runtime::{
 };
 pub use shape::{
     Persisted, highest_persisted_index, one_line, persist_output, persisted_marker, preview,
-    strip_persisted_preview,
+    shorten, strip_persisted_preview,
 };
 pub use spooled::SpooledOutput;
 pub use sync::lock;

@@ -489,9 +489,9 @@ pub fn summary_request(prior: Option<&str>, entries: &[Message], cap: usize) -> 
     body.push_str("<transcript>\n");
     for message in entries {
         let content = message.content();
-        let shown: String = content.chars().take(cap).collect();
+        let (shown, _) = crate::shorten(content, cap);
         body.push_str(&format!("[{}]\n{shown}\n", transcript_label(message)));
-        let cut = content.chars().count().saturating_sub(cap);
+        let cut = content.chars().count() - shown.chars().count();
         if cut > 0 {
             body.push_str(&format!("[… {cut} more characters]\n"));
         }

@@ -137,8 +137,8 @@ fn note_in_persisted_marker(marker: &mut String, note: &str) {
 
 /// The first `max` characters of `content` for a preview, and whether it was cut.
 ///
-/// The cut falls on a line break in the second half of the preview if there is one, else at
-/// `max`; never inside a grapheme cluster (an emoji or a letter with its accents stays whole).
+/// The cut falls on a line break in the second half of the preview if there is one, else as
+/// [`shorten`] cuts.
 pub fn preview(content: &str, max: usize) -> (&str, bool) {
     let Some((limit, _)) = content.char_indices().nth(max) else {
         return (content, false);
@@ -149,14 +149,24 @@ pub fn preview(content: &str, max: usize) -> (&str, bool) {
     {
         return (&head[..nl], true);
     }
-    // Back off to the last grapheme boundary at or before the limit.
-    let boundary = content
+    shorten(content, max)
+}
+
+/// At most the first `max` characters of `text`, and whether anything was cut: the one way
+/// text is shortened for a message, a log line or an error. Never inside a grapheme cluster
+/// (an emoji sequence, a letter with its accents stays whole: the cut backs off before it);
+/// the work is bounded by `max`, however long `text` is.
+pub fn shorten(text: &str, max: usize) -> (&str, bool) {
+    let Some((limit, _)) = text.char_indices().nth(max) else {
+        return (text, false);
+    };
+    let boundary = text
         .grapheme_indices(true)
         .map(|(i, _)| i)
         .take_while(|&i| i <= limit)
         .last()
         .unwrap_or(0);
-    (&content[..boundary], true)
+    (&text[..boundary], true)
 }
 
 /// `text` on one line, for a name or a reason shown inline: runs of white space and control
@@ -221,6 +231,20 @@ pub fn strip_persisted_preview(content: &str) -> Option<String> {
 #[cfg(test)]
 mod unit {
     use super::*;
+
+    #[test]
+    fn shortening_keeps_graphemes_whole() {
+        assert_eq!(shorten("hello", 5), ("hello", false));
+        assert_eq!(shorten("hello", 3), ("hel", true));
+        assert_eq!(shorten("", 0), ("", false));
+        // A family emoji is one grapheme of five characters: cut inside it, it goes whole.
+        let family = "ab👨\u{200d}👩\u{200d}👧cd";
+        assert_eq!(shorten(family, 4), ("ab", true));
+        assert_eq!(shorten(family, 7), (&family[..family.len() - 2], true));
+        // A letter and its combining accent stay together.
+        assert_eq!(shorten("cafe\u{301}!", 4), ("caf", true));
+        assert_eq!(shorten("cafe\u{301}!", 5), ("cafe\u{301}", true));
+    }
 
     #[test]
     fn preview_cuts_at_a_late_newline_else_hard() {

@@ -141,8 +141,8 @@ fn bounded(text: &str) -> String {
     if chars <= AUDIT_TEXT_CHARS {
         return text.to_owned();
     }
-    let kept: String = text.chars().take(AUDIT_TEXT_CHARS).collect();
-    format!("{kept}… [{} more characters]", chars - AUDIT_TEXT_CHARS)
+    let (kept, _) = cave_core::shorten(text, AUDIT_TEXT_CHARS);
+    format!("{kept}… [{} more characters]", chars - kept.chars().count())
 }
 
 /// `2026-12-01T03:40:00.123Z`.

@@ -194,7 +194,7 @@ fn describe(body: &ErrorBody, raw: &str) -> (String, Option<String>) {
         return (json_text(detail), None);
     }
     let raw = raw.trim();
-    let shown: String = raw.chars().take(500).collect();
+    let shown = cave_core::shorten(raw, 500).0.to_owned();
     (
         if shown.is_empty() {
             "no error details".to_owned()

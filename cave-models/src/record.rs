@@ -429,11 +429,10 @@ fn comparable(messages: &[ChatMessage]) -> Vec<&ChatMessage> {
 /// Where two texts first differ: the line, and a stretch of each from there.
 fn first_difference(recorded: &str, sent: &str) -> String {
     let clip = |s: &str| -> String {
-        let mut clipped: String = s.chars().take(80).collect();
-        if clipped.len() < s.len() {
-            clipped.push('…');
+        match cave_core::shorten(s, 80) {
+            (head, true) => format!("{head}…"),
+            (whole, false) => whole.to_owned(),
         }
-        clipped
     };
     // A byte offset both texts share a prefix up to: a character boundary of each.
     let at = recorded

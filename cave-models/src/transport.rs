@@ -104,7 +104,8 @@ impl Transport {
                 )
             }
             OpenAIError::JSONDeserialize(e, content) => {
-                let shown: String = redact(&content).chars().take(200).collect();
+                let redacted = redact(&content);
+                let (shown, _) = cave_core::shorten(&redacted, 200);
                 ModelError::new(
                     ModelErrorKind::StreamInterrupted,
                     format!("the model sent a chunk that is not a chat completion ({e}): {shown}"),
@@ -175,7 +176,8 @@ impl Transport {
         }
         if !content_type.is_empty() && !content_type.starts_with("text/event-stream") {
             let text = self.read_bounded(response).await.unwrap_or_default();
-            let start: String = self.redact(&text).chars().take(200).collect();
+            let redacted = self.redact(&text);
+            let (start, _) = cave_core::shorten(&redacted, 200);
             return Err(classified(ModelError::new(
                 ModelErrorKind::Other,
                 format!(

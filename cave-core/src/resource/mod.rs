@@ -447,10 +447,9 @@ impl Args {
             .map(|(name, value)| format!("{name}={value}"))
             .collect::<Vec<_>>()
             .join(", ");
-        if text.chars().count() > max_chars {
-            text.chars().take(max_chars).collect::<String>() + "…"
-        } else {
-            text
+        match crate::shorten(&text, max_chars) {
+            (head, true) => format!("{head}…"),
+            (_, false) => text,
         }
     }
 }

@@ -118,7 +118,7 @@ impl Gateway {
         Err(failed(format!(
             "{what}: {} answered {status}{hint}: {}",
             self.base,
-            body.chars().take(300).collect::<String>()
+            cave_core::shorten(&body, 300).0
         )))
     }
 
