@@ -367,7 +367,9 @@ async fn values_holding_a_secret_are_not_saved() {
 
 /// A program's session as the CLI keeps one, in two calls: `resume` before the agent is built
 /// (values restored, the conversation and the line saying what came back), `save_turn` after
-/// each run; a run that lost the runtime's state keeps the values saved before.
+/// each run; a run that lost the runtime's state keeps the values saved before. On the kernel
+/// runtime: in-process runtimes of one process share the interpreter's line cache, where this
+/// test's `<cell 1>` would replace the source of the in-process round trip's, run meanwhile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_resumes_and_saves_a_session_in_two_calls() {
     let dir = scratch("resume");
@@ -375,7 +377,7 @@ async fn a_program_resumes_and_saves_a_session_in_two_calls() {
     let block = |code: &str| Reply::text(format!("```python\n{code}\n```"));
 
     let model = ScriptedModel::new([block("total = 41"), Reply::text("Kept.")]);
-    let runtime = InProcRuntime::new().unwrap();
+    let runtime = KernelRuntime::new().unwrap();
     let mut builder = Agent::builder(model, runtime.clone());
     let nothing = session.resume(&mut builder, &runtime).await.unwrap();
     assert!(nothing.is_none(), "nothing was saved yet");
@@ -389,7 +391,7 @@ async fn a_program_resumes_and_saves_a_session_in_two_calls() {
 
     // The next start: a fresh runtime, the same two calls.
     let model = ScriptedModel::new([block("print(total + 1)"), Reply::text("42.")]);
-    let runtime = InProcRuntime::new().unwrap();
+    let runtime = KernelRuntime::new().unwrap();
     let mut builder = Agent::builder(model, runtime.clone());
     let restored = session.resume(&mut builder, &runtime).await.unwrap();
     assert_eq!(restored.expect("a saved session").restored, ["total"]);
@@ -410,14 +412,14 @@ async fn a_program_resumes_and_saves_a_session_in_two_calls() {
     );
 
     // A run whose runtime lost its state: the emptied namespace replaces nothing.
-    let emptied = InProcRuntime::new().unwrap();
+    let emptied = KernelRuntime::new().unwrap();
     session
         .save_turn(agent.history(), &emptied, true)
         .await
         .unwrap();
     let loaded = session.load().unwrap().expect("saved");
     assert_eq!(loaded.history.len(), agent.history().len());
-    let fresh = InProcRuntime::new().unwrap();
+    let fresh = KernelRuntime::new().unwrap();
     let restored = session.restore(&loaded, &fresh).await.unwrap();
     assert_eq!(
         restored.restored,

@@ -50,11 +50,6 @@ struct Inner {
     state: Mutex<State>,
     interrupt: Arc<CellInterrupt>,
     executions: AtomicU64,
-    /// What this runtime's cell file names start with: nothing for a process's first
-    /// runtime (`<cell 3>`), its number after (`<cell 2.3>`). The interpreter's line cache is
-    /// one for the process: a name two runtimes shared would give one's tracebacks and saved
-    /// functions the other's source.
-    cell_names: String,
     /// The bounds on each cell's output.
     limits: Mutex<CellLimits>,
     /// The process's captured descriptors, when the host attached them to this runtime.
@@ -251,11 +246,6 @@ impl InProcRuntime {
                 state: Mutex::new(State::default()),
                 interrupt,
                 executions: AtomicU64::new(0),
-                cell_names: if id == 1 {
-                    String::new()
-                } else {
-                    format!("{id}.")
-                },
                 limits: Mutex::new(CellLimits::default()),
                 stdio: Mutex::new(None),
                 handle,
@@ -684,7 +674,7 @@ impl Inner {
             (
                 code,
                 self.namespace.bind(py),
-                format!("<cell {}{number}>", self.cell_names),
+                format!("<cell {number}>"),
                 self.write.bind(py),
                 self.show.bind(py),
                 limits.max_display,

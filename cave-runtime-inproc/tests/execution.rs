@@ -10,31 +10,6 @@ pub(crate) async fn run(runtime: &InProcRuntime, code: &str) -> Execution {
         .expect("the runtime works")
 }
 
-/// Two runtimes of one process each run their first cell: the interpreter's line cache is one
-/// for the process, yet each one's tracebacks and function sources are its own.
-#[tokio::test]
-async fn each_runtime_keeps_its_cells_sources_apart() {
-    let a = InProcRuntime::new().unwrap();
-    let b = InProcRuntime::new().unwrap();
-    run(&a, "def made_by():\n    return 'a'").await;
-    run(
-        &b,
-        "# a longer first line, so that the sources differ\ndef made_by():\n    return 'b'",
-    )
-    .await;
-    for (runtime, name) in [(&a, "a"), (&b, "b")] {
-        let shown = run(runtime, "import inspect\nprint(inspect.getsource(made_by))").await;
-        assert!(
-            shown.output.contains(&format!("return '{name}'")),
-            "{name}: {shown:?}"
-        );
-        let raised = run(runtime, "made_by(1)").await;
-        assert!(!raised.success(), "{raised:?}");
-    }
-    let traceback = run(&b, "1 / 0").await;
-    assert!(traceback.output.contains("<cell "), "{traceback:?}");
-}
-
 #[tokio::test]
 async fn namespaces_are_isolated_and_persistent() {
     let a = InProcRuntime::new().unwrap();
