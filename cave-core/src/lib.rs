@@ -55,6 +55,7 @@ mod runtime;
 mod shape;
 mod spooled;
 mod sync;
+mod text;
 mod usage;
 mod value;
 
@@ -98,11 +99,11 @@ pub use runtime::{
     Interruption, Layer, LayerState, LiveOutput, OutputSink, Runtime, RuntimeExt, downcast_object,
 };
 pub use shape::{
-    Persisted, highest_persisted_index, one_line, persist_output, persisted_marker, preview,
-    shorten, strip_persisted_preview,
+    Persisted, highest_persisted_index, persist_output, persisted_marker, strip_persisted_preview,
 };
 pub use spooled::SpooledOutput;
 pub use sync::lock;
+pub use text::{one_line, preview, shorten};
 pub use tokio_util::sync::CancellationToken;
 pub use usage::Usage;
 pub use value::{Value, ValueError, from_value, to_value};
