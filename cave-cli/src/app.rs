@@ -562,15 +562,7 @@ impl Session {
             if let Event::Stopped { stop_reason, .. } = &event {
                 reason = Some(*stop_reason);
             }
-            if let Event::ExecutionResult {
-                state_lost: true, ..
-            }
-            | Event::ExecutionTimeout {
-                state_lost: true, ..
-            } = &event
-            {
-                state_lost = true;
-            }
+            state_lost |= event.lost_state();
             if let Some(view) = &self.view {
                 view.show(&event);
             }

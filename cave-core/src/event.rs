@@ -377,6 +377,24 @@ pub enum Event {
         error: Option<StopError>,
     },
 }
+impl Event {
+    /// Returns true if and only if this event says the runtime lost the names the code had
+    /// bound (a cell's result or time-out whose stop ended the runtime's process): what a
+    /// session saved after the run must know ([`AgentResponse::state_lost`](crate::AgentResponse)).
+    pub fn lost_state(&self) -> bool {
+        matches!(
+            self,
+            Event::ExecutionResult {
+                state_lost: true,
+                ..
+            } | Event::ExecutionTimeout {
+                state_lost: true,
+                ..
+            }
+        )
+    }
+}
+
 /// A run as a person reads it in a terminal: `print!("{event}")` for each event of a stream
 /// gives a transcript (the prompt, the model's prose as it streams, each cell's code and its
 /// output, refusals and retries, a closing line), with no printer to write. Each event ends its

@@ -1372,6 +1372,7 @@ async fn an_execution_past_its_limit_is_interrupted() {
             }),
             "{outcome:?}"
         );
+        assert_eq!(ev.iter().any(Event::lost_state), state_lost, "{outcome:?}");
         assert_eq!(s.runtime.interrupts(), 1);
         let result = &turns(&agent)[2].1;
         assert!(result.starts_with(&prompt::execution_timeout(0.5)));
@@ -1380,6 +1381,22 @@ async fn an_execution_past_its_limit_is_interrupted() {
     }
     let plain = Setup::new([]).agent().system_prompt();
     assert!(!plain.contains("stopped after") && !plain.contains("timeout"));
+    // The response says it too, for a session saved after the run.
+    for (outcome, state_lost) in [
+        (Interruption::StateLost, true),
+        (Interruption::Delivered, false),
+    ] {
+        let s = Setup::with(
+            ScriptedModel::new([Reply::text(block("spin()")), Reply::text("ok")]),
+            FakeRuntime::interruptible(outcome),
+        );
+        let mut agent = s
+            .builder()
+            .max_exec_timeout(Duration::from_millis(500))
+            .build()
+            .unwrap();
+        assert_eq!(agent.run("go").await.state_lost, state_lost, "{outcome:?}");
+    }
 }
 
 #[tokio::test]

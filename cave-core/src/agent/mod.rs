@@ -628,14 +628,9 @@ impl AgentResponse {
         let mut displays = Vec::new();
         let mut state_lost = false;
         while let Some(event) = events.next().await {
+            state_lost |= event.lost_state();
             match event {
                 Event::Code { code, .. } => code_snippets.push(code),
-                Event::ExecutionResult {
-                    state_lost: true, ..
-                }
-                | Event::ExecutionTimeout {
-                    state_lost: true, ..
-                } => state_lost = true,
                 Event::Display {
                     item: Some(item), ..
                 } => displays.push(*item),
