@@ -11,8 +11,9 @@ use cave_agent::ContextCompactor;
 use cave_agent::inproc::{CapturedStreams, StdioCapture};
 use cave_agent::models::{ApiKey, LiteLlmModel, OpenAiModel, RecordingModel, ReplayModel};
 use cave_agent::{
-    Agent, CancellationToken, DiscardOutput, Event, InProcRuntime, KernelRuntime, MethodFilter,
-    Model, Resource, Resources, Runtime, RuntimeError, RuntimeExt, SecretRedactor, StopReason,
+    Agent, CancellationToken, CellLimits, DiscardOutput, Event, InProcRuntime, KernelRuntime,
+    MethodFilter, Model, Resource, Resources, Runtime, RuntimeError, RuntimeExt, SecretRedactor,
+    StopReason,
 };
 use futures_util::{FutureExt as _, StreamExt};
 use std::io::{self, Write};
@@ -442,12 +443,11 @@ impl Session {
         if let Some(persisted) = &mut persisted
             && let Some(saved) = persisted.saved.take()
         {
-            let restored = persisted.session.restore(&saved, runtime.runtime()).await?;
-            let line = restored.line();
-            eprintln!("cave: {}", redactor.redact(&line));
-            let mut history = saved.history;
-            history.push(cave_agent::Message::user(line));
-            builder.history(history);
+            let restored = persisted
+                .session
+                .resume_from(saved, &mut builder, runtime.runtime())
+                .await?;
+            eprintln!("cave: {}", redactor.redact(&restored.line()));
         }
         let agent = builder.build()?;
         let (output, session_capture) = open_output(output, &runtime, redactor)?;
@@ -1155,7 +1155,7 @@ async fn open_runtime(
         RuntimeChoice::InProc { max_cell_output } => {
             let runtime =
                 InProcRuntime::new().context("the in-process Python runtime could not start")?;
-            runtime.set_cell_limits(runtime.cell_limits().max_cell_output(max_cell_output));
+            runtime.set_cell_limits(CellLimits::default().max_cell_output(max_cell_output));
             Backend::InProc(runtime)
         }
         RuntimeChoice::Jupyter(config) => {

@@ -7,7 +7,7 @@ use crate::args::{
 use cave_agent::SecurityPolicy;
 use cave_agent::kernel::{JupyterConfig, KernelConfig, Sandbox};
 use cave_agent::models::{ApiKey, ModelConfig};
-use cave_agent::{Value, Variable};
+use cave_agent::{CellLimits, Value, Variable};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -789,7 +789,7 @@ fn runtime(args: &RuntimeArgs) -> Result<RuntimeChoice, ConfigError> {
             Ok(RuntimeChoice::Jupyter(Box::new(
                 jupyter
                     .spare(!args.no_spare)
-                    .max_cell_output(max_cell_output),
+                    .cell_limits(CellLimits::default().max_cell_output(max_cell_output)),
             )))
         }
         RuntimeKind::Inproc => {
@@ -842,7 +842,7 @@ fn runtime(args: &RuntimeArgs) -> Result<RuntimeChoice, ConfigError> {
             if limits != defaults {
                 config = config.limits(limits);
             }
-            config = config.max_cell_output(max_cell_output);
+            config = config.cell_limits(CellLimits::default().max_cell_output(max_cell_output));
             if let Some(python) = &args.python {
                 config = config.python(python);
             }

@@ -17,7 +17,7 @@ pub fn preview(content: &str, max: usize) -> (&str, bool) {
     {
         return (&head[..nl], true);
     }
-    shorten(content, max)
+    (&content[..grapheme_floor(content, limit)], true)
 }
 
 /// At most the first `max` characters of `text`, and whether anything was cut: the one way
@@ -25,16 +25,19 @@ pub fn preview(content: &str, max: usize) -> (&str, bool) {
 /// (an emoji sequence, a letter with its accents stays whole: the cut backs off before it);
 /// the work is bounded by `max`, however long `text` is.
 pub fn shorten(text: &str, max: usize) -> (&str, bool) {
-    let Some((limit, _)) = text.char_indices().nth(max) else {
-        return (text, false);
-    };
-    let boundary = text
-        .grapheme_indices(true)
+    match text.char_indices().nth(max) {
+        Some((limit, _)) => (&text[..grapheme_floor(text, limit)], true),
+        None => (text, false),
+    }
+}
+
+/// The last grapheme boundary of `text` at or before the byte `limit` (reading no further).
+fn grapheme_floor(text: &str, limit: usize) -> usize {
+    text.grapheme_indices(true)
         .map(|(i, _)| i)
         .take_while(|&i| i <= limit)
         .last()
-        .unwrap_or(0);
-    (&text[..boundary], true)
+        .unwrap_or(0)
 }
 
 /// `text` on one line, for a name or a reason shown inline: runs of white space and control

@@ -279,24 +279,10 @@ impl KernelConfig {
         self.worker.max_frame = bytes;
         self
     }
-    /// Sets the bounds on each cell's output.
+    /// Sets the bounds on each cell's output (default: [`CellLimits::default`]); what is kept
+    /// whole is written in the child's work directory, never above the file-size limit.
     pub fn cell_limits(mut self, limits: CellLimits) -> Self {
         self.worker.cell = limits;
-        self
-    }
-    /// Sets how much of one cell's output the host holds, in bytes.
-    pub fn max_output(mut self, bytes: usize) -> Self {
-        self.worker.cell.max_output = bytes;
-        self
-    }
-    /// Sets how much of one cell's output is kept whole, in bytes.
-    pub fn max_cell_output(mut self, bytes: u64) -> Self {
-        self.worker.cell.max_cell_output = bytes;
-        self
-    }
-    /// Sets the largest form of a display item, in bytes.
-    pub fn max_display(mut self, bytes: usize) -> Self {
-        self.worker.cell.max_display = bytes;
         self
     }
     /// Sets the limits.

@@ -111,13 +111,14 @@ async fn batched_output_still_streams() {
     assert_eq!(out.output, expected);
 }
 
-/// `KernelConfig::max_display` bounds each form of an item the cell shows.
+/// `CellLimits::max_display`, set on the kernel's configuration, bounds each form of an item
+/// the cell shows.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_display_limit_is_a_setting() {
     let rt = KernelRuntime::with_config(
         cave_runtime_kernel::KernelConfig::new()
             .spare(false)
-            .max_display(1000),
+            .cell_limits(cave_cell::CellLimits::default().max_display(1000)),
     )
     .expect("python");
     let (out, shown) = cave_testing::contract::run_shown(

@@ -414,14 +414,25 @@ impl Session {
         builder: &mut AgentBuilder,
         runtime: &dyn Runtime,
     ) -> Result<Option<Restored>, SessionError> {
-        let Some(saved) = self.load()? else {
-            return Ok(None);
-        };
+        match self.load()? {
+            Some(saved) => self.resume_from(saved, builder, runtime).await.map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// [`resume`](Self::resume) from what [`load`](Self::load) returned, for a host that reads
+    /// the save before it builds its runtime (`cave` fills options from the registration).
+    pub async fn resume_from(
+        &self,
+        saved: Saved,
+        builder: &mut AgentBuilder,
+        runtime: &dyn Runtime,
+    ) -> Result<Restored, SessionError> {
         let restored = self.restore(&saved, runtime).await?;
         let mut history = saved.history;
         history.push(Message::user(restored.line()));
         builder.history(history);
-        Ok(Some(restored))
+        Ok(restored)
     }
 
     /// Saves after a run: [`save`](Self::save) of `history` and the namespace, or, when the

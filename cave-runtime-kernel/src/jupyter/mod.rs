@@ -113,31 +113,13 @@ impl JupyterConfig {
         self.worker.max_frame = bytes;
         self
     }
-    /// How much of one cell's output the host holds, in bytes. Default:
-    /// [`cave_core::DEFAULT_MAX_HELD_OUTPUT`].
-    pub fn max_output(mut self, bytes: usize) -> Self {
-        self.worker.cell.max_output = bytes;
-        self
-    }
-    /// How much of one cell's output is kept whole, in bytes: past what the host holds
-    /// ([`max_output`](Self::max_output)) it goes to a temporary file of the host's as it
-    /// comes, and is sent to the kernel whole as `_output_N`. Default:
-    /// [`cave_cell::DEFAULT_MAX_CELL_OUTPUT`].
-    pub fn max_cell_output(mut self, bytes: u64) -> Self {
-        self.worker.cell.max_cell_output = bytes;
-        self
-    }
-    /// Sets the largest form of a display item, in bytes (default:
-    /// [`cave_core::DEFAULT_MAX_DISPLAY`]).
-    pub fn max_display(mut self, bytes: usize) -> Self {
-        self.worker.cell.max_display = bytes;
-        self
-    }
     /// How the runtime treats its kernels' workers and bounds each cell's output, as set.
     pub fn worker(&self) -> WorkerSettings {
         self.worker
     }
-    /// Sets the bounds on each cell's output.
+    /// Sets the bounds on each cell's output (default: [`CellLimits::default`]). Past what the
+    /// host holds, a cell's output goes to a temporary file of the host's as it comes, and is
+    /// sent to the kernel whole as `_output_N`.
     pub fn cell_limits(mut self, limits: CellLimits) -> Self {
         self.worker.cell = limits;
         self
