@@ -620,10 +620,14 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None):
             _show_figures()
         except Exception as error:
             write(f"[note: a figure could not be drawn: {type(error).__name__}: {error}]\n")
+        # Against the host's bindings as they are now: the host may bind a name anew while the
+        # cell runs (a kernel worker serves it during a host call), which is not the cell's doing.
+        now = namespace.get(_HOST_KEY)
+        now = now if type(now) is dict else {}
         rebound = [
             (name, _host_kind(obj))
             for name, obj in host
-            if namespace.get(name) is not obj
+            if name in now and namespace.get(name) is not now[name]
         ]
         if rebound:
             write(_rebound_note(rebound))

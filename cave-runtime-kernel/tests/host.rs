@@ -216,3 +216,67 @@ async fn unhashable_keys_are_refused_at_registration() {
         assert_eq!(run(&rt, "'bad' in globals()").await.output, "False\n");
     }
 }
+
+/// An object whose methods are its `names`, each returning its own name.
+struct Tools {
+    names: Vec<&'static str>,
+}
+
+#[async_trait::async_trait]
+impl HostObject for Tools {
+    fn type_name(&self) -> &str {
+        "Tools"
+    }
+    fn methods(&self) -> Vec<Method> {
+        self.names
+            .iter()
+            .map(|name| Method::new(*name, Signature::default().returns("str")))
+            .collect()
+    }
+    async fn call(&self, method: &str, _args: Args) -> Result<Value, HostError> {
+        Ok(Value::Str(method.to_owned()))
+    }
+}
+
+/// The host binds an object anew while a cell runs (an MCP server's tool list changed during a
+/// call: the worker serves the binding before the call's answer): the cell did not rebind it, so
+/// it is not told it did, and the next cell has the new methods.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_the_host_binds_anew_during_a_cell_is_not_the_cells_doing() {
+    let runtime: Arc<OnceLock<KernelRuntime>> = Arc::new(OnceLock::new());
+    let inner = runtime.clone();
+    let grow = Function::host("grow", Signature::default(), move |_args: Args| {
+        let inner = inner.clone();
+        async move {
+            let rt = inner
+                .get()
+                .ok_or_else(|| HostError::runtime("no runtime"))?;
+            let grown = Arc::new(Tools {
+                names: vec!["first", "extra"],
+            });
+            rt.replace(Resources::new().object(ObjectBinding::new("edge", grown)))
+                .await
+                .map_err(HostError::runtime)?;
+            Ok(Value::Str("grown".to_owned()))
+        }
+    });
+    let rt = KernelRuntime::new().expect("python");
+    let edge = Arc::new(Tools {
+        names: vec!["first"],
+    });
+    rt.register(
+        Resources::new()
+            .function(grow)
+            .object(ObjectBinding::new("edge", edge)),
+    )
+    .await
+    .expect("registers");
+    let _ = runtime.set(rt.clone());
+    let out = run(&rt, "print(grow())").await;
+    assert_eq!(out.output, "grown\n", "no note: {out:?}");
+    let out = run(&rt, "print(edge.extra())").await;
+    assert_eq!(out.output, "extra\n");
+    // A rebinding by the cell itself is still told.
+    let out = run(&rt, "edge = 1").await;
+    assert!(out.output.contains("rebound `edge`"), "{out:?}");
+}
