@@ -835,3 +835,43 @@ async fn a_spawned_run_stops_when_its_handle_stops_reading() {
         Some(Message::ExecutionResult { .. } | Message::User { .. })
     ));
 }
+
+/// A forked agent carries the conversation and a copy of the namespace: both go on from the
+/// fork on their own. An in-process agent cannot fork, and is told which runtime can.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_agent_goes_on_from_the_same_state() {
+    let model = ScriptedModel::new([
+        Reply::text(block("seen = ['start']")),
+        Reply::text("Started."),
+        Reply::text(block("seen.append('branch')\nprint(seen)")),
+        Reply::text("Branched."),
+        Reply::text(block("seen.append('main')\nprint(seen)")),
+        Reply::text("Main."),
+    ]);
+    let runtime = cave_agent::KernelRuntime::new().unwrap();
+    let mut agent = Agent::builder(model, runtime).build().unwrap();
+    assert!(agent.run("Start.").await.completed());
+    let mut branch = agent.fork().await.expect("forks");
+    assert_eq!(branch.history(), agent.history());
+    let out = branch.run("Go on in the branch.").await;
+    assert_eq!(
+        results(branch.history()).last().copied(),
+        Some(prompt::execution_output("['start', 'branch']\n").as_str()),
+        "{out:?}"
+    );
+    assert!(agent.run("Go on here.").await.completed());
+    assert_eq!(
+        results(agent.history()).last().copied(),
+        Some(prompt::execution_output("['start', 'main']\n").as_str())
+    );
+    assert_eq!(branch.history().len(), agent.history().len());
+
+    let inproc = Agent::builder(ScriptedModel::new([]), InProcRuntime::new().unwrap())
+        .build()
+        .unwrap();
+    let refused = inproc.fork().await.unwrap_err();
+    assert!(
+        matches!(&refused, cave_agent::RuntimeError::NotSupported { operation: "fork", reason } if reason.contains("kernel runtime")),
+        "{refused}"
+    );
+}

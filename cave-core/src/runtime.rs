@@ -122,6 +122,17 @@ pub trait Runtime: Send + Sync {
     fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
         None
     }
+
+    /// A branch of this session: an independent runtime whose namespace is a copy of this
+    /// one's (values, imports, what is registered), each going on from here on its own. A
+    /// runtime that cannot copy a live namespace refuses with
+    /// [`RuntimeError::NotSupported`], saying which runtime can.
+    async fn fork(&self) -> Result<Arc<dyn Runtime>, RuntimeError> {
+        Err(RuntimeError::NotSupported {
+            operation: "fork",
+            reason: "it cannot copy a live namespace: the kernel runtime on a local child process can (KernelRuntime)".to_owned(),
+        })
+    }
 }
 
 /// What every [`Runtime`] does the same way, derived from its registry and its required
@@ -541,6 +552,9 @@ macro_rules! forward_runtime {
             }
             fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
                 (**self).interrupter()
+            }
+            async fn fork(&self) -> Result<Arc<dyn Runtime>, RuntimeError> {
+                (**self).fork().await
             }
         }
     )*};

@@ -81,6 +81,10 @@ class _State:
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     # The last request followed its predecessor's reply within `_BURST_SECONDS`.
     burst = False
+    # The socket on which the host hands over a branch's descriptors (`_fork`); -1: none.
+    handover = -1
+    # The interpreter's own stderr (the host reads it for a dying process's last words).
+    diagnostics = -1
 
 
 # --- frames ---------------------------------------------------------------------------------
@@ -137,6 +141,12 @@ def _on_sigint(_signum, _frame):
 
 class FrameTooLarge(Exception):
     """A frame would exceed the host's limit."""
+
+
+def _ready():
+    """Tells the host this process serves, and what it is."""
+    version = sys.version_info
+    send(("ready", 0, (version[0], version[1], version[2]), os.getpid(), sys.executable))
 
 
 def _encode(message):
@@ -684,16 +694,22 @@ def _watch_host():
     """Exits when the host's end of the socket closes. The first worker dies with the host
     through its parent-death signal; a copy that took over has no such tie (its parent is
     gone), and a cell that never returns to read the socket would otherwise outlive the host."""
+    _wait_for_hangup(_State.fd)
+    os._exit(0)
+
+
+def _wait_for_hangup(fd):
+    """Returns once the other end of socket `fd` has closed."""
     hangup = select.POLLHUP | getattr(select, "POLLRDHUP", 0)
     poller = select.poll()
-    poller.register(_State.fd, getattr(select, "POLLRDHUP", 0))
+    poller.register(fd, getattr(select, "POLLRDHUP", 0))
     while True:
         try:
             events = poller.poll()
         except InterruptedError:
             continue
         if any(event & hangup for _fd, event in events):
-            os._exit(0)
+            return
 
 
 def _rollback(request_id, checkpoint_id):
@@ -782,6 +798,207 @@ def _drop_checkpoint(checkpoint_id):
     except OSError:
         pass
     os.close(entry[1])
+
+
+# --- branches -------------------------------------------------------------------------------
+
+# What the host hands over for a branch, in order; the control group's member list comes last
+# when the branch has a control group.
+_BRANCH_FDS = ("socket", "handover", "shadow", "stderr", "status")
+
+
+def _fork(request_id, directory):
+    """Forks a branch: a copy of this process that the host serves as a runtime of its own, on
+    the descriptors it handed over just before this request (`_BRANCH_FDS`), working in
+    `directory` (the copy of this one's) unless it is empty. Answers the pid
+    of the branch's keeper (`_keep_branch`), the process the host moves into the branch's
+    control group before the branch's worker is forked from it."""
+    import socket
+
+    if _State.handover < 0:
+        _reply(request_id, "failed", "this process has no hand-over socket: it cannot fork")
+        return
+    try:
+        handover = socket.socket(fileno=os.dup(_State.handover))
+        try:
+            _data, fds, _flags, _address = socket.recv_fds(handover, 1, len(_BRANCH_FDS) + 1)
+        finally:
+            handover.close()
+    except OSError as error:
+        _reply(request_id, "failed", f"the branch's descriptors did not arrive: {error}")
+        return
+    if len(fds) < len(_BRANCH_FDS):
+        for fd in fds:
+            os.close(fd)
+        _reply(request_id, "failed", f"{len(fds)} descriptors arrived for the branch, not {len(_BRANCH_FDS)}")
+        return
+    _flush_output()
+    _drain()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid != 0:
+        for fd in fds:
+            os.close(fd)
+        # The keeper is this process's child until it ends: reaped here, not left a zombie.
+        threading.Thread(target=_reap, args=(pid,), name="cave-branch-reaper", daemon=True).start()
+        _reply(request_id, "ok", pid)
+        return
+    try:
+        _State.forked = False
+        _keep_branch(fds, directory)
+    finally:
+        os._exit(70)
+
+
+def _reap(pid):
+    try:
+        os.waitpid(pid, 0)
+    except OSError:
+        pass
+
+
+def _close_all_but(kept):
+    """Closes every descriptor from 3 up but those in `kept`."""
+    start = 3
+    for fd in sorted(fd for fd in kept if fd >= 3):
+        os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, min(os.sysconf("SC_OPEN_MAX"), 1 << 20))
+
+
+def _keep_branch(fds, directory):
+    """The branch's first process: a session of its own (the parent's process-group kill does
+    not reach it), moved into the branch's control group by the host, then the parent of the
+    branch's worker. It tells the host the worker's pid and, once the worker has ended, its
+    wait status (the host cannot wait for a process that is not its child); when the host's
+    end of the socket closes first (the host stopped or died), it kills the worker and the
+    group's members."""
+    sock, handover, shadow, stderr, status = fds[:5]
+    members = fds[5] if len(fds) > 5 else -1
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.setsid()
+    # The host moves this process into the branch's control group, then says go.
+    if os.read(handover, 1) != b"g":
+        os._exit(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        worker = os.fork()
+    if worker == 0:
+        try:
+            _State.forked = False
+            os.close(status)
+            if members >= 0:
+                os.close(members)
+            _become_branch(sock, handover, shadow, stderr, directory)
+        finally:
+            os._exit(70)
+    os.write(status, worker.to_bytes(4, "little"))
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    _close_all_but({sock, status, members})
+    threading.Thread(target=_watch_branch_host, args=(sock, worker, members), daemon=True).start()
+    code = 0
+    while True:
+        try:
+            _pid, code = os.waitpid(worker, 0)
+            break
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            break
+    try:
+        os.write(status, code.to_bytes(4, "little", signed=True))
+    except OSError:
+        pass
+    os._exit(0)
+
+
+def _watch_branch_host(sock, worker, members):
+    """In a branch's keeper: once the host's end of the socket closes, ends the worker and
+    every process of the branch's control group (the same as the first worker's keeper in
+    the bootstrap, which runs before this module exists)."""
+    _wait_for_hangup(sock)
+    try:
+        os.kill(worker, signal.SIGKILL)
+    except OSError:
+        pass
+    for _ in range(50 if members >= 0 else 0):
+        try:
+            others = [int(p) for p in os.pread(members, 1 << 20, 0).split() if int(p) != os.getpid()]
+        except (OSError, ValueError):
+            break
+        if not others:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.01)
+    os._exit(0)
+
+
+def _become_branch(sock, handover, shadow, stderr, directory):
+    """Makes this copy a worker of its own: the branch's socket, hand-over socket, output
+    shadow and stderr in place of the parent's; fresh pipes for the output of descriptors 1
+    and 2; none of the parent's checkpoints; then says it is ready and serves."""
+    os.dup2(sock, _State.fd)
+    os.close(sock)
+    os.set_inheritable(_State.fd, False)
+    os.set_blocking(_State.fd, False)
+    os.dup2(handover, _State.handover)
+    os.close(handover)
+    os.set_inheritable(_State.handover, False)
+    if _State.diagnostics >= 0:
+        os.dup2(stderr, _State.diagnostics)
+        os.set_inheritable(_State.diagnostics, False)
+    os.close(stderr)
+    old_shadow = _Buffered.shadow
+    try:
+        import mmap
+
+        _Buffered.shadow = mmap.mmap(shadow, _Buffered.shadow_size)
+    except (ImportError, OSError, ValueError):
+        _Buffered.shadow = None
+    os.close(shadow)
+    if old_shadow is not None:
+        old_shadow.close()
+    _Buffered.lock = threading.Lock()
+    _Buffered.parts = []
+    _Buffered.size = 0
+    _Buffered.shadow_used = 0
+    for _pid, write_fd in _Checkpoints.table.values():
+        os.close(write_fd)
+    _Checkpoints.table.clear()
+    for fd in (*_State.announce, _State.pump_fd, _State.wake_read, _State.wake_fd):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _State.announce = os.pipe()
+    _State.root = True
+    _State.send_lock = threading.Lock()
+    _State.pump_lock = threading.Lock()
+    _State.inbox = bytearray()
+    _State.replies = {}
+    _State.abandoned = set()
+    _State.running = []
+    _State.pending_interrupt = False
+    _State.protocol_busy = 0
+    _State.main_thread = threading.get_ident()
+    _State.readable = select.poll()
+    _State.readable.register(_State.fd, select.POLLIN)
+    _State.writable = select.poll()
+    _State.writable.register(_State.fd, select.POLLOUT)
+    if directory:
+        os.chdir(directory)
+    signal.signal(signal.SIGINT, _on_sigint)
+    _capture_descriptors()
+    threading.Thread(target=_watch_host, name="cave-host-watch", daemon=True).start()
+    _ready()
+    _serve()
 
 
 # --- requests -------------------------------------------------------------------------------
@@ -915,6 +1132,8 @@ def _handle(message):
         _rollback(request_id, message[2])
     elif operation == "drop_checkpoint":
         _drop_checkpoint(message[2])
+    elif operation == "fork":
+        _fork(request_id, message[2])
     elif operation == "stop":
         _reply(request_id, "ok", None)
         if _Jupyter.kernel is not None:
@@ -1026,8 +1245,7 @@ def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
         executor.reset_namespace(_State.namespace)
     signal.signal(signal.SIGINT, _on_sigint)
     os.register_at_fork(after_in_child=_forked)
-    version = sys.version_info
-    send(("ready", 0, (version[0], version[1], version[2]), os.getpid(), sys.executable))
+    _ready()
     try:
         _serve()
     except _Stopped:
@@ -1040,9 +1258,10 @@ def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
             os.environ["MPLBACKEND"] = kernel_backend
 
 
-def main(fd, max_frame, shadow_fd, shadow_size):
+def main(fd, max_frame, shadow_fd, shadow_size, handover_fd=-1):
     """Serves the host on descriptor `fd` until it says stop or goes away; `shadow_fd` is the
-    memory file where unsent output waits."""
+    memory file where unsent output waits, `handover_fd` the socket a branch's descriptors
+    come on."""
     try:
         import mmap
 
@@ -1054,6 +1273,9 @@ def main(fd, max_frame, shadow_fd, shadow_size):
     _State.fd = fd
     _State.max_frame = max_frame
     _State.announce = os.pipe()
+    _State.handover = handover_fd
+    if handover_fd >= 0:
+        os.set_inheritable(handover_fd, False)
     os.set_inheritable(fd, False)
     os.set_blocking(fd, False)
     _State.readable = select.poll()
@@ -1063,6 +1285,7 @@ def main(fd, max_frame, shadow_fd, shadow_size):
     # The host reads the original stderr for a dying interpreter's last words.
     diagnostics = os.dup(2)
     os.set_inheritable(diagnostics, False)
+    _State.diagnostics = diagnostics
     try:
         import faulthandler
 
@@ -1076,6 +1299,5 @@ def main(fd, max_frame, shadow_fd, shadow_size):
     executor.reset_namespace(_State.namespace)
     signal.signal(signal.SIGINT, _on_sigint)
     os.register_at_fork(after_in_child=_forked)
-    version = sys.version_info
-    send(("ready", 0, (version[0], version[1], version[2]), os.getpid(), sys.executable))
+    _ready()
     _serve()

@@ -539,6 +539,14 @@ impl Runtime for InProcRuntime {
             .await?
     }
 
+    /// Refused: the namespace lives in this process's interpreter, which cannot be copied.
+    async fn fork(&self) -> Result<Arc<dyn Runtime>, RuntimeError> {
+        Err(RuntimeError::NotSupported {
+            operation: "fork",
+            reason: "the in-process runtime's namespace lives in this process's interpreter, which cannot be copied: the kernel runtime (KernelRuntime, `--runtime kernel`) forks a live session".to_owned(),
+        })
+    }
+
     fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
         Some(Arc::new(InterruptHandle(self.inner.interrupt.clone())))
     }

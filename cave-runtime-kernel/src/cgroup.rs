@@ -143,6 +143,17 @@ impl ChildGroup {
         self.procs.clone()
     }
 
+    /// Moves process `pid` into the group (a branch's first process, which its worker is
+    /// then forked from).
+    pub(crate) fn join(&self, pid: i32) -> Result<(), String> {
+        for (_, dir) in &self.dirs {
+            let procs = dir.join("cgroup.procs");
+            std::fs::write(&procs, pid.to_string())
+                .map_err(|e| format!("cannot move process {pid} into {}: {e}", procs.display()))?;
+        }
+        Ok(())
+    }
+
     /// How many times the kernel killed a process of the group for memory.
     pub(crate) fn oom_kills(&self) -> u64 {
         let Some(dir) = self.dir("memory") else {

@@ -13,6 +13,23 @@
 //!   leaves detached processes behind (said by `enforcement()` and `cave doctor`).
 
 use std::collections::HashSet;
+use std::sync::Mutex;
+
+/// The first process (the keeper) of every live branch this host forked. A branch is forked
+/// from a worker and may be adopted by another one's subreaper when its parent ends: the
+/// trees of these are never walked into by [`kill_descendants`], whatever worker they hang
+/// from, because a branch outlives the process it was forked from.
+static BRANCHES: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// `keeper` leads a live branch: spared by every other worker's kill.
+pub(crate) fn branch_started(keeper: i32) {
+    cave_core::lock(&BRANCHES).push(keeper);
+}
+
+/// The branch `keeper` led has ended (its pid may be reused from now on).
+pub(crate) fn branch_ended(keeper: i32) {
+    cave_core::lock(&BRANCHES).retain(|&pid| pid != keeper);
+}
 
 /// How it reads in `enforcement()`, at start and in `cave doctor`.
 pub(crate) fn describe(control_group: bool) -> String {
@@ -62,13 +79,14 @@ fn children(pid: i32) -> Vec<i32> {
 const MOST: usize = 1 << 16;
 
 /// Kills every descendant of `root` (not `root` itself) but `keep`, whose own descendants go
-/// too. Each is stopped before its children are read, so none forks behind the walk; all are
-/// killed at the end.
+/// too, and but the trees of live branches (see `BRANCHES`). Each is stopped before its
+/// children are read, so none forks behind the walk; all are killed at the end.
 pub(crate) fn kill_descendants(root: i32, keep: Option<i32>) {
+    let spare = cave_core::lock(&BRANCHES).clone();
     let mut seen = HashSet::new();
     let mut queue = children(root);
     while let Some(pid) = queue.pop() {
-        if seen.len() >= MOST || !seen.insert(pid) {
+        if spare.contains(&pid) || seen.len() >= MOST || !seen.insert(pid) {
             continue;
         }
         if Some(pid) != keep {

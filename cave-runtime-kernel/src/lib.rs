@@ -30,6 +30,7 @@ mod child;
 mod config;
 mod containment;
 mod environment;
+mod fork;
 #[cfg(feature = "jupyter")]
 mod jupyter;
 mod link;
@@ -91,6 +92,12 @@ pub enum KernelError {
     /// A checkpoint could not be made or returned to.
     #[error("{message}")]
     Checkpoint {
+        /// What went wrong, and what to do.
+        message: String,
+    },
+    /// A branch could not be forked.
+    #[error("{message}")]
+    Fork {
         /// What went wrong, and what to do.
         message: String,
     },

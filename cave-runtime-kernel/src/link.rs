@@ -107,6 +107,30 @@ pub(crate) trait Link: Send + Sync + 'static {
     fn sandbox(&self) -> Vec<Layer> {
         Vec::new()
     }
+    /// Makes what a branch of this worker needs (its socket, control group, directory) and
+    /// hands the worker its ends, ahead of the `fork` request; refused where the worker
+    /// cannot be copied.
+    fn prepare_branch(&self) -> Result<Box<dyn PreparedBranch>, KernelError> {
+        Err(KernelError::Fork {
+            message: "a kernel behind a Jupyter server cannot be forked: only a local child process can (KernelRuntime::new, with_config or from_pool)".to_owned(),
+        })
+    }
+}
+
+/// A branch of a worker, prepared: what its processes will hold is made, and the worker has
+/// its ends, for the `fork` request that follows.
+#[async_trait]
+pub(crate) trait PreparedBranch: Send {
+    /// The branch's own directory, when it has one (a copy of its parent's).
+    fn dir(&self) -> Option<&Path>;
+    /// Starts the branch whose first process the worker forked as `keeper`: returns it as a
+    /// started worker (its `ready` still to come) and the transport of its later fresh
+    /// processes.
+    async fn launch(
+        self: Box<Self>,
+        keeper: i32,
+        start_timeout: std::time::Duration,
+    ) -> Result<(Started, Box<dyn Transport>), KernelError>;
 }
 
 /// The process serving a worker that can fork paused copies of itself (checkpoints), and the

@@ -50,7 +50,7 @@ pub(crate) struct Inner {
     pub(crate) callables: Callables,
     /// The handle of each host function and host object, by name.
     pub(crate) handles: Mutex<HashMap<String, u64>>,
-    next_handle: AtomicU64,
+    pub(crate) next_handle: AtomicU64,
     /// Names whose objects the child loaded from a Python file.
     pub(crate) owned: Mutex<HashSet<String>>,
     /// Python files registered (path and source), in order: loaded again in a fresh process.
@@ -97,13 +97,18 @@ impl KernelRuntime {
 
     /// A runtime whose workers `transport` starts.
     pub(crate) fn with_transport(transport: impl Transport) -> Self {
+        Self::with_boxed_transport(Box::new(transport))
+    }
+
+    /// A runtime whose workers `transport` starts.
+    pub(crate) fn with_boxed_transport(transport: Box<dyn Transport>) -> Self {
         let interrupt = Arc::new(CellInterrupt {
             process: Mutex::new(Weak::new()),
             grace: transport.settings().interrupt_grace,
         });
         Self {
             inner: Arc::new(Inner {
-                transport: Box::new(transport),
+                transport,
                 pool: None,
                 registry: Mutex::new(Registry::new()),
                 callables: Arc::new(Mutex::new(HashMap::new())),
@@ -578,6 +583,9 @@ impl Runtime for KernelRuntime {
         if let Some(stray) = process.take_stray_output() {
             lock(&collected).push(&stray);
         }
+        // Before the cell is sent: an interrupt that comes as soon as the cell has begun (say,
+        // once it called the host) must find its process.
+        self.inner.interrupt.begin(&process);
         let (id, done) = process
             .execute(
                 code,
@@ -586,7 +594,6 @@ impl Runtime for KernelRuntime {
                 collected.clone(),
             )
             .map_err(|e| died("execute", e))?;
-        self.inner.interrupt.begin(&process);
         tokio::pin!(done);
         let raised = loop {
             tokio::select! {
@@ -835,6 +842,12 @@ impl Runtime for KernelRuntime {
         self.inner.unreported_loss.store(false, Ordering::SeqCst);
         self.inner.ensure_spare();
         failure.map_or(Ok(()), Err)
+    }
+
+    async fn fork(&self) -> Result<Arc<dyn Runtime>, RuntimeError> {
+        KernelRuntime::fork(self)
+            .await
+            .map(|branch| Arc::new(branch) as Arc<dyn Runtime>)
     }
 
     fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {

@@ -434,8 +434,9 @@ fn landlock_ruleset(
         .map_err(error)?;
     let fd: Option<OwnedFd> = ruleset.into();
     let fd = fd.ok_or_else(|| "Landlock is not enforced by this kernel".to_owned())?;
-    // Above the descriptors the child's set-up overwrites (3 and 4, its socket and shadow): a
-    // ruleset that happened to sit there would be replaced before it is applied (EBADFD).
+    // Above the descriptors the child's set-up overwrites (3 to 5: its socket, shadow and
+    // hand-over socket): a ruleset that happened to sit there would be replaced before it is
+    // applied (EBADFD).
     // SAFETY: fcntl on a descriptor we own; the duplicate is owned by what it returns.
     let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
     if high < 0 {
@@ -747,7 +748,7 @@ const DOCKER_REFUSED: &[(&str, i64)] = &[
 mod tests {
     use super::*;
 
-    /// The ruleset sits above the descriptors the child's set-up replaces (3 and 4), however
+    /// The ruleset sits above the descriptors the child's set-up replaces (3 to 5), however
     /// few the host has open: a ruleset on 3 became the socket before it was applied.
     #[test]
     fn the_landlock_ruleset_is_above_the_childs_descriptors() {
@@ -813,8 +814,14 @@ mod tests {
 pub(crate) struct WorkDir {
     path: PathBuf,
     /// Locked (`flock`) until the runtime drops it; closed on exec, so children do not hold it.
-    _held: std::fs::File,
+    _held: Option<std::fs::File>,
+    /// A branch's directory lies inside its parent's, which is kept until the branch's goes.
+    _parent: Option<std::sync::Arc<WorkDir>>,
 }
+
+/// Where a work directory keeps its branches' directories (inside it, so that the sandbox's
+/// rule for the first directory covers them).
+pub(crate) const BRANCHES_DIR: &str = ".cave-branches";
 
 /// How work directories are named: `cave-kernel-<host pid>-<count>-<nanoseconds>`.
 const WORK_DIR_PREFIX: &str = "cave-kernel-";
@@ -843,13 +850,62 @@ impl WorkDir {
         let held = std::fs::File::open(&path)?;
         // Where locks are not supported, nobody can take the lock either, so nobody sweeps it.
         let _ = held.try_lock();
-        Ok(WorkDir { path, _held: held })
+        Ok(WorkDir {
+            path,
+            _held: Some(held),
+            _parent: None,
+        })
+    }
+
+    /// A directory for a branch of the process working in `parent`: inside it (beneath
+    /// [`BRANCHES_DIR`]), with a copy of its files (the branches' directories left out).
+    /// `std::fs::copy` clones a file's blocks where the filesystem can.
+    pub(crate) fn branch(parent: &std::sync::Arc<WorkDir>) -> std::io::Result<WorkDir> {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let branches = parent.path.join(BRANCHES_DIR);
+        std::fs::create_dir_all(&branches)?;
+        let path = branches.join(NEXT.fetch_add(1, Ordering::Relaxed).to_string());
+        std::fs::create_dir(&path)?;
+        let dir = WorkDir {
+            path,
+            _held: None,
+            _parent: Some(parent.clone()),
+        };
+        copy_tree(&parent.path, &dir.path, BRANCHES_DIR)?;
+        Ok(dir)
     }
 
     /// Its path.
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// Copies the files, directories and symbolic links beneath `from` into `to` (which exists),
+/// but the top-level entry named `skip`. Links are copied as links, not followed; other kinds
+/// of file (sockets, pipes) are left out. Walked with a stack: a deep tree cannot exhaust it.
+fn copy_tree(from: &Path, to: &Path, skip: &str) -> std::io::Result<()> {
+    let mut pending = vec![(from.to_owned(), to.to_owned(), true)];
+    while let Some((source, target, top)) = pending.pop() {
+        for entry in std::fs::read_dir(&source)? {
+            let entry = entry?;
+            if top && entry.file_name() == skip {
+                continue;
+            }
+            let kind = entry.file_type()?;
+            let destination = target.join(entry.file_name());
+            if kind.is_dir() {
+                std::fs::create_dir(&destination)?;
+                pending.push((entry.path(), destination, false));
+            } else if kind.is_symlink() {
+                std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &destination)?;
+            } else if kind.is_file() {
+                std::fs::copy(entry.path(), &destination)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Removes the work directories in `parent` that no host holds and that are older than

@@ -209,6 +209,25 @@ impl Worker {
         settings: &crate::config::WorkerSettings,
         callables: Callables,
     ) -> Result<Arc<Worker>, KernelError> {
+        Self::connect(started, settings, callables, true).await
+    }
+
+    /// Waits for the `ready` of a started worker that has its sources already (a branch,
+    /// forked from a worker), and serves its frames.
+    pub(crate) async fn attach(
+        started: Started,
+        settings: &crate::config::WorkerSettings,
+        callables: Callables,
+    ) -> Result<Arc<Worker>, KernelError> {
+        Self::connect(started, settings, callables, false).await
+    }
+
+    async fn connect(
+        started: Started,
+        settings: &crate::config::WorkerSettings,
+        callables: Callables,
+        send_sources: bool,
+    ) -> Result<Arc<Worker>, KernelError> {
         let max_frame = settings.max_frame;
         let Started {
             link,
@@ -238,11 +257,13 @@ impl Worker {
             version: (0, 0, 0),
             callables: Arc::new(Mutex::new(callables)),
         };
-        worker
-            .send(&Data::Owned(sources()))
-            .map_err(|e| KernelError::Start {
-                message: e.to_string(),
-            })?;
+        if send_sources {
+            worker
+                .send(&Data::Owned(sources()))
+                .map_err(|e| KernelError::Start {
+                    message: e.to_string(),
+                })?;
+        }
         let mut reader = FramedRead::new(
             read,
             LengthDelimitedCodec::builder()
@@ -372,6 +393,28 @@ impl Worker {
                 message: format!("the rollback was refused: {payload}"),
             }),
         }
+    }
+
+    /// Forks a branch of the serving process: a worker of its own, started (its `ready` still
+    /// to come: [`Worker::attach`]), with the transport of its later fresh processes.
+    pub(crate) async fn fork(
+        &self,
+        start_timeout: std::time::Duration,
+    ) -> Result<(Started, Box<dyn crate::link::Transport>), KernelError> {
+        let branch = self.link.prepare_branch()?;
+        let dir = branch.dir().map(|d| d.to_string_lossy().into_owned());
+        let reply = self
+            .request("fork", vec![Data::from(dir.as_deref().unwrap_or(""))])
+            .await?;
+        let keeper = match (reply.status, reply.payload) {
+            (Status::Ok, Value::Int(pid)) => pid as i32,
+            (_, payload) => {
+                return Err(KernelError::Fork {
+                    message: format!("the process could not fork a branch: {payload}"),
+                });
+            }
+        };
+        branch.launch(keeper, start_timeout).await
     }
 
     /// Ends the copy of checkpoint `id` (nothing is answered).

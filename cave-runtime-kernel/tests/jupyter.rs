@@ -514,9 +514,10 @@ async fn input_in_a_cell_reads_end_of_file() {
     rt.stop().await;
 }
 
-/// A remote kernel has no local process id, and cannot be checkpointed (it cannot be forked).
+/// A remote kernel has no local process id, and cannot be checkpointed or forked (the
+/// refusal is typed and says which runtime can).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_remote_kernel_has_no_pid_and_no_checkpoints() {
+async fn a_remote_kernel_has_no_pid_no_checkpoints_and_no_branches() {
     let Some(gateway) = support::gateway() else {
         return;
     };
@@ -526,6 +527,11 @@ async fn a_remote_kernel_has_no_pid_and_no_checkpoints() {
     let refused = rt.checkpoint().await.unwrap_err();
     assert!(
         refused.to_string().contains("cannot be copied"),
+        "{refused}"
+    );
+    let refused = rt.fork().await.unwrap_err();
+    assert!(
+        matches!(&refused, cave_core::RuntimeError::NotSupported { operation: "fork", reason } if reason.contains("only a local child process can")),
         "{refused}"
     );
     assert_eq!(run(&rt, "print(x)").await.output, "1\n");

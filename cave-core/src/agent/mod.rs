@@ -169,6 +169,43 @@ impl Agent {
         std::mem::take(&mut self.history)
     }
 
+    /// A branch of this agent: the same model and settings, a copy of the conversation, and a
+    /// fork of the runtime ([`Runtime::fork`]), so that each goes on from here on its own (best
+    /// of N: several branches try a task, the host keeps one). Host objects are the same
+    /// objects in every branch, and so are the sub-agents, the approver and the observer. A
+    /// branch writes its display files in a directory of its own beneath the display
+    /// directory (`branch-N`), so that its numbering does not overwrite this agent's.
+    /// Fails as the runtime's fork does: a runtime that cannot copy its namespace (in-process,
+    /// a kernel behind a Jupyter server) says which runtime can.
+    pub async fn fork(&self) -> Result<Agent, crate::RuntimeError> {
+        static BRANCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        let runtime = self.runtime.fork().await?;
+        let mut config = self.config.clone();
+        if let Some(dir) = &mut config.display_dir {
+            let n = BRANCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            dir.push(format!("branch-{n}"));
+        }
+        Ok(Agent {
+            model: self.model.clone(),
+            model_info: self.model_info.clone(),
+            runtime,
+            policy: self.policy.clone(),
+            compactor: self.compactor.clone(),
+            estimator: self.estimator.clone(),
+            config,
+            history: self.history.clone(),
+            persisted_floor: self.persisted_floor,
+            anchor: self.anchor,
+            sub_agents: self.sub_agents.clone(),
+            sub_agents_registered: self.sub_agents_registered,
+            approver: self.approver.clone(),
+            approve_cells: self.approve_cells,
+            observer: self.observer.clone(),
+            isolation: self.isolation.clone(),
+            displays: self.displays,
+        })
+    }
+
     /// The runtime the model's code runs in.
     pub fn runtime(&self) -> &Arc<dyn Runtime> {
         &self.runtime

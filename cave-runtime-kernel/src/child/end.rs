@@ -85,9 +85,8 @@ pub(super) struct LastWords {
 }
 
 impl LastWords {
-    /// Keeps the tail of `stderr` until it ends.
-    pub(super) fn keep(self: std::sync::Arc<Self>, stderr: std::process::ChildStderr) {
-        let fd: OwnedFd = stderr.into();
+    /// Keeps the tail of `stderr` (the read end of the child's stderr) until it ends.
+    pub(super) fn keep(self: std::sync::Arc<Self>, fd: OwnedFd) {
         let Ok(mut pipe) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
             return;
         };

@@ -1,8 +1,11 @@
 //! The child-process transport: the worker in an interpreter this host starts, under its
 //! limits, control group and sandbox, reached on a socket pair.
 
+mod branch;
 mod end;
 mod spawn;
+
+use branch::Branch;
 
 use crate::KernelError;
 use crate::cgroup::ChildGroup;
@@ -28,14 +31,14 @@ pub(crate) struct Interpreter {
 
 /// Starts workers as children of this process.
 pub(crate) struct ChildTransport {
-    config: KernelConfig,
+    config: Arc<KernelConfig>,
     settings: WorkerSettings,
     python: PathBuf,
     /// The interpreter behind `python` (a pyenv shim alone doubles the start), found once.
     resolved: tokio::sync::OnceCell<Interpreter>,
     /// The child's directory when the sandbox is on and none was given: made for this
-    /// transport, removed with it.
-    work_dir: Option<WorkDir>,
+    /// transport (or for the branch it restarts), removed once neither it nor a child uses it.
+    work_dir: Option<Arc<WorkDir>>,
     /// Each worker gets a directory of its own instead (a pool's workers serve different
     /// sessions), removed with it.
     dir_per_worker: bool,
@@ -54,13 +57,15 @@ impl ChildTransport {
         let work_dir = if config.sandbox_in_force().is_off() || config.working_dir.is_some() {
             None
         } else {
-            Some(WorkDir::create().map_err(|e| KernelError::Start {
-                message: format!("could not create the sandbox's work directory: {e}"),
-            })?)
+            Some(Arc::new(WorkDir::create().map_err(|e| {
+                KernelError::Start {
+                    message: format!("could not create the sandbox's work directory: {e}"),
+                }
+            })?))
         };
         Ok(Self {
             settings: config.settings(),
-            config,
+            config: Arc::new(config),
             python,
             resolved: tokio::sync::OnceCell::new(),
             work_dir,
@@ -76,6 +81,29 @@ impl ChildTransport {
         transport.dir_per_worker =
             !transport.config.sandbox_in_force().is_off() && transport.config.working_dir.is_none();
         Ok(transport)
+    }
+
+    /// The transport that starts a branch's fresh process (after a crash or a reset): the
+    /// parent's settings and interpreter, in the branch's own directory, with no spare (a
+    /// spare per branch would be a cold process per branch).
+    fn for_branch(
+        config: Arc<KernelConfig>,
+        interpreter: Interpreter,
+        work_dir: Option<Arc<WorkDir>>,
+    ) -> Self {
+        let mut settings = config.settings();
+        settings.spare = false;
+        Self {
+            settings,
+            python: config
+                .python
+                .clone()
+                .unwrap_or_else(|| interpreter.executable.clone()),
+            config,
+            resolved: tokio::sync::OnceCell::new_with(Some(interpreter)),
+            work_dir,
+            dir_per_worker: false,
+        }
     }
 
     /// The program to start: what the interpreter says `sys.executable` is (cached on disk,
@@ -126,11 +154,13 @@ impl Transport for ChildTransport {
     async fn start(&self) -> Result<Started, KernelError> {
         let interpreter = self.interpreter().await;
         let own = if self.dir_per_worker {
-            Some(WorkDir::create().map_err(|e| KernelError::Start {
-                message: format!("could not create the sandbox's work directory: {e}"),
-            })?)
+            Some(Arc::new(WorkDir::create().map_err(|e| {
+                KernelError::Start {
+                    message: format!("could not create the sandbox's work directory: {e}"),
+                }
+            })?))
         } else {
-            None
+            self.work_dir.clone()
         };
         let dir = own
             .as_ref()
@@ -162,8 +192,14 @@ struct ChildLink {
     sandbox: Vec<Layer>,
     /// Where the host writes what the child reads (a cell's whole output).
     spool_dir: PathBuf,
-    /// The child's own work directory, removed with the link (a pool's worker).
-    _work_dir: Option<WorkDir>,
+    /// The child's own work directory (not one the configuration names, nor the host's):
+    /// what a branch's directory is copied from; removed once unused.
+    own_dir: Option<Arc<WorkDir>>,
+    /// The host's end of the socket on which a branch's descriptors are handed to the child.
+    handover: std::os::unix::net::UnixStream,
+    /// What started the child, for a branch's fresh processes.
+    config: Arc<KernelConfig>,
+    interpreter: Interpreter,
 }
 
 impl ChildLink {
@@ -269,5 +305,9 @@ impl Link for ChildLink {
 
     fn sandbox(&self) -> Vec<Layer> {
         self.sandbox.clone()
+    }
+
+    fn prepare_branch(&self) -> Result<Box<dyn crate::link::PreparedBranch>, KernelError> {
+        Ok(Box::new(Branch::prepare(self)?))
     }
 }

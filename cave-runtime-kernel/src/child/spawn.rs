@@ -19,6 +19,8 @@ const CHILD_FD: i32 = 3;
 /// The descriptor of the output shadow: a memory file where the child keeps a copy of the
 /// output it has not sent yet, read by the host if the child dies (see `Shadow`).
 const SHADOW_FD: i32 = 4;
+/// The descriptor of the hand-over socket, on which the host passes a branch's descriptors.
+const HANDOVER_FD: i32 = 5;
 
 /// Refuses an interpreter the worker does not support (argv 6: the oldest version, argv 7:
 /// why free-threaded builds are refused), reads the sources frame, loads the executor and the
@@ -75,7 +77,7 @@ for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))
     module.__file__ = filename
     sys.modules[name] = module
     exec(compile(source, filename, 'exec'), module.__dict__)
-sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[8]))
 ";
 /// Starts `interpreter` as a child with `config`'s limits and sandbox, in `work_dir`
 /// (`own_dir`, when given, is that directory, removed when the child's link goes).
@@ -83,11 +85,13 @@ pub(super) async fn spawn(
     config: &KernelConfig,
     interpreter: &super::Interpreter,
     work_dir: Option<PathBuf>,
-    own_dir: Option<crate::sandbox::WorkDir>,
+    own_dir: Option<Arc<crate::sandbox::WorkDir>>,
 ) -> Result<Started, KernelError> {
     let python = interpreter.executable.as_path();
     let (host, child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
     let child: OwnedFd = child.into();
+    let (handover, handover_child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
+    let handover_child: OwnedFd = handover_child.into();
     let shadow = Shadow::create().map_err(setup)?;
     let mut limits = config.limits_in_force();
     let group = control_group(config, &mut limits);
@@ -135,6 +139,7 @@ pub(super) async fn spawn(
         joins: group.as_deref().map(ChildGroup::procs).unwrap_or_default(),
         socket: child.as_raw_fd(),
         shadow: shadow.fd.as_raw_fd(),
+        handover: handover_child.as_raw_fd(),
         rlimits: rlimits(&limits, group.as_deref(), &mut enforcement),
         hook: config.pre_exec.clone(),
         sandbox,
@@ -145,10 +150,11 @@ pub(super) async fn spawn(
     unsafe {
         command.pre_exec(move || setup_in_child.run());
     }
-    let (pid, stderr, exit, ended) = launch(command, child, group.clone(), python).await?;
+    let (pid, stderr, exit, ended) =
+        launch(command, [child, handover_child], group.clone(), python).await?;
     let last_words = Arc::new(LastWords::default());
     if let Some(stderr) = stderr {
-        last_words.clone().keep(stderr);
+        last_words.clone().keep(stderr.into());
     }
     let link = ChildLink {
         copies: Copies::new(pid),
@@ -161,7 +167,10 @@ pub(super) async fn spawn(
         limits,
         sandbox: layers,
         spool_dir,
-        _work_dir: own_dir,
+        own_dir,
+        handover,
+        config: Arc::new(config.clone()),
+        interpreter: interpreter.clone(),
     };
     Ok(Started {
         link: Box::new(link),
@@ -221,6 +230,7 @@ fn command(
         .arg(members.unwrap_or(Path::new("-")))
         .arg(format!("{}.{}", MIN_PYTHON.0, MIN_PYTHON.1))
         .arg(cave_python::FREE_THREADED_REFUSAL)
+        .arg(HANDOVER_FD.to_string())
         .env_clear()
         .envs(crate::environment::inherited())
         .envs(config.env.iter().map(|(k, v)| (k, v)))
@@ -243,6 +253,8 @@ struct ChildSetup {
     socket: i32,
     /// The output shadow, moved to `SHADOW_FD`.
     shadow: i32,
+    /// The child's end of the hand-over socket, moved to `HANDOVER_FD`.
+    handover: i32,
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     hook: Option<crate::PreExec>,
     sandbox: Option<crate::sandbox::Prepared>,
@@ -285,10 +297,13 @@ impl ChildSetup {
             // Above the targets first, so that one dup2 cannot overwrite the other's source.
             let socket = libc::fcntl(self.socket, libc::F_DUPFD_CLOEXEC, 10);
             let memory = libc::fcntl(self.shadow, libc::F_DUPFD_CLOEXEC, 10);
+            let handover = libc::fcntl(self.handover, libc::F_DUPFD_CLOEXEC, 10);
             if socket < 0
                 || memory < 0
+                || handover < 0
                 || libc::dup2(socket, CHILD_FD) < 0
                 || libc::dup2(memory, SHADOW_FD) < 0
+                || libc::dup2(handover, HANDOVER_FD) < 0
             {
                 return Err(failed());
             }
@@ -342,7 +357,7 @@ type Launched = (
 /// exits, what is left of its process group and control group goes too.
 async fn launch(
     mut command: Command,
-    child_end: OwnedFd,
+    child_ends: [OwnedFd; 2],
     group: Option<Arc<ChildGroup>>,
     python: &Path,
 ) -> Result<Launched, KernelError> {
@@ -353,7 +368,7 @@ async fn launch(
         .name("cave-kernel-child".to_owned())
         .spawn(move || match command.spawn() {
             Ok(mut spawned) => {
-                drop(child_end);
+                drop(child_ends);
                 let stderr = spawned.stderr.take();
                 let _ = started_tx.send(Ok((spawned.id(), stderr)));
                 // After a rollback the first worker is the reaper of the tree, and ends as
