@@ -230,6 +230,10 @@ struct Session {
     /// `cave chat` on the kernel runtime: a checkpoint before each turn, with the length the
     /// conversation had, for `/undo` (the newest last).
     undo: Vec<(cave_agent::kernel::Checkpoint, usize)>,
+    /// `cave chat`'s name for the branch the session is on (`main` until `/switch`).
+    branch: String,
+    /// The other branches (`/fork`), each with its agent, runtime and `/undo` checkpoints.
+    branches: Vec<ChatBranch>,
     /// `--view`: the page that shows the session as it runs.
     view: Option<LiveView>,
     /// `--mcp`: the servers, which end with the session.
@@ -364,6 +368,70 @@ impl LiveView {
 /// How many turns `/undo` can take back; older checkpoints are let go (each is a process).
 const UNDO_DEPTH: usize = 16;
 
+/// The name of the branch a chat starts on.
+const MAIN_BRANCH: &str = "main";
+
+/// How many branches a chat holds besides the one it is on (each is a process).
+const MAX_CHAT_BRANCHES: usize = 16;
+
+/// A branch of a chat that is not the one the chat is on: what `/switch` swaps in.
+struct ChatBranch {
+    name: String,
+    agent: Agent,
+    runtime: Backend,
+    undo: Vec<(cave_agent::kernel::Checkpoint, usize)>,
+}
+
+/// A chat command: `/undo`, `/fork [NAME]`, `/branches`, `/switch NAME`.
+#[derive(Debug, PartialEq, Eq)]
+enum ChatCommand {
+    Undo,
+    Fork(Option<String>),
+    Branches,
+    Switch(String),
+}
+
+impl ChatCommand {
+    /// The command `line` is, if it is one; a line starting with `/` that is not, or has the
+    /// wrong arguments, says so (`Err`).
+    fn parse(line: &str) -> Option<Result<Self, String>> {
+        let mut words = line.split_whitespace();
+        // `/word`: a command (or a mistyped one); a line like `/etc/hosts is…` is a prompt.
+        let command = words
+            .next()?
+            .strip_prefix('/')
+            .filter(|c| !c.is_empty() && c.chars().all(|c| c.is_ascii_lowercase()))?;
+        let rest: Vec<&str> = words.collect();
+        let name = |word: &str| -> Result<String, String> {
+            let fits = !word.is_empty()
+                && word.len() <= 32
+                && word
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+            if fits {
+                Ok(word.to_owned())
+            } else {
+                Err(format!(
+                    "{word:?} is not a branch name: up to 32 letters, digits, '-' and '_'"
+                ))
+            }
+        };
+        Some(match (command, rest.as_slice()) {
+            ("undo", []) => Ok(Self::Undo),
+            ("fork", []) => Ok(Self::Fork(None)),
+            ("fork", [word]) => name(word).map(|n| Self::Fork(Some(n))),
+            ("branches", []) => Ok(Self::Branches),
+            ("switch", [word]) => name(word).map(Self::Switch),
+            ("undo" | "branches", _) => Err(format!("/{command} takes no argument")),
+            ("fork", _) => Err("/fork takes at most a name: /fork [NAME]".to_owned()),
+            ("switch", _) => Err("/switch takes a branch's name: /switch NAME".to_owned()),
+            _ => Err(format!(
+                "no command /{command}: the commands are /undo, /fork [NAME], /branches and /switch NAME"
+            )),
+        })
+    }
+}
+
 impl Session {
     async fn build(
         config: Config,
@@ -463,6 +531,8 @@ impl Session {
             retrieve,
             display_dir,
             undo: Vec::new(),
+            branch: MAIN_BRANCH.to_owned(),
+            branches: Vec::new(),
             view,
             mcp: servers,
             persisted,
@@ -624,9 +694,16 @@ impl Session {
             (line, editor) = read.map_err(io::Error::other)?;
             match line {
                 Ok(line) if line.trim().is_empty() => continue,
-                Ok(line) if line.trim() == "/undo" => {
+                Ok(line) if ChatCommand::parse(&line).is_some() => {
                     let _ = editor.add_history_entry(line.as_str());
-                    rt.block_on(self.undo());
+                    match ChatCommand::parse(&line) {
+                        Some(Ok(ChatCommand::Undo)) => rt.block_on(self.undo()),
+                        Some(Ok(ChatCommand::Fork(name))) => rt.block_on(self.fork(name)),
+                        Some(Ok(ChatCommand::Branches)) => self.list_branches(),
+                        Some(Ok(ChatCommand::Switch(name))) => self.switch(&name),
+                        Some(Err(problem)) => eprintln!("cave: {problem}"),
+                        None => {}
+                    }
                 }
                 Ok(line) => {
                     let _ = editor.add_history_entry(line.as_str());
@@ -682,6 +759,93 @@ impl Session {
                 eprintln!("cave: could not undo: {error}");
             }
         }
+    }
+
+    /// `/fork [NAME]`: a branch of the chat as it is now (the conversation and a copy of the
+    /// runtime's namespace), to `/switch` to; the chat stays on its branch.
+    async fn fork(&mut self, name: Option<String>) {
+        let Backend::Kernel(runtime) = &self.runtime else {
+            eprintln!(
+                "cave: /fork needs --runtime kernel (a branch is a copy of its process; the in-process runtime's namespace is this process's)"
+            );
+            return;
+        };
+        if self.branches.len() >= MAX_CHAT_BRANCHES {
+            eprintln!(
+                "cave: a chat holds at most {MAX_CHAT_BRANCHES} other branches (each is a process)"
+            );
+            return;
+        }
+        let name = name.unwrap_or_else(|| {
+            (1..)
+                .map(|n| format!("branch-{n}"))
+                .find(|n| !self.branch_taken(n))
+                .unwrap_or_default()
+        });
+        if self.branch_taken(&name) {
+            eprintln!("cave: there is a branch {name} already");
+            return;
+        }
+        match runtime.fork().await {
+            Ok(copy) => {
+                let agent = self.agent.fork_onto(Arc::new(copy.clone()));
+                eprintln!(
+                    "cave: forked {name} from {} (/switch {name} to go on there)",
+                    self.branch
+                );
+                self.branches.push(ChatBranch {
+                    name,
+                    agent,
+                    runtime: Backend::Kernel(copy),
+                    undo: Vec::new(),
+                });
+            }
+            Err(error) => eprintln!("cave: could not fork: {error}"),
+        }
+    }
+
+    fn branch_taken(&self, name: &str) -> bool {
+        self.branch == name || self.branches.iter().any(|b| b.name == name)
+    }
+
+    /// `/branches`: each branch and how long its conversation is; the current one marked.
+    fn list_branches(&self) {
+        let turns = |agent: &Agent| {
+            agent
+                .history()
+                .iter()
+                .filter(|m| matches!(m, cave_agent::Message::User { .. }))
+                .count()
+        };
+        eprintln!("* {} ({} prompts)", self.branch, turns(&self.agent));
+        for branch in &self.branches {
+            eprintln!("  {} ({} prompts)", branch.name, turns(&branch.agent));
+        }
+    }
+
+    /// `/switch NAME`: the chat goes on in branch NAME; the one it was on is kept.
+    fn switch(&mut self, name: &str) {
+        if name == self.branch {
+            eprintln!("cave: already on {name}");
+            return;
+        }
+        let Some(other) = self.branches.iter_mut().find(|b| b.name == name) else {
+            let names: Vec<&str> = self.branches.iter().map(|b| b.name.as_str()).collect();
+            eprintln!(
+                "cave: no branch {name} (the others are: {})",
+                if names.is_empty() {
+                    "none; /fork makes one".to_owned()
+                } else {
+                    names.join(", ")
+                }
+            );
+            return;
+        };
+        std::mem::swap(&mut self.branch, &mut other.name);
+        std::mem::swap(&mut self.agent, &mut other.agent);
+        std::mem::swap(&mut self.runtime, &mut other.runtime);
+        std::mem::swap(&mut self.undo, &mut other.undo);
+        eprintln!("cave: on {name} now ({} kept)", other.name);
     }
 
     /// Prints each `--retrieve` variable that is bound; returns a one-line message for each
@@ -839,6 +1003,7 @@ async fn mcp_serve(config: config::ServeConfig) -> anyhow::Result<()> {
         cell_timeout,
         max_output,
         http,
+        max_branches,
     } = config;
     // Over stdio, descriptors 0 and 1 carry MCP: the server keeps duplicates, and cells get
     // /dev/null to read and, in this process, a capture to write to.
@@ -863,7 +1028,7 @@ async fn mcp_serve(config: config::ServeConfig) -> anyhow::Result<()> {
         .map(|_| approvals.clone() as Arc<dyn cave_agent::Approver>);
     let guard = call_guard(call_approver, audit.clone());
     let (servers, skills) = provide(&backend, provisions, guard).await?;
-    let mut server = SessionServer::new(backend.shared());
+    let mut server = SessionServer::new(backend.shared()).with_max_branches(max_branches);
     if let Some(policy) = policy {
         server = server.with_policy(Arc::new(policy));
     }
@@ -1358,4 +1523,31 @@ fn open_output(
         }
     };
     Ok((output, capture))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ChatCommand;
+
+    /// A `/word` line is a command (or a mistyped one, said as such); a line that merely starts
+    /// with a path is a prompt.
+    #[test]
+    fn chat_commands_are_told_from_prompts() {
+        assert_eq!(ChatCommand::parse("/undo"), Some(Ok(ChatCommand::Undo)));
+        assert_eq!(
+            ChatCommand::parse("  /fork  try-2 "),
+            Some(Ok(ChatCommand::Fork(Some("try-2".to_owned()))))
+        );
+        assert_eq!(
+            ChatCommand::parse("/switch main"),
+            Some(Ok(ChatCommand::Switch("main".to_owned())))
+        );
+        assert!(matches!(ChatCommand::parse("/switch"), Some(Err(_))));
+        assert!(matches!(ChatCommand::parse("/fork a/b"), Some(Err(_))));
+        assert!(matches!(ChatCommand::parse("/undo now"), Some(Err(_))));
+        assert!(matches!(ChatCommand::parse("/help"), Some(Err(e)) if e.contains("/fork [NAME]")));
+        assert_eq!(ChatCommand::parse("/etc/hosts has a typo"), None);
+        assert_eq!(ChatCommand::parse("fork it"), None);
+        assert_eq!(ChatCommand::parse("/"), None);
+    }
 }

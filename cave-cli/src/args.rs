@@ -19,8 +19,9 @@ pub struct Cli {
 pub enum Command {
     /// Run a task: each PROMPT is one turn of the same session.
     Run(RunArgs),
-    /// Chat interactively (Ctrl-C cancels the running turn, Ctrl-D exits; `/undo` takes the
-    /// last turn back, with what its code did, on the kernel runtime).
+    /// Chat interactively (Ctrl-C cancels the running turn, Ctrl-D exits; on the kernel
+    /// runtime `/undo` takes the last turn back, with what its code did, `/fork [NAME]` makes
+    /// a branch, `/branches` lists them, `/switch NAME` goes on in another).
     Chat(ChatArgs),
     /// Inspect Agent Skills (SKILL.md) without running anything.
     #[command(subcommand)]
@@ -82,6 +83,10 @@ pub struct ServeArgs {
         help_heading = "Serving"
     )]
     pub http: Option<std::net::SocketAddr>,
+    /// How many branches (the `fork` tool's copies of the session, on the kernel runtime) a
+    /// client may hold live at once; 0 turns forking off.
+    #[arg(long, value_name = "N", default_value_t = cave_agent::mcp::serve::DEFAULT_MAX_BRANCHES, help_heading = "Serving")]
+    pub max_branches: usize,
 }
 
 /// `cave view`.

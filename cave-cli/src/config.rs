@@ -247,6 +247,8 @@ pub struct ServeConfig {
     /// `--http`: the address, the token clients must send, and whether it was made up (not
     /// given in the environment).
     pub http: Option<(std::net::SocketAddr, String, bool)>,
+    /// `--max-branches`.
+    pub max_branches: usize,
 }
 
 /// Reads `LLM_API_KEY` and removes it from the process environment, so that no runtime (and
@@ -588,6 +590,7 @@ pub fn resolve_serve(
         cell_timeout,
         max_output: args.cells.max_exec_output,
         http,
+        max_branches: args.max_branches,
     })
 }
 

@@ -603,6 +603,15 @@ pub(crate) fn with_stdin(mut command: Command, input: &[u8]) -> std::process::Ou
     child.wait_with_output().expect("ends")
 }
 
+/// The output of each cell in a run's events.
+fn outputs(events: &[Json]) -> Vec<&str> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "execution_result")
+        .map(|e| e["output"].as_str().unwrap_or_default())
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn chat_reads_turns_until_end_of_input() {
     let server = server([
@@ -630,11 +639,7 @@ async fn chat_reads_turns_until_end_of_input() {
         ["Set n to 20.", "Add one."],
         "the blank line is skipped"
     );
-    let outputs: Vec<&str> = events
-        .iter()
-        .filter(|e| e["type"] == "execution_result")
-        .map(|e| e["output"].as_str().unwrap())
-        .collect();
+    let outputs = outputs(&events);
     assert_eq!(outputs, ["No output", "21\n"], "state carries across turns");
     assert_eq!(
         events.last().unwrap(),
@@ -664,11 +669,7 @@ async fn undo_takes_the_last_turn_back() {
     // Exit status 1: `n` is not bound at the end (see below).
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     let events = events(&out);
-    let outputs: Vec<&str> = events
-        .iter()
-        .filter(|e| e["type"] == "execution_result")
-        .map(|e| e["output"].as_str().unwrap())
-        .collect();
+    let outputs = outputs(&events);
     assert_eq!(outputs, ["No output", "No output", "1 False\n"], "{stderr}");
     // The model's third request does not hold the undone turn.
     let third = server.received()[4].body["messages"].to_string();
@@ -683,6 +684,65 @@ async fn undo_takes_the_last_turn_back() {
         stderr.contains("--retrieve n: no such variable in the runtime; nothing is bound"),
         "{stderr}"
     );
+}
+
+/// `/fork`, `/branches` and `/switch` in `cave chat --runtime kernel`: a branch starts from
+/// the chat's state (conversation and namespace) and goes on on its own; switching back finds
+/// the other branch as it was; a mistyped command is said as such and sent to no model; on the
+/// in-process runtime `/fork` says what it needs.
+#[tokio::test(flavor = "multi_thread")]
+async fn branches_fork_list_and_switch() {
+    let server = server([
+        answer(&block("path = ['main']"), 8, "stop"),
+        answer("Started.", 8, "stop"),
+        answer(&block("path.append('b')\nprint(path)"), 8, "stop"),
+        answer("In b.", 8, "stop"),
+        answer(&block("print(path)"), 8, "stop"),
+        answer("Back.", 8, "stop"),
+    ])
+    .await;
+    let out = chat(
+        &server,
+        &["--runtime", "kernel"],
+        b"Start.\n/fork b\n/fork b\n/switch b\nGo on in b.\n/branches\n/switch main\nShow.\n/swich main\n/fork a b\n",
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let events = events(&out);
+    let outputs = outputs(&events);
+    assert_eq!(
+        outputs,
+        ["No output", "['main', 'b']\n", "['main']\n"],
+        "{stderr}"
+    );
+    assert!(stderr.contains("cave: forked b from main"), "{stderr}");
+    assert!(
+        stderr.contains("cave: there is a branch b already"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("* b (2 prompts)\n  main (1 prompts)"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("cave: no command /swich"), "{stderr}");
+    assert!(stderr.contains("/fork takes at most a name"), "{stderr}");
+    // The branch's request held the chat's first turn; main's next one not the branch's.
+    let in_branch = server.received()[2].body["messages"].to_string();
+    assert!(
+        in_branch.contains("Start.") && in_branch.contains("Go on in b."),
+        "{in_branch}"
+    );
+    let back = server.received()[4].body["messages"].to_string();
+    assert!(
+        back.contains("Start.") && !back.contains("Go on in b."),
+        "{back}"
+    );
+    assert_eq!(server.received().len(), 6, "no command reached the model");
+
+    let quiet = self::server([]).await;
+    let out = chat(&quiet, &[], b"/fork\n");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("/fork needs --runtime kernel"), "{stderr}");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -129,6 +129,17 @@ fn policy_approvals_limits_and_sandbox_apply() {
         });
         let report = drive(&venv, &plan);
         assert_eq!(report["protocol_version"], version);
+        // The kernel runtime forks: its branches are offered.
+        assert_eq!(
+            report["tools"],
+            json!([
+                "drop_branch",
+                "fork",
+                "get_variable",
+                "list_bound",
+                "run_cell"
+            ])
+        );
         let asked = report["asked"].as_array().unwrap();
         // The policy's refusal is never asked about.
         assert_eq!(asked.len(), 3, "{mode}: {asked:?}");

@@ -123,6 +123,11 @@ pub trait Runtime: Send + Sync {
         None
     }
 
+    /// Whether [`fork`](Self::fork) can work here (what a server advertises by).
+    fn can_fork(&self) -> bool {
+        false
+    }
+
     /// A branch of this session: an independent runtime whose namespace is a copy of this
     /// one's (values, imports, what is registered), each going on from here on its own. A
     /// runtime that cannot copy a live namespace refuses with
@@ -552,6 +557,9 @@ macro_rules! forward_runtime {
             }
             fn interrupter(&self) -> Option<Arc<dyn Interrupt>> {
                 (**self).interrupter()
+            }
+            fn can_fork(&self) -> bool {
+                (**self).can_fork()
             }
             async fn fork(&self) -> Result<Arc<dyn Runtime>, RuntimeError> {
                 (**self).fork().await

@@ -62,7 +62,16 @@ async fn cells_keep_state_and_the_policy_refuses() {
     let tools = client.list_all_tools().await.unwrap();
     let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
     names.sort_unstable();
-    assert_eq!(names, ["get_variable", "list_bound", "run_cell"]);
+    assert_eq!(
+        names,
+        [
+            "drop_branch",
+            "fork",
+            "get_variable",
+            "list_bound",
+            "run_cell"
+        ]
+    );
     assert_eq!(
         call(&client, "run_cell", json!({"code": "n = 20\nn + 22"})).await,
         (false, "42\n".to_owned(), None)
@@ -119,5 +128,85 @@ async fn a_listing_that_never_returns_is_stopped() {
     let (error, text, _) = call(&client, "run_cell", json!({"code": "del sorted\n1 + 1"})).await;
     assert!(!error, "{text}");
     assert_eq!(text, "2\n");
+    client.cancel().await.unwrap();
+}
+
+/// `fork` makes a branch the other tools reach with `branch`: it starts from the session's
+/// state and goes on on its own; a branch of a branch works; past the bound, `fork` refuses
+/// until `drop_branch` ends one; a runtime that cannot fork is offered no
+/// branches, and says which runtime can when asked all the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn branches_go_on_on_their_own_within_a_bound() {
+    let runtime = cave_runtime_kernel::KernelRuntime::new().unwrap();
+    let server = SessionServer::new(Arc::new(runtime)).with_max_branches(2);
+    let client = connect(server).await;
+    call(&client, "run_cell", json!({"code": "tried = ['start']"})).await;
+    let (error, _, made) = call(&client, "fork", json!({})).await;
+    assert!(!error);
+    assert_eq!(made, Some(json!({"branch": "b1"})));
+    let (_, text, _) = call(
+        &client,
+        "run_cell",
+        json!({"code": "tried.append('b1')\ntried", "branch": "b1"}),
+    )
+    .await;
+    assert_eq!(text, "['start', 'b1']\n");
+    let (_, _, made) = call(&client, "fork", json!({"from": "b1"})).await;
+    assert_eq!(made, Some(json!({"branch": "b2"})));
+    call(
+        &client,
+        "run_cell",
+        json!({"code": "tried.append('b2')", "branch": "b2"}),
+    )
+    .await;
+    let (_, _, value) = call(
+        &client,
+        "get_variable",
+        json!({"name": "tried", "branch": "b2"}),
+    )
+    .await;
+    assert_eq!(
+        value,
+        Some(json!({"name": "tried", "value": ["start", "b1", "b2"]}))
+    );
+    let (_, _, value) = call(&client, "get_variable", json!({"name": "tried"})).await;
+    assert_eq!(value, Some(json!({"name": "tried", "value": ["start"]})));
+    let (error, text, _) = call(&client, "fork", json!({})).await;
+    assert!(error);
+    assert!(text.contains("at most 2 live branches"), "{text}");
+    let (_, listed, _) = call(&client, "list_bound", json!({})).await;
+    assert!(listed.contains("the live branches are b1, b2"), "{listed}");
+    let (error, _, _) = call(&client, "drop_branch", json!({"branch": "b1"})).await;
+    assert!(!error);
+    let (error, text, _) = call(&client, "run_cell", json!({"code": "1", "branch": "b1"})).await;
+    assert!(error);
+    assert!(
+        text.contains("no branch \"b1\": the live branches are b2"),
+        "{text}"
+    );
+    let (_, _, made) = call(&client, "fork", json!({})).await;
+    assert_eq!(made, Some(json!({"branch": "b3"})), "names are not reused");
+    client.cancel().await.unwrap();
+
+    let cannot = cave_testing::EchoRuntime::default();
+    let client = connect(SessionServer::new(Arc::new(cannot))).await;
+    let tools = client.list_all_tools().await.unwrap();
+    let mut names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+    names.sort_unstable();
+    assert_eq!(
+        names,
+        ["get_variable", "list_bound", "run_cell"],
+        "fork is not offered"
+    );
+    assert!(
+        tools.iter().all(|t| !t.input_schema["properties"]
+            .as_object()
+            .unwrap()
+            .contains_key("branch")),
+        "{tools:?}"
+    );
+    let (error, text, _) = call(&client, "fork", json!({})).await;
+    assert!(error);
+    assert!(text.contains("the kernel runtime"), "{text}");
     client.cancel().await.unwrap();
 }

@@ -33,6 +33,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
     fn python(&self) -> Option<&Path> {
         None
     }
+    /// Whether its workers can be copied (forked, checkpointed): local processes can.
+    fn copies_workers(&self) -> bool {
+        false
+    }
 }
 
 /// A worker started, before its handshake.

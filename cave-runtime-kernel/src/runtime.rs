@@ -844,6 +844,10 @@ impl Runtime for KernelRuntime {
         failure.map_or(Ok(()), Err)
     }
 
+    fn can_fork(&self) -> bool {
+        self.inner.transport.copies_workers()
+    }
+
     async fn fork(&self) -> Result<Arc<dyn Runtime>, RuntimeError> {
         KernelRuntime::fork(self)
             .await
@@ -914,6 +918,10 @@ impl Transport for PoolTransport {
 
     fn python(&self) -> Option<&std::path::Path> {
         self.0.python()
+    }
+
+    fn copies_workers(&self) -> bool {
+        self.0.copies_workers()
     }
 }
 

@@ -178,14 +178,19 @@ impl Agent {
     /// Fails as the runtime's fork does: a runtime that cannot copy its namespace (in-process,
     /// a kernel behind a Jupyter server) says which runtime can.
     pub async fn fork(&self) -> Result<Agent, crate::RuntimeError> {
+        Ok(self.fork_onto(self.runtime.fork().await?))
+    }
+
+    /// [`fork`](Self::fork) onto `runtime`, a branch of this agent's runtime that the caller
+    /// made (`KernelRuntime::fork`, to keep its concrete type for checkpoints).
+    pub fn fork_onto(&self, runtime: Arc<dyn Runtime>) -> Agent {
         static BRANCHES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-        let runtime = self.runtime.fork().await?;
         let mut config = self.config.clone();
         if let Some(dir) = &mut config.display_dir {
             let n = BRANCHES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             dir.push(format!("branch-{n}"));
         }
-        Ok(Agent {
+        Agent {
             model: self.model.clone(),
             model_info: self.model_info.clone(),
             runtime,
@@ -203,7 +208,7 @@ impl Agent {
             observer: self.observer.clone(),
             isolation: self.isolation.clone(),
             displays: self.displays,
-        })
+        }
     }
 
     /// The runtime the model's code runs in.

@@ -3,6 +3,11 @@
 //! policy, cell time limit, approvals (asked of the client as MCP elicitation) and audit apply
 //! as they do to an agent's cells.
 //!
+//! Branches: on a runtime that can fork (the kernel runtime), `fork` makes a branch of the
+//! session (a copy of its namespace that goes on on its own), named in the result; the other
+//! tools take a `branch` to act on one, and `drop_branch` ends it. A server holds at most
+//! [`DEFAULT_MAX_BRANCHES`] live branches unless told otherwise (`with_max_branches`).
+//!
 //! Approvals: a client on a protocol with the `initialize` handshake is asked with an
 //! `elicitation/create` request while its `tools/call` waits; a client on 2026-07-28 or later
 //! (where servers send no requests of their own) gets an `InputRequiredResult`, and the cell
@@ -46,6 +51,17 @@ const LISTING_LIMIT: Duration = Duration::from_secs(30);
 /// The key of the approval among a call's input requests.
 const APPROVAL_KEY: &str = "approval";
 
+/// How many live branches a server holds unless told otherwise: each is a process.
+pub const DEFAULT_MAX_BRANCHES: usize = 8;
+
+/// The live branches of a served session, by name, and how many may live at once.
+#[derive(Default)]
+struct Branches {
+    live: std::collections::BTreeMap<String, Arc<Shared>>,
+    /// Names handed out so far (`b1`, `b2`, …): a name is never reused.
+    made: u64,
+}
+
 /// One persistent session served over MCP: every client (and every HTTP session) reaches the
 /// same runtime, one cell at a time.
 #[derive(Clone)]
@@ -79,6 +95,9 @@ pub(crate) struct Shared {
     turn: Arc<tokio::sync::Mutex<()>>,
     /// Cells paused at a question, by the token their client sends back with the answer.
     paused: Mutex<HashMap<String, Paused>>,
+    /// The session's live branches (shared by every copy of the server; empty in a branch).
+    branches: Arc<Mutex<Branches>>,
+    max_branches: usize,
 }
 
 impl Shared {
@@ -100,6 +119,19 @@ impl Shared {
             notes: self.notes.clone(),
             turn: self.turn.clone(),
             paused: Mutex::default(),
+            branches: self.branches.clone(),
+            max_branches: self.max_branches,
+        }
+    }
+
+    /// A branch's session: these settings on `runtime`, with a turn and an output numbering
+    /// of its own.
+    fn branch(&self, runtime: Arc<dyn Runtime>) -> Self {
+        Self {
+            runtime,
+            turn: Arc::default(),
+            branches: Arc::default(),
+            ..self.copy()
         }
     }
 
@@ -140,6 +172,8 @@ impl SessionServer {
                 notes: String::new(),
                 turn: Arc::default(),
                 paused: Mutex::default(),
+                branches: Arc::default(),
+                max_branches: DEFAULT_MAX_BRANCHES,
             }),
         }
     }
@@ -187,6 +221,11 @@ impl SessionServer {
         self.configure(|s| s.max_output = chars)
     }
 
+    /// Holds at most `n` live branches (`fork` refuses past it; 0: no forking).
+    pub fn with_max_branches(self, n: usize) -> Self {
+        self.configure(|s| s.max_branches = n)
+    }
+
     /// Adds `notes` to what clients are told when they connect (the sandbox's layers, the
     /// skills).
     pub fn with_notes(self, notes: impl Into<String>) -> Self {
@@ -210,11 +249,33 @@ impl SessionServer {
         Ok(())
     }
 
-    fn tools() -> Vec<Tool> {
+    /// The tools this server offers: `fork` and `drop_branch` (and `branch` on the others)
+    /// only where the runtime can fork and branches are allowed.
+    fn tools(&self) -> Vec<Tool> {
+        let forks = self.shared.runtime.can_fork() && self.shared.max_branches > 0;
+        let mut tools = Self::all_tools();
+        if !forks {
+            tools.retain(|t| t.name != "fork" && t.name != "drop_branch");
+            for tool in &mut tools {
+                if let Some(Json::Object(properties)) =
+                    Arc::make_mut(&mut tool.input_schema).get_mut("properties")
+                {
+                    properties.remove("branch");
+                }
+            }
+        }
+        tools
+    }
+
+    fn all_tools() -> Vec<Tool> {
         let schema = |value: Json| match value {
             Json::Object(map) => Arc::new(map),
             _ => Arc::default(),
         };
+        let branch = json!({
+            "type": "string",
+            "description": "A branch made by fork to act on (by default, the session itself)."
+        });
         vec![
             Tool::new(
                 "run_cell",
@@ -224,7 +285,10 @@ impl SessionServer {
                  code raised) and the images it showed.",
                 schema(json!({
                     "type": "object",
-                    "properties": {"code": {"type": "string", "description": "The Python code."}},
+                    "properties": {
+                        "code": {"type": "string", "description": "The Python code."},
+                        "branch": branch,
+                    },
                     "required": ["code"],
                 })),
             ),
@@ -234,7 +298,10 @@ impl SessionServer {
                  numbers, strings, lists, dicts, and the like).",
                 schema(json!({
                     "type": "object",
-                    "properties": {"name": {"type": "string", "description": "The variable's name."}},
+                    "properties": {
+                        "name": {"type": "string", "description": "The variable's name."},
+                        "branch": branch,
+                    },
                     "required": ["name"],
                 })),
             ),
@@ -242,8 +309,32 @@ impl SessionServer {
                 "list_bound",
                 "What the session has: the functions, objects and variables the host provides \
                  (with their signatures and descriptions), the names cells have bound, and the \
-                 runtime's isolation.",
-                schema(json!({"type": "object", "properties": {}})),
+                 runtime's isolation, and the live branches.",
+                schema(json!({"type": "object", "properties": {"branch": branch}})),
+            ),
+            Tool::new(
+                "fork",
+                "Make a branch of the session: a copy of its namespace (every variable, import \
+                 and object, and what the host provides) that goes on on its own, to try \
+                 something without changing the session. Returns the branch's name, which \
+                 run_cell, get_variable and list_bound take as `branch`. A branch of a branch \
+                 works. End one with drop_branch when done: a server holds few at once.",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"from": {
+                        "type": "string",
+                        "description": "The branch to copy (by default, the session itself)."
+                    }},
+                })),
+            ),
+            Tool::new(
+                "drop_branch",
+                "End a branch made by fork: its namespace is gone.",
+                schema(json!({
+                    "type": "object",
+                    "properties": {"branch": {"type": "string", "description": "The branch's name."}},
+                    "required": ["branch"],
+                })),
             ),
         ]
     }
@@ -351,7 +442,21 @@ impl SessionServer {
         token: &str,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let paused = lock(&self.shared.paused).remove(token);
+        // The cell may be paused in a branch: its server drives it on.
+        let mut server = self.clone();
+        let mut paused = lock(&self.shared.paused).remove(token);
+        if paused.is_none() {
+            let branches = lock(&self.shared.branches);
+            for shared in branches.live.values() {
+                if let Some(found) = lock(&shared.paused).remove(token) {
+                    paused = Some(found);
+                    server = SessionServer {
+                        shared: shared.clone(),
+                    };
+                    break;
+                }
+            }
+        }
         let Some(paused) = paused else {
             return Ok(CallToolResult::error(vec![ContentBlock::text(
                 "no cell is waiting for this answer (it was answered, or it waited too long and was refused): run the cell again",
@@ -368,7 +473,7 @@ impl SessionServer {
                 |result| approval::answer(&result),
             );
         let _ = paused.answer.send(answer);
-        self.drive(paused.running, context).await
+        server.drive(paused.running, context).await
     }
 
     /// `get_variable`.
@@ -432,7 +537,80 @@ impl SessionServer {
         }
         text.push_str("\n\n");
         text.push_str(&self.isolation());
+        let branches = live_branches(&lock(&self.shared.branches));
+        text.push_str(&format!("\n\nBranches: {branches}"));
         CallToolResult::success(vec![ContentBlock::text(text)])
+    }
+
+    /// The server of live branch `name`, or the error that says there is none.
+    fn branch(&self, name: &str) -> Result<SessionServer, CallToolResult> {
+        let branches = lock(&self.shared.branches);
+        match branches.live.get(name) {
+            Some(shared) => Ok(SessionServer {
+                shared: shared.clone(),
+            }),
+            None => Err(CallToolResult::error(vec![ContentBlock::text(format!(
+                "no branch {name:?}: {}",
+                live_branches(&branches)
+            ))])),
+        }
+    }
+
+    /// `fork`: a branch of the session (or of branch `from`), named in the result.
+    async fn fork(&self, from: Option<&str>) -> CallToolResult {
+        let source = match from {
+            None => self.clone(),
+            Some(name) => match self.branch(name) {
+                Ok(server) => server,
+                Err(refusal) => return refusal,
+            },
+        };
+        {
+            let branches = lock(&self.shared.branches);
+            if branches.live.len() >= self.shared.max_branches {
+                return CallToolResult::error(vec![ContentBlock::text(format!(
+                    "this server holds at most {} live branches: drop_branch one first ({})",
+                    self.shared.max_branches,
+                    live_branches(&branches)
+                ))]);
+            }
+        }
+        // Between cells: the source's turn is held while it is copied.
+        let _turn = source.shared.turn.clone().lock_owned().await;
+        let runtime = match source.shared.runtime.fork().await {
+            Ok(runtime) => runtime,
+            Err(e) => {
+                return CallToolResult::error(vec![ContentBlock::text(format!(
+                    "the session could not be forked: {e}"
+                ))]);
+            }
+        };
+        let mut branches = lock(&self.shared.branches);
+        if branches.live.len() >= self.shared.max_branches {
+            return CallToolResult::error(vec![ContentBlock::text(format!(
+                "this server holds at most {} live branches: drop_branch one first",
+                self.shared.max_branches
+            ))]);
+        }
+        branches.made += 1;
+        let name = format!("b{}", branches.made);
+        let shared = Arc::new(source.shared.branch(runtime));
+        branches.live.insert(name.clone(), shared);
+        CallToolResult::structured(json!({"branch": name}))
+    }
+
+    /// `drop_branch`.
+    fn drop_branch(&self, name: &str) -> CallToolResult {
+        let mut branches = lock(&self.shared.branches);
+        match branches.live.remove(name) {
+            Some(_) => {
+                CallToolResult::success(vec![ContentBlock::text(format!("branch {name} ended"))])
+            }
+            None => CallToolResult::error(vec![ContentBlock::text(format!(
+                "no branch {name:?}: {}",
+                live_branches(&branches)
+            ))]),
+        }
     }
 
     /// The host's resources as the model would see them.
@@ -452,6 +630,16 @@ impl SessionServer {
         }
         let layers: Vec<String> = layers.iter().map(ToString::to_string).collect();
         format!("Isolation: {}", layers.join("; "))
+    }
+}
+
+/// The live branches, as a sentence's end.
+fn live_branches(branches: &Branches) -> String {
+    if branches.live.is_empty() {
+        "no branch is live".to_owned()
+    } else {
+        let names: Vec<&str> = branches.live.keys().map(String::as_str).collect();
+        format!("the live branches are {}", names.join(", "))
     }
 }
 
@@ -525,11 +713,11 @@ impl ServerHandler for SessionServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(Self::tools()))
+        Ok(ListToolsResult::with_all_items(self.tools()))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        Self::tools().into_iter().find(|tool| tool.name == name)
+        self.tools().into_iter().find(|tool| tool.name == name)
     }
 
     async fn call_tool(
@@ -554,14 +742,41 @@ impl ServerHandler for SessionServer {
                     )
                 })
         };
-        match request.name.as_ref() {
-            "run_cell" => self.run_cell(argument("code")?, &context).await,
-            "get_variable" => Ok(self.get_variable(&argument("name")?).await.into()),
-            "list_bound" => Ok(self.list_bound().await.into()),
-            other => Err(ErrorData::invalid_params(
-                format!("no tool {other:?}: the tools are run_cell, get_variable and list_bound"),
-                None,
-            )),
+        let optional = |key: &str| -> Result<Option<String>, ErrorData> {
+            match request.arguments.as_ref().and_then(|a| a.get(key)) {
+                None | Some(Json::Null) => Ok(None),
+                Some(Json::String(s)) => Ok(Some(s.clone())),
+                Some(_) => Err(ErrorData::invalid_params(
+                    format!("{}'s argument {key:?} is a string", request.name),
+                    None,
+                )),
+            }
+        };
+        let name = request.name.as_ref();
+        match name {
+            "fork" => return Ok(self.fork(optional("from")?.as_deref()).await.into()),
+            "drop_branch" => return Ok(self.drop_branch(&argument("branch")?).into()),
+            "run_cell" | "get_variable" | "list_bound" => {}
+            other => {
+                return Err(ErrorData::invalid_params(
+                    format!(
+                        "no tool {other:?}: the tools are run_cell, get_variable, list_bound, fork and drop_branch"
+                    ),
+                    None,
+                ));
+            }
+        }
+        let server = match optional("branch")? {
+            None => self.clone(),
+            Some(branch) => match self.branch(&branch) {
+                Ok(server) => server,
+                Err(refusal) => return Ok(refusal.into()),
+            },
+        };
+        match name {
+            "run_cell" => server.run_cell(argument("code")?, &context).await,
+            "get_variable" => Ok(server.get_variable(&argument("name")?).await.into()),
+            _ => Ok(server.list_bound().await.into()),
         }
     }
 }

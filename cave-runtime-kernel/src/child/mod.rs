@@ -172,6 +172,10 @@ impl Transport for ChildTransport {
     fn python(&self) -> Option<&Path> {
         Some(&self.python)
     }
+
+    fn copies_workers(&self) -> bool {
+        true
+    }
 }
 
 /// A started child, its process group and control group.
