@@ -834,10 +834,17 @@ def _fork(request_id, directory):
         return
     _flush_output()
     _drain()
+    import gc
+
+    # The objects there are now stay out of the branch's collections (Python's advice for
+    # forking servers): a full collection in the branch would write to, and so copy, the page
+    # of every object the namespace holds. This process collects them again at once.
+    gc.freeze()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         pid = os.fork()
     if pid != 0:
+        gc.unfreeze()
         for fd in fds:
             os.close(fd)
         # The keeper is this process's child until it ends: reaped here, not left a zombie.
@@ -893,21 +900,25 @@ def _keep_branch(fds, directory):
             _become_branch(sock, handover, shadow, stderr, directory)
         finally:
             os._exit(70)
+    # Nothing here makes garbage cycles, and a collection would write to (and so copy) the
+    # page of every object the parent's namespace holds.
+    import gc
+
+    gc.disable()
     os.write(status, worker.to_bytes(4, "little"))
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
     _close_all_but({sock, status, members})
-    threading.Thread(target=_watch_branch_host, args=(sock, worker, members), daemon=True).start()
-    code = 0
-    while True:
+    code = _wait_for_worker_or_hangup(sock, worker)
+    if code is None:
+        # The host's end closed first: the worker and what its cells started go.
         try:
-            _pid, code = os.waitpid(worker, 0)
-            break
-        except InterruptedError:
-            continue
-        except ChildProcessError:
-            break
+            os.kill(worker, signal.SIGKILL)
+        except OSError:
+            pass
+        _kill_members(members)
+        os._exit(0)
     try:
         os.write(status, code.to_bytes(4, "little", signed=True))
     except OSError:
@@ -915,15 +926,59 @@ def _keep_branch(fds, directory):
     os._exit(0)
 
 
-def _watch_branch_host(sock, worker, members):
-    """In a branch's keeper: once the host's end of the socket closes, ends the worker and
-    every process of the branch's control group (the same as the first worker's keeper in
-    the bootstrap, which runs before this module exists)."""
-    _wait_for_hangup(sock)
+def _wait_for_worker_or_hangup(sock, worker):
+    """In a branch's keeper: the worker's wait status once it ends, or None once the host's end
+    of socket `sock` closes first. One thread: a process descriptor for the worker where the
+    system has them (Linux 5.3 and later), else a thread that watches the socket."""
     try:
-        os.kill(worker, signal.SIGKILL)
-    except OSError:
-        pass
+        pidfd = os.pidfd_open(worker)
+    except (AttributeError, OSError):
+        pidfd = -1
+    if pidfd < 0:
+        hung_up = threading.Event()
+
+        def watch():
+            _wait_for_hangup(sock)
+            hung_up.set()
+            try:
+                os.kill(worker, signal.SIGKILL)
+            except OSError:
+                pass
+
+        threading.Thread(target=watch, daemon=True).start()
+        code = _reap_code(worker)
+        return None if hung_up.is_set() else code
+    hangup = select.POLLHUP | getattr(select, "POLLRDHUP", 0)
+    poller = select.poll()
+    poller.register(sock, getattr(select, "POLLRDHUP", 0))
+    poller.register(pidfd, select.POLLIN)
+    while True:
+        try:
+            events = poller.poll()
+        except InterruptedError:
+            continue
+        for fd, event in events:
+            if fd == pidfd:
+                return _reap_code(worker)
+            if event & hangup:
+                return None
+
+
+def _reap_code(pid):
+    """The wait status of child `pid`, once it has ended."""
+    while True:
+        try:
+            return os.waitpid(pid, 0)[1]
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            return 0
+
+
+def _kill_members(members):
+    """Kills every process listed in the control group's member list (`members`, an open
+    descriptor; -1: no group) but this one, in rounds until none is left (the same as the first
+    worker's keeper in the bootstrap, which runs before this module exists)."""
     for _ in range(50 if members >= 0 else 0):
         try:
             others = [int(p) for p in os.pread(members, 1 << 20, 0).split() if int(p) != os.getpid()]
@@ -937,7 +992,6 @@ def _watch_branch_host(sock, worker, members):
             except OSError:
                 pass
         time.sleep(0.01)
-    os._exit(0)
 
 
 def _become_branch(sock, handover, shadow, stderr, directory):

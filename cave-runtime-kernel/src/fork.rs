@@ -1,7 +1,8 @@
 //! Branches of a live session: [`KernelRuntime::fork`], a runtime of its own whose process is a
 //! copy-on-write copy of the running one, with the host's side of the registration copied.
 
-use crate::runtime::KernelRuntime;
+use crate::link::{Started, Transport};
+use crate::runtime::{Inner, KernelRuntime};
 use crate::worker::{Worker, lock};
 use cave_core::RuntimeError;
 use std::sync::Arc;
@@ -28,6 +29,39 @@ impl KernelRuntime {
     /// are shared with it. Only a local child process can fork: a runtime on a kernel behind a
     /// Jupyter server answers [`RuntimeError::NotSupported`].
     pub async fn fork(&self) -> Result<KernelRuntime, RuntimeError> {
+        let (started, branch) = self
+            .fork_worker(|transport, inner| {
+                let branch = KernelRuntime::with_boxed_transport(transport);
+                let copy = branch.inner();
+                *lock(&copy.registry) = lock(&inner.registry).clone();
+                *lock(&copy.owned) = lock(&inner.owned).clone();
+                *lock(&copy.files) = lock(&inner.files).clone();
+                *lock(&copy.handles) = lock(&inner.handles).clone();
+                *lock(&copy.callables) = lock(&inner.callables).clone();
+                copy.next_handle
+                    .store(inner.next_handle.load(Ordering::SeqCst), Ordering::SeqCst);
+                branch
+            })
+            .await?;
+        let copy = branch.inner();
+        let worker = Worker::handshake(started, copy.settings(), copy.callables.clone())
+            .await
+            .map_err(|e| RuntimeError::Backend {
+                operation: "fork",
+                message: e.to_string(),
+            })?;
+        *copy.current.lock().await = Some(worker);
+        Ok(branch)
+    }
+
+    /// Forks the running process (started if needed) into a branch's worker, started and not
+    /// yet handshaken, and what `made` makes of the transport of the branch's later fresh
+    /// processes and this runtime's side, while nothing can register (the host's side as it
+    /// is at the fork).
+    pub(crate) async fn fork_worker<T>(
+        &self,
+        made: impl FnOnce(Box<dyn Transport>, &Inner) -> T,
+    ) -> Result<(Started, T), RuntimeError> {
         let inner = self.inner();
         let process = inner.process().await?;
         let current = inner.current.lock().await;
@@ -51,39 +85,23 @@ impl KernelRuntime {
                 message: "a cell is running: fork between cells".to_owned(),
             });
         }
-        let settings = inner.settings();
-        let (started, transport) = process
-            .fork(settings.start_timeout)
-            .await
-            .map_err(|error| match error {
-                crate::KernelError::Died => RuntimeError::ProcessDied {
-                    operation: "fork",
-                    reason: error.to_string(),
-                },
-                other => RuntimeError::Backend {
-                    operation: "fork",
-                    message: other.to_string(),
-                },
-            })?;
-        let branch = KernelRuntime::with_boxed_transport(transport);
-        let copy = branch.inner();
-        // The host's side, as it is now: nothing registers while the current process is held.
-        *lock(&copy.registry) = lock(&inner.registry).clone();
-        *lock(&copy.owned) = lock(&inner.owned).clone();
-        *lock(&copy.files) = lock(&inner.files).clone();
-        *lock(&copy.handles) = lock(&inner.handles).clone();
-        *lock(&copy.callables) = lock(&inner.callables).clone();
-        copy.next_handle
-            .store(inner.next_handle.load(Ordering::SeqCst), Ordering::SeqCst);
+        let (started, transport) =
+            process
+                .fork(inner.settings().start_timeout)
+                .await
+                .map_err(|error| match error {
+                    crate::KernelError::Died => RuntimeError::ProcessDied {
+                        operation: "fork",
+                        reason: error.to_string(),
+                    },
+                    other => RuntimeError::Backend {
+                        operation: "fork",
+                        message: other.to_string(),
+                    },
+                })?;
+        let made = made(transport, inner);
         drop(current);
-        let worker = Worker::attach(started, copy.settings(), copy.callables.clone())
-            .await
-            .map_err(|e| RuntimeError::Backend {
-                operation: "fork",
-                message: e.to_string(),
-            })?;
-        *copy.current.lock().await = Some(worker);
-        Ok(branch)
+        Ok((started, made))
     }
 
     /// `count` branches of this session ([`fork`](Self::fork)), each made or failed on its own:

@@ -40,6 +40,7 @@ mod runtime;
 mod sandbox;
 mod spec;
 mod stale;
+mod template;
 mod worker;
 
 pub use checkpoint::Checkpoint;

@@ -49,6 +49,9 @@ pub(crate) struct Started {
     pub(crate) ended: watch::Receiver<bool>,
     /// What the worker is, for messages ("/usr/bin/python3", "the Jupyter kernel at …").
     pub(crate) what: String,
+    /// The worker has its sources already (a branch, forked from a worker): the handshake
+    /// only waits for its `ready`.
+    pub(crate) has_sources: bool,
 }
 
 /// Acts on one started worker beyond its frames.

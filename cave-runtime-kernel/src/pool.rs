@@ -5,8 +5,7 @@
 //! bound.
 
 use crate::KernelError;
-use crate::child::ChildTransport;
-use crate::config::{KernelConfig, WorkerSettings};
+use crate::config::WorkerSettings;
 use crate::link::Transport;
 use crate::worker::{Callables, Worker};
 use cave_core::lock;
@@ -31,6 +30,11 @@ pub struct PoolConfig {
     /// pool tries again after this, doubled with each failure in a row up to 64 times it;
     /// `None`: only the next take tries again.
     pub retry: Option<Duration>,
+    /// Code every worker has run before it is taken (`import pandas, numpy`): the pool runs it
+    /// once, in a template worker, and fills itself with copies (forks) of it, so that a
+    /// session starts with its imports and values in milliseconds. `None`: fresh workers.
+    /// Local workers only (a kernel behind a Jupyter server cannot be copied).
+    pub setup: Option<String>,
 }
 
 /// The most a failed start's retry delay is doubled.
@@ -45,6 +49,7 @@ impl Default for PoolConfig {
             max_starting: 2,
             idle_timeout: Some(Duration::from_secs(600)),
             retry: Some(Duration::from_secs(1)),
+            setup: None,
         }
     }
 }
@@ -67,6 +72,13 @@ impl PoolConfig {
     /// Lets the ready workers go after `timeout` without a take (`None`: never).
     pub fn idle_timeout(mut self, timeout: Option<Duration>) -> Self {
         self.idle_timeout = timeout;
+        self
+    }
+
+    /// Has every worker run `code` before it is taken: forks of a template that ran it once
+    /// (see [`setup`](Self::setup)).
+    pub fn setup(mut self, code: impl Into<String>) -> Self {
+        self.setup = Some(code.into());
         self
     }
 
@@ -148,13 +160,6 @@ struct PoolState {
 }
 
 impl KernelPool {
-    /// A pool of child workers with `config`'s interpreter, limits and sandbox (each worker in a
-    /// work directory of its own). Nothing starts until [`fill`](Self::fill) or the first take.
-    pub fn new(config: KernelConfig, pool: PoolConfig) -> Result<Self, KernelError> {
-        let transport = ChildTransport::per_worker(config)?;
-        Ok(Self::with_transport(Arc::new(transport), pool))
-    }
-
     /// A pool of the workers `transport` starts.
     pub(crate) fn with_transport(transport: Arc<dyn Transport>, pool: PoolConfig) -> Self {
         Self {

@@ -191,6 +191,9 @@ pub(crate) struct Worker {
     pub(crate) version: (u32, u32, u32),
     /// Where its host calls go.
     callables: CallableSlot,
+    /// Held while a branch is forked: the descriptors handed over and the request that takes
+    /// them go in the same order.
+    forking: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Worker {
@@ -204,29 +207,11 @@ impl std::fmt::Debug for Worker {
 
 impl Worker {
     /// Hands a started worker the sources, waits for its `ready`, and serves its frames.
+    /// (A branch has its sources: it is only waited for.)
     pub(crate) async fn handshake(
         started: Started,
         settings: &crate::config::WorkerSettings,
         callables: Callables,
-    ) -> Result<Arc<Worker>, KernelError> {
-        Self::connect(started, settings, callables, true).await
-    }
-
-    /// Waits for the `ready` of a started worker that has its sources already (a branch,
-    /// forked from a worker), and serves its frames.
-    pub(crate) async fn attach(
-        started: Started,
-        settings: &crate::config::WorkerSettings,
-        callables: Callables,
-    ) -> Result<Arc<Worker>, KernelError> {
-        Self::connect(started, settings, callables, false).await
-    }
-
-    async fn connect(
-        started: Started,
-        settings: &crate::config::WorkerSettings,
-        callables: Callables,
-        send_sources: bool,
     ) -> Result<Arc<Worker>, KernelError> {
         let max_frame = settings.max_frame;
         let Started {
@@ -234,6 +219,7 @@ impl Worker {
             socket,
             ended,
             what,
+            has_sources,
         } = started;
         let setup = |e: std::io::Error| KernelError::Start {
             message: e.to_string(),
@@ -256,8 +242,9 @@ impl Worker {
             max_frame,
             version: (0, 0, 0),
             callables: Arc::new(Mutex::new(callables)),
+            forking: tokio::sync::Mutex::new(()),
         };
-        if send_sources {
+        if !has_sources {
             worker
                 .send(&Data::Owned(sources()))
                 .map_err(|e| KernelError::Start {
@@ -401,6 +388,7 @@ impl Worker {
         &self,
         start_timeout: std::time::Duration,
     ) -> Result<(Started, Box<dyn crate::link::Transport>), KernelError> {
+        let _forking = self.forking.lock().await;
         let branch = self.link.prepare_branch()?;
         let dir = branch.dir().map(|d| d.to_string_lossy().into_owned());
         let reply = self

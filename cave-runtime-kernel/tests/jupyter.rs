@@ -758,3 +758,17 @@ fn a_jupyter_runtime_has_its_own_defaults() {
         "the server's interpreter, not one the host picks"
     );
 }
+
+/// A pool of Jupyter kernels cannot run setup code in a template (a remote kernel cannot be
+/// forked): refused when the pool is made, saying what to do instead.
+#[test]
+fn a_jupyter_pool_with_setup_code_is_refused() {
+    let config = cave_runtime_kernel::JupyterConfig::new("http://127.0.0.1:9");
+    let refused = cave_runtime_kernel::KernelPool::jupyter(
+        config,
+        cave_runtime_kernel::PoolConfig::new(1).setup("import json"),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(refused.contains("cannot be copied"), "{refused}");
+}

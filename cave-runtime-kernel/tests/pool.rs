@@ -172,3 +172,52 @@ async fn a_failed_start_is_tried_again_in_the_background() {
     runtime.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A pool with setup code hands out forks of a template that ran it once: every session starts
+/// with its imports and values, each on its own (a change in one is unseen in another), and a
+/// session's fresh process after a crash is a fork of the template too. Setup code that raises
+/// fails the pool's starts with what it raised.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_template_pool_hands_out_sessions_that_ran_its_setup() {
+    let pool = KernelPool::new(
+        KernelConfig::default(),
+        PoolConfig::new(2).setup("import json\nloaded = [json.dumps({'ok': 1})]"),
+    )
+    .unwrap();
+    pool.fill();
+    pool.filled(2).await.unwrap();
+    let first = KernelRuntime::from_pool(&pool);
+    let second = KernelRuntime::from_pool(&pool);
+    let run = |rt: &KernelRuntime, code: &'static str| {
+        let rt = rt.clone();
+        async move { rt.execute(code, &DiscardOutput).await.unwrap() }
+    };
+    assert_eq!(
+        run(&first, "loaded.append(2)\nprint(loaded)").await.output,
+        "['{\"ok\": 1}', 2]\n"
+    );
+    assert_eq!(
+        run(&second, "print(loaded)").await.output,
+        "['{\"ok\": 1}']\n"
+    );
+    assert_ne!(pid(&first).await, pid(&second).await);
+    let crashed = run(&first, "import os\nos._exit(1)").await;
+    assert!(crashed.state_lost);
+    assert_eq!(
+        run(&first, "print(loaded, json.loads(loaded[0]))")
+            .await
+            .output,
+        "['{\"ok\": 1}'] {'ok': 1}\n"
+    );
+
+    let broken = KernelPool::new(
+        KernelConfig::default(),
+        PoolConfig::new(1).setup("import no_such_module_here"),
+    )
+    .unwrap();
+    let error = broken.filled(1).await.unwrap_err().to_string();
+    assert!(
+        error.contains("setup code failed") && error.contains("ModuleNotFoundError"),
+        "{error}"
+    );
+}

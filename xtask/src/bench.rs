@@ -306,9 +306,11 @@ fn peer_figures(root: &Path, python: &Path, quick: bool) -> Result<Peer, String>
     Peer::parse(&stdout)
 }
 
-/// The tables the load measurements write under `target/tmp` (cave-agent's `benches/load.rs`,
-/// cave-runtime-kernel's `benches/jupyter.rs`), with their titles in the report.
-const LOAD_TABLES: [(&str, &str); 2] = [
+/// The tables measurements write under `target/tmp` (cave-agent's `benches/load.rs`,
+/// cave-runtime-kernel's `benches/jupyter.rs` and `benches/fork.rs`), with their titles in the
+/// report.
+const LOAD_TABLES: [(&str, &str); 3] = [
+    ("fork-table.md", "Branches of a live session (fork)"),
     (
         "load-table.md",
         "Load: concurrent agent sessions on the kernel runtime",
@@ -349,8 +351,15 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
         args.push("--quick");
     }
     // The Jupyter transport's benchmark runs against a local Kernel Gateway (skipped without).
-    let jupyter = crate::test_env::jupyter(root);
-    let env: Vec<(&str, &str)> = jupyter
+    let mut bench_env = crate::test_env::jupyter(root);
+    // The fork benchmark's pandas rows need an interpreter with pandas.
+    if let Some(python) = crate::test_env::pandas_python(root) {
+        bench_env.push((
+            "CAVE_BENCH_PANDAS_PYTHON".to_owned(),
+            python.display().to_string(),
+        ));
+    }
+    let env: Vec<(&str, &str)> = bench_env
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();

@@ -31,6 +31,20 @@ pub(crate) fn selected_python() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("python3"))
 }
 
+/// An interpreter with pandas and numpy for the benchmarks that need them (the fork
+/// benchmark's large namespace and template pool): the selected one, or the test virtualenv's
+/// when `cargo xtask test` made it; `None` when neither has them (those rows are skipped).
+pub(crate) fn pandas_python(root: &Path) -> Option<PathBuf> {
+    let venv = root
+        .join("target")
+        .join("test-venv")
+        .join("bin")
+        .join("python");
+    [selected_python(), venv]
+        .into_iter()
+        .find(|python| python.exists() && imports(python, &["pandas", "numpy"]))
+}
+
 fn imports(python: &Path, packages: &[&str]) -> bool {
     let code = packages
         .iter()

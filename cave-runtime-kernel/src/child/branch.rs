@@ -271,6 +271,7 @@ impl PreparedBranch for Branch {
                 socket: this.socket,
                 ended,
                 what,
+                has_sources: true,
             },
             Box::new(transport),
         ))

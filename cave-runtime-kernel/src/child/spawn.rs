@@ -177,6 +177,7 @@ pub(super) async fn spawn(
         socket: host,
         ended,
         what: python.display().to_string(),
+        has_sources: false,
     })
 }
 

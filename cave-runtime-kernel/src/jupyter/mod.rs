@@ -203,6 +203,11 @@ impl crate::KernelPool {
                 "a pool starts kernels of its own: a configuration that attaches to a given kernel cannot be pooled",
             ));
         }
+        if pool.setup.is_some() {
+            return Err(failed(
+                "a pool's setup code runs in a template its workers are forked from, and a kernel behind a Jupyter server cannot be copied: use a pool of local workers (KernelPool::new), or run the setup in each session",
+            ));
+        }
         Ok(crate::KernelPool::with_transport(
             std::sync::Arc::new(JupyterTransport::new(config)),
             pool,
@@ -408,6 +413,7 @@ async fn connect(config: &JupyterConfig, max_frame: usize) -> Result<Started, Ke
         socket: host,
         ended,
         what: format!("the Jupyter kernel at {}", config.url),
+        has_sources: false,
     })
 }
 
