@@ -1,5 +1,5 @@
-//! `cargo xtask test --pythons`: the kernel runtime's tests (the runtime contract, lifecycle,
-//! faults, sandbox, checkpoints) with every Python this machine has (pyenv's versions,
+//! `cargo xtask test --pythons`: the kernel runtime's tests of its child process (the runtime
+//! contract, lifecycle, faults, sandbox, checkpoints, branches, pools) with every Python this machine has (pyenv's versions,
 //! `python3.N` on `PATH`), one line per interpreter, older ones checked to be refused; then
 //! the in-process runtime built against a second libpython (the newest found that has a shared
 //! library, when it is not the one the workspace builds against), in a target directory of its
@@ -11,6 +11,23 @@ use std::process::Command;
 
 /// The oldest Python the kernel runtime supports (its worker says so at start too).
 const MINIMUM: (u32, u32) = cave_python::MIN_PYTHON;
+
+/// The kernel runtime's tests of its child process, run on every Python: not the Jupyter
+/// transport's (`jupyter*`, `enterprise_gateway*`), whose kernels are the gateway's interpreter
+/// whichever this one is, and which take half the time; nor the doctests, the same everywhere.
+const CHILD_TESTS: &[&str] = &[
+    "checkpoint",
+    "contract",
+    "faults",
+    "fork",
+    "fork_contract",
+    "host",
+    "lifecycle",
+    "output",
+    "pool",
+    "pool_contract",
+    "sandbox",
+];
 
 /// Interpreters by version (`(3, 12)`): the full version and the executable.
 type Found = BTreeMap<(u32, u32), (String, PathBuf)>;
@@ -183,14 +200,19 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
             }
             continue;
         }
+        let mut args = vec![
+            "test",
+            "-p",
+            "cave-runtime-kernel",
+            "--all-features",
+            "--quiet",
+            "--lib",
+        ];
+        for test in CHILD_TESTS {
+            args.extend(["--test", test]);
+        }
         let result = cargo(
-            &[
-                "test",
-                "-p",
-                "cave-runtime-kernel",
-                "--all-features",
-                "--quiet",
-            ],
+            &args,
             // These interpreters have no matplotlib (the test environment's has).
             &[
                 ("CAVE_PYTHON", python.as_str()),
@@ -200,7 +222,7 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
         tested += 1;
         match result {
             Ok(()) => println!(
-                "python {full} ({python}): the kernel runtime's tests passed (the contract, lifecycle, faults, sandbox, checkpoints)"
+                "python {full} ({python}): the kernel runtime's tests passed (the contract, lifecycle, faults, sandbox, checkpoints, branches, pools)"
             ),
             Err(e) => {
                 println!("python {full} ({python}): FAILED ({e})");
@@ -224,5 +246,27 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
             "the runtime's tests failed on Python {}",
             failed.join(", ")
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// Every test of the kernel runtime but the Jupyter transport's runs on every Python: a new
+    /// test file is in `CHILD_TESTS` or named for the transport.
+    #[test]
+    fn every_child_test_runs_on_every_python() {
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../cave-runtime-kernel/tests");
+        let mut missing = Vec::new();
+        for entry in std::fs::read_dir(dir).expect("the kernel runtime's tests") {
+            let name = entry.expect("an entry").file_name();
+            let Some(test) = name.to_str().and_then(|n| n.strip_suffix(".rs")) else {
+                continue;
+            };
+            let jupyter = test.starts_with("jupyter") || test.starts_with("enterprise_gateway");
+            if !jupyter && !super::CHILD_TESTS.contains(&test) {
+                missing.push(test.to_owned());
+            }
+        }
+        assert!(missing.is_empty(), "not run on every Python: {missing:?}");
     }
 }
