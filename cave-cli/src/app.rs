@@ -1178,6 +1178,10 @@ fn doctor() -> Exit {
     }
     println!("Processes: {}", cave_agent::kernel::containment_support());
     println!(
+        "Egress allowlist (--allow-net): {}",
+        cave_agent::kernel::egress_support()
+    );
+    println!(
         "Default limits (--sandbox strict): {}",
         cave_agent::kernel::KernelConfig::new().limits_in_force()
     );

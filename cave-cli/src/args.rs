@@ -446,6 +446,21 @@ pub struct RuntimeArgs {
     /// this machine supports.
     #[arg(long, value_name = "MODE", help_heading = "Runtime")]
     pub sandbox: Option<SandboxMode>,
+    /// Kernel runtime, strict sandbox: the hosts cells may reach, through a proxy the host
+    /// runs (`HOST[:PORT],...`; `*.example.org` for its subdomains; no port: 443 and 80);
+    /// nothing else is reachable. Names are resolved by the host; one that resolves to a
+    /// loopback or private address needs that address listed too.
+    #[arg(
+        long,
+        value_name = "HOSTS",
+        value_delimiter = ',',
+        help_heading = "Runtime"
+    )]
+    pub allow_net: Vec<String>,
+    /// Kernel runtime, with --allow-net: what the session may download through the proxy in
+    /// all (e.g. 500M); past it connections are cut and refused.
+    #[arg(long, value_name = "SIZE", value_parser = units::parse_size, help_heading = "Runtime")]
+    pub max_egress: Option<u64>,
     /// Jupyter runtime: the server (http://host:port, with its base path); its token comes
     /// from JUPYTER_TOKEN.
     #[arg(long, value_name = "URL", help_heading = "Runtime")]

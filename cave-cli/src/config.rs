@@ -728,6 +728,8 @@ fn runtime(args: &RuntimeArgs) -> Result<RuntimeChoice, ConfigError> {
         ("--max-file-size", args.max_file_size.is_some()),
         ("--no-spare", args.no_spare),
         ("--sandbox", args.sandbox.is_some()),
+        ("--allow-net", !args.allow_net.is_empty()),
+        ("--max-egress", args.max_egress.is_some()),
     ];
     let jupyter_only = [
         ("--jupyter-url", args.jupyter_url.is_some()),
@@ -804,10 +806,26 @@ fn runtime(args: &RuntimeArgs) -> Result<RuntimeChoice, ConfigError> {
             Ok(RuntimeChoice::InProc { max_cell_output })
         }
         RuntimeKind::Kernel => {
-            let sandbox = match args.sandbox.unwrap_or(SandboxMode::Strict) {
+            let mut sandbox = match args.sandbox.unwrap_or(SandboxMode::Strict) {
                 SandboxMode::Strict => Sandbox::strict(),
+                SandboxMode::Off if !args.allow_net.is_empty() => usage!(
+                    "--allow-net applies to the strict sandbox (with --sandbox off every host is reachable)"
+                ),
                 SandboxMode::Off => Sandbox::off(),
             };
+            if !args.allow_net.is_empty() {
+                let allowlist = cave_agent::kernel::Allowlist::parse(
+                    args.allow_net
+                        .iter()
+                        .map(|e| e.trim())
+                        .filter(|e| !e.is_empty()),
+                )
+                .map_err(|e| ConfigError::Usage(e.to_string()))?;
+                sandbox = sandbox.allow_net(allowlist);
+            } else if args.max_egress.is_some() {
+                usage!("--max-egress bounds what --allow-net lets through: add --allow-net HOSTS");
+            }
+            sandbox = sandbox.max_egress(args.max_egress);
             let mut config = KernelConfig::new().spare(!args.no_spare).sandbox(sandbox);
             // An option changes one limit; the others keep the defaults of the sandbox.
             let mut limits = config.limits_in_force();

@@ -315,6 +315,12 @@ async fn the_kernel_is_sandboxed_by_default() {
         .output()
         .expect("runs");
     let listed = String::from_utf8_lossy(&doctor.stdout);
+    assert!(
+        listed.contains("Egress allowlist (--allow-net): supported")
+            || listed
+                .contains("Egress allowlist (--allow-net): unavailable: no network namespaces"),
+        "{listed}"
+    );
     let filesystem_supported = listed.contains("filesystem: supported");
     if filesystem_supported {
         assert_eq!(outputs[0].0, "PermissionError\n");
@@ -537,4 +543,72 @@ async fn the_audit_trail_is_appended_to_a_file() {
     );
     assert_eq!(records[3]["output"], "42\n");
     let _ = std::fs::remove_file(&path);
+}
+
+/// `--allow-net`: the model's code reaches the listed host through the host's proxy, and a
+/// host not listed is refused with the option that would allow it; bad entries and options
+/// that cannot apply are usage errors.
+#[tokio::test(flavor = "multi_thread")]
+async fn allow_net_lets_cells_reach_the_listed_hosts_only() {
+    let listener = std::net::TcpListener::bind("127.0.0.2:0").expect("binds");
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{BufRead, BufReader, Write};
+        for stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let _ = reader.get_mut().write_all(
+                b"HTTP/1.1 200 OK\r\ncontent-length: 7\r\nconnection: close\r\n\r\nreached",
+            );
+        }
+    });
+    let code = format!(
+        "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.2:{port}/').read().decode())\ntry:\n    urllib.request.urlopen('http://127.0.0.9:{port}/')\nexcept Exception as e:\n    print(e)"
+    );
+    let server =
+        TestServer::start([answer(&block(&code), 8, "stop"), answer("Done.", 8, "stop")]).await;
+    let allowed = format!("127.0.0.2:{port}");
+    let out = cave(&server, &["--allow-net", &allowed, "Fetch."]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let events = events(&out);
+    let output = results(&events)[0]["output"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    if stderr.contains("namespaces not allowed") {
+        eprintln!("skipped: no network namespaces here ({stderr})");
+        return;
+    }
+    assert!(output.starts_with("reached\n"), "{output}\n{stderr}");
+    assert!(
+        output.contains(&format!("--allow-net 127.0.0.9:{port}")),
+        "{output}"
+    );
+    for (args, said) in [
+        (vec!["--allow-net", "bad host"], "--allow-net \"bad host\""),
+        (
+            vec!["--allow-net", "pypi.org", "--sandbox", "off"],
+            "applies to the strict sandbox",
+        ),
+        (vec!["--max-egress", "1M"], "add --allow-net"),
+    ] {
+        let mut all = args.clone();
+        all.push("hi");
+        let out = cave(&server, &all);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(said), "{args:?}: {stderr}");
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_cave"))
+        .args(["run", "--model", "m", "--allow-net", "pypi.org", "hi"])
+        .output()
+        .expect("runs");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("--allow-net applies to the kernel runtime")
+    );
 }

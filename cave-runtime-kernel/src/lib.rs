@@ -43,6 +43,7 @@ mod stale;
 mod template;
 mod worker;
 
+pub use cave_egress::{Allowlist, AllowlistError};
 pub use checkpoint::Checkpoint;
 pub use config::{
     DEFAULT_FILE_SIZE, DEFAULT_MAX_FRAME, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,
@@ -53,7 +54,7 @@ pub use containment::support as containment_support;
 pub use jupyter::JupyterConfig;
 pub use pool::{KernelPool, PoolConfig, PoolStats};
 pub use runtime::{KernelRuntime, PROCESS_DIED};
-pub use sandbox::{Layer, LayerState, Sandbox, support as sandbox_support};
+pub use sandbox::{Layer, LayerState, Sandbox, egress_support, support as sandbox_support};
 
 /// The README's example, compiled and run as a doctest.
 #[cfg(doctest)]

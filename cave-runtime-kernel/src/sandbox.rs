@@ -43,6 +43,11 @@ pub struct Sandbox {
     pub readable: Vec<PathBuf>,
     /// More directories (or files) the child may read and write.
     pub writable: Vec<PathBuf>,
+    /// With the network layer on: the hosts the child may reach, through a proxy the host
+    /// runs (see [`allow_net`](Self::allow_net)). Empty: no network at all.
+    pub allow_net: cave_egress::Allowlist,
+    /// Bytes a session may download through the proxy, in all (`None`: no bound).
+    pub max_egress: Option<u64>,
 }
 
 impl Sandbox {
@@ -67,6 +72,22 @@ impl Sandbox {
     /// Lets the child read and write beneath `path` too.
     pub fn writable(mut self, path: impl Into<PathBuf>) -> Self {
         self.writable.push(path.into());
+        self
+    }
+    /// Lets the child reach the hosts `allowlist` lists, and nothing else: its own network
+    /// namespace keeps no route out, and a forward proxy the host runs (HTTP `CONNECT`, plain
+    /// HTTP) is its only way, at `http://127.0.0.1:3128` in the child, named by `HTTPS_PROXY`,
+    /// `HTTP_PROXY` and `ALL_PROXY` (which pip and Python's clients follow). Names are resolved
+    /// by the host; one that resolves to a loopback, link-local or private address is refused
+    /// unless that address is listed. Needs the network layer with namespaces (`cave doctor`
+    /// says whether this machine allows them). See docs/SANDBOX.md.
+    pub fn allow_net(mut self, allowlist: cave_egress::Allowlist) -> Self {
+        self.allow_net = allowlist;
+        self
+    }
+    /// Bounds what a session downloads through the proxy to `bytes` in all.
+    pub fn max_egress(mut self, bytes: Option<u64>) -> Self {
+        self.max_egress = bytes;
         self
     }
     /// Returns true if and only if no layer is on.
@@ -106,6 +127,27 @@ pub fn support() -> Vec<Layer> {
 
 /// Whether the child can enter new user and network namespaces (probed once, by starting a
 /// process that does).
+/// Whether an egress allowlist (`Sandbox::allow_net`) can hold on this machine, and how:
+/// what `cave doctor` prints.
+pub fn egress_support() -> String {
+    match namespaces_allowed() {
+        Ok(()) => {
+            let landlock = match landlock_abi() {
+                Ok(abi) if abi >= 4 => {
+                    format!("; Landlock ABI {abi} also holds cells to the proxy's port")
+                }
+                _ => String::new(),
+            };
+            format!(
+                "supported: the worker's own network namespace has no route out, and the host's proxy (port {PROXY_PORT} inside it) is its only way{landlock}"
+            )
+        }
+        Err(why) => format!(
+            "unavailable: no network namespaces here ({why}); with --allow-net no host is reachable (the sandbox refuses every new socket)"
+        ),
+    }
+}
+
 fn namespaces_allowed() -> Result<(), String> {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     PROBE
@@ -228,9 +270,97 @@ unsafe fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()>
     Ok(())
 }
 
+/// The port of the egress proxy inside the child's network namespace (its own: no other
+/// process listens there).
+pub(crate) const PROXY_PORT: u16 = 3128;
+
+/// The proxy's address, as the child's environment names it.
+pub(crate) const PROXY_URL: &str = "http://127.0.0.1:3128";
+
+/// In the child, inside its new network namespace: the loopback brought up, a socket listening
+/// on it at [`PROXY_PORT`], handed to the host over the hand-over socket (`SCM_RIGHTS`): the
+/// host's proxy accepts on it and connects out from the host's own namespace.
+///
+/// # Safety
+/// Only in a forked child before `exec`: system calls on stack values, no allocation.
+unsafe fn hand_over_proxy_listener(handover: i32) -> std::io::Result<()> {
+    let failed = std::io::Error::last_os_error;
+    // SAFETY: plain system calls on values on this stack frame.
+    unsafe {
+        let control = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if control < 0 {
+            return Err(failed());
+        }
+        let mut request: libc::ifreq = std::mem::zeroed();
+        request.ifr_name[0] = b'l' as libc::c_char;
+        request.ifr_name[1] = b'o' as libc::c_char;
+        if libc::ioctl(control, libc::SIOCGIFFLAGS, &mut request) != 0 {
+            let error = failed();
+            libc::close(control);
+            return Err(error);
+        }
+        request.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+        let up = libc::ioctl(control, libc::SIOCSIFFLAGS, &request);
+        let error = failed();
+        libc::close(control);
+        if up != 0 {
+            return Err(error);
+        }
+        let listener = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if listener < 0 {
+            return Err(failed());
+        }
+        let address = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: PROXY_PORT.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from_be_bytes([127, 0, 0, 1]).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let bound = libc::bind(
+            listener,
+            (&address as *const libc::sockaddr_in).cast(),
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        if bound != 0 || libc::listen(listener, 512) != 0 {
+            let error = failed();
+            libc::close(listener);
+            return Err(error);
+        }
+        // One byte, and the descriptor as ancillary data (room for one, aligned).
+        let byte = [b'p'];
+        let mut iov = libc::iovec {
+            iov_base: byte.as_ptr() as *mut libc::c_void,
+            iov_len: 1,
+        };
+        let mut space = [0u64; 4];
+        let mut message: libc::msghdr = std::mem::zeroed();
+        message.msg_iov = &mut iov;
+        message.msg_iovlen = 1;
+        message.msg_control = space.as_mut_ptr().cast();
+        message.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<i32>() as u32) as _;
+        let header = libc::CMSG_FIRSTHDR(&message);
+        (*header).cmsg_level = libc::SOL_SOCKET;
+        (*header).cmsg_type = libc::SCM_RIGHTS;
+        (*header).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<i32>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(header).cast::<i32>(), listener);
+        let sent = libc::sendmsg(handover, &message, libc::MSG_NOSIGNAL);
+        let error = failed();
+        libc::close(listener);
+        if sent != 1 {
+            return Err(error);
+        }
+    }
+    Ok(())
+}
+
 /// The layers, ready to apply in the child.
 pub(crate) struct Prepared {
     namespaces: Option<IdMaps>,
+    /// The hand-over socket the egress proxy's listener goes to, when the child may reach
+    /// the network through the host's proxy.
+    egress: Option<i32>,
     landlock: Option<OwnedFd>,
     /// Installed in order; each is self-contained (`Allow` when nothing matches).
     filters: Vec<BpfProgram>,
@@ -264,12 +394,14 @@ const SYSTEM_READABLE: &[&str] = &[
 
 impl Prepared {
     /// Prepares `sandbox` for a child running `python` (its `sys.prefix` and `sys.path`
-    /// readable) in `work_dir` (writable).
+    /// readable) in `work_dir` (writable); the egress proxy's listener, when the allowlist
+    /// lists hosts, goes to descriptor `handover`.
     pub(crate) fn new(
         sandbox: &Sandbox,
         python: &Path,
         python_dirs: &[PathBuf],
         work_dir: &Path,
+        handover: i32,
     ) -> Prepared {
         let mut layers = Vec::new();
         let mut filters = Vec::new();
@@ -281,24 +413,36 @@ impl Prepared {
             match namespaces_allowed() {
                 Ok(()) => {
                     namespaces = Some(IdMaps::current());
+                    let egress = if sandbox.allow_net.is_empty() {
+                        String::new()
+                    } else {
+                        format!(
+                            "; out only through the host's proxy, to {}",
+                            sandbox.allow_net.entries().join(", ")
+                        )
+                    };
                     match seccomp_available() {
                         Ok(()) => {
                             sockets = Sockets::NoUnix;
-                            LayerState::Active(
-                                "user and network namespaces; no new Unix-domain sockets (seccomp)"
-                                    .to_owned(),
-                            )
+                            LayerState::Active(format!(
+                                "user and network namespaces; no new Unix-domain sockets (seccomp){egress}"
+                            ))
                         }
                         Err(seccomp) => LayerState::Active(format!(
-                            "user and network namespaces; the host's Unix-domain sockets stay reachable ({seccomp})"
+                            "user and network namespaces; the host's Unix-domain sockets stay reachable ({seccomp}){egress}"
                         )),
                     }
                 }
                 Err(why) => match seccomp_available() {
                     Ok(()) => {
                         sockets = Sockets::None;
+                        let egress = if sandbox.allow_net.is_empty() {
+                            ""
+                        } else {
+                            "; the allowlist cannot apply without a network namespace: no host is reachable"
+                        };
                         LayerState::Active(format!(
-                            "seccomp: no new sockets (namespaces not allowed: {why})"
+                            "seccomp: no new sockets (namespaces not allowed: {why}){egress}"
                         ))
                     }
                     Err(seccomp) => LayerState::Unavailable(format!("{why}; {seccomp}")),
@@ -345,12 +489,19 @@ impl Prepared {
                 LayerState::Active("prctl".to_owned())
             },
         ));
+        let egress = (namespaces.is_some() && !sandbox.allow_net.is_empty()).then_some(handover);
         Prepared {
             namespaces,
+            egress,
             landlock,
             filters,
             layers,
         }
+    }
+
+    /// Whether the child hands the host its proxy's listener during its set-up.
+    pub(crate) fn sends_proxy_listener(&self) -> bool {
+        self.egress.is_some()
     }
 
     /// In the child, between `fork` and `exec`: namespaces, `no_new_privs`, Landlock,
@@ -365,6 +516,10 @@ impl Prepared {
     ) -> std::io::Result<()> {
         if let Some(maps) = &self.namespaces {
             maps.enter()?;
+        }
+        if let Some(handover) = self.egress {
+            // SAFETY: in the forked child, as `apply` itself.
+            unsafe { hand_over_proxy_listener(handover)? };
         }
         // SAFETY: plain system calls on prepared values.
         unsafe {
@@ -432,6 +587,14 @@ fn landlock_ruleset(
         .map_err(error)?
         .add_rules(path_beneath_rules(&writable, all))
         .map_err(error)?;
+    // The one TCP port a cell may connect to: the host's proxy, in its own namespace.
+    let ruleset = if sandbox.network && !sandbox.allow_net.is_empty() {
+        ruleset
+            .add_rule(landlock::NetPort::new(PROXY_PORT, AccessNet::ConnectTcp))
+            .map_err(error)?
+    } else {
+        ruleset
+    };
     let fd: Option<OwnedFd> = ruleset.into();
     let fd = fd.ok_or_else(|| "Landlock is not enforced by this kernel".to_owned())?;
     // Above the descriptors the child's set-up overwrites (3 to 5: its socket, shadow and
@@ -452,7 +615,11 @@ fn landlock_ruleset(
         work_dir.display()
     );
     if kernel >= 4 {
-        how.push_str("; no TCP");
+        if sandbox.network && !sandbox.allow_net.is_empty() {
+            how.push_str(&format!("; no TCP but to the proxy's port {PROXY_PORT}"));
+        } else {
+            how.push_str("; no TCP");
+        }
     }
     if kernel >= 6 {
         how.push_str("; no signals or abstract sockets outside");
@@ -759,7 +926,7 @@ mod tests {
         let dir = std::env::temp_dir();
         let python = Path::new("/usr/bin/python3");
         for _ in 0..3 {
-            let prepared = Prepared::new(&Sandbox::strict(), python, &[], &dir);
+            let prepared = Prepared::new(&Sandbox::strict(), python, &[], &dir, 5);
             let fd = prepared.landlock.as_ref().expect("a ruleset").as_raw_fd();
             assert!(fd >= 10, "the ruleset is on {fd}");
         }

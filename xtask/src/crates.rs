@@ -6,6 +6,7 @@ use std::process::Command;
 
 /// The library crates, in dependency order.
 const CRATES: &[&str] = &[
+    "cave-egress",
     "cave-core",
     "cave-cell",
     "cave-pytype",

@@ -286,12 +286,18 @@ mod tidy {
                 continue;
             }
             for (dep, kind) in deps {
-                // The core, and the support crates that depend on it alone: what every
-                // runtime does around a cell, Rust types as Python types, the interpreter's
-                // data.
+                // The core, and the support crates that depend on it alone (or on nothing of
+                // ours): what every runtime does around a cell, Rust types as Python types,
+                // the interpreter's data, the egress proxy.
                 let allowed = !dep.starts_with("cave-")
-                    || ["cave-core", "cave-cell", "cave-pytype", "cave-python"]
-                        .contains(&dep.as_str())
+                    || [
+                        "cave-core",
+                        "cave-cell",
+                        "cave-pytype",
+                        "cave-python",
+                        "cave-egress",
+                    ]
+                    .contains(&dep.as_str())
                     || kind == "dev";
                 assert!(
                     allowed,

@@ -18,6 +18,7 @@ const MINIMUM: (u32, u32) = cave_python::MIN_PYTHON;
 const CHILD_TESTS: &[&str] = &[
     "checkpoint",
     "contract",
+    "egress",
     "faults",
     "fork",
     "fork_contract",

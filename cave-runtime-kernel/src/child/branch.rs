@@ -41,6 +41,7 @@ pub(crate) struct Branch {
     limits: crate::Limits,
     enforcement: Vec<String>,
     sandbox: Vec<Layer>,
+    proxy: Option<Arc<super::egress::ProxyTask>>,
 }
 
 impl std::fmt::Debug for Branch {
@@ -165,6 +166,7 @@ impl Branch {
             limits: parent.limits.clone(),
             enforcement,
             sandbox: parent.sandbox.clone(),
+            proxy: parent.proxy.clone(),
         })
     }
 }
@@ -264,6 +266,7 @@ impl PreparedBranch for Branch {
             handover: this.handover,
             config: this.config,
             interpreter: this.interpreter,
+            proxy: this.proxy,
         };
         Ok((
             Started {

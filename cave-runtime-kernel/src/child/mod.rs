@@ -2,6 +2,7 @@
 //! limits, control group and sandbox, reached on a socket pair.
 
 mod branch;
+mod egress;
 mod end;
 mod spawn;
 
@@ -42,6 +43,9 @@ pub(crate) struct ChildTransport {
     /// Each worker gets a directory of its own instead (a pool's workers serve different
     /// sessions), removed with it.
     dir_per_worker: bool,
+    /// The proxy the workers reach their allowlisted hosts through (one per transport: the
+    /// session's downloads are counted together, across restarts).
+    egress: Option<cave_egress::EgressProxy>,
 }
 
 impl ChildTransport {
@@ -65,6 +69,7 @@ impl ChildTransport {
         };
         Ok(Self {
             settings: config.settings(),
+            egress: egress::proxy_for(&config.sandbox_in_force()),
             config: Arc::new(config),
             python,
             resolved: tokio::sync::OnceCell::new(),
@@ -95,6 +100,7 @@ impl ChildTransport {
         settings.spare = false;
         Self {
             settings,
+            egress: egress::proxy_for(&config.sandbox_in_force()),
             python: config
                 .python
                 .clone()
@@ -166,7 +172,7 @@ impl Transport for ChildTransport {
             .as_ref()
             .map(|w| w.path().to_owned())
             .or_else(|| self.work_dir());
-        spawn::spawn(&self.config, interpreter, dir, own).await
+        spawn::spawn(&self.config, interpreter, dir, own, self.egress.as_ref()).await
     }
 
     fn python(&self) -> Option<&Path> {
@@ -204,6 +210,9 @@ struct ChildLink {
     /// What started the child, for a branch's fresh processes.
     config: Arc<KernelConfig>,
     interpreter: Interpreter,
+    /// The egress proxy serving the child's namespace (shared with its branches, which live in
+    /// the same namespace).
+    proxy: Option<Arc<egress::ProxyTask>>,
 }
 
 impl ChildLink {

@@ -86,6 +86,7 @@ pub(super) async fn spawn(
     interpreter: &super::Interpreter,
     work_dir: Option<PathBuf>,
     own_dir: Option<Arc<crate::sandbox::WorkDir>>,
+    egress: Option<&cave_egress::EgressProxy>,
 ) -> Result<Started, KernelError> {
     let python = interpreter.executable.as_path();
     let (host, child) = std::os::unix::net::UnixStream::pair().map_err(setup)?;
@@ -96,8 +97,14 @@ pub(super) async fn spawn(
     let mut limits = config.limits_in_force();
     let group = control_group(config, &mut limits);
     let members = group.as_deref().map(ChildGroup::members);
-    let mut command = command(config, python, members.as_deref(), work_dir.as_deref());
     let sandbox = config.sandbox_in_force();
+    let mut command = command(
+        config,
+        python,
+        members.as_deref(),
+        work_dir.as_deref(),
+        egress.is_some(),
+    );
     // Where a cell's whole output is written for the child to read: its work directory (the
     // only one a sandboxed child may read besides its interpreter's), else a temporary one.
     let spool_dir = match &work_dir {
@@ -114,8 +121,9 @@ pub(super) async fn spawn(
         if let Some(members) = &members {
             sandbox = sandbox.readable(members);
         }
-        crate::sandbox::Prepared::new(&sandbox, python, &interpreter.dirs, &dir)
+        crate::sandbox::Prepared::new(&sandbox, python, &interpreter.dirs, &dir, HANDOVER_FD)
     });
+    let egress = egress.filter(|_| sandbox.as_ref().is_some_and(|s| s.sends_proxy_listener()));
     let layers = sandbox
         .as_ref()
         .map(|s| s.layers.clone())
@@ -156,6 +164,14 @@ pub(super) async fn spawn(
     if let Some(stderr) = stderr {
         last_words.clone().keep(stderr.into());
     }
+    // The child made its proxy's listener before `exec` (or failed its start): it is waiting.
+    let proxy = match egress {
+        Some(proxy) => Some(Arc::new(
+            super::egress::serve_child_listener(&handover, proxy, config.worker.start_timeout)
+                .await?,
+        )),
+        None => None,
+    };
     let link = ChildLink {
         copies: Copies::new(pid),
         pgid: pid,
@@ -171,6 +187,7 @@ pub(super) async fn spawn(
         handover,
         config: Arc::new(config.clone()),
         interpreter: interpreter.clone(),
+        proxy,
     };
     Ok(Started {
         link: Box::new(link),
@@ -219,6 +236,7 @@ fn command(
     python: &Path,
     members: Option<&Path>,
     work_dir: Option<&Path>,
+    egress: bool,
 ) -> Command {
     let mut command = Command::new(python);
     command
@@ -240,6 +258,20 @@ fn command(
         .stderr(Stdio::piped());
     if let Some(dir) = work_dir {
         command.current_dir(dir);
+    }
+    if egress {
+        // What pip, requests, httpx and urllib follow (lower case for curl and wget).
+        for variable in [
+            "HTTPS_PROXY",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+            "https_proxy",
+            "http_proxy",
+            "all_proxy",
+        ] {
+            command.env(variable, crate::sandbox::PROXY_URL);
+        }
+        command.env_remove("NO_PROXY").env_remove("no_proxy");
     }
     command
 }
