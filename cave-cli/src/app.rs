@@ -471,7 +471,7 @@ impl Session {
             None => model.clone(),
         };
         let compactor = compactor(&model, summarizer, context_window);
-        let (runtime, provisions) = open_runtime(provisions, audit.as_deref()).await?;
+        let (runtime, provisions) = open_runtime(provisions, audit.as_ref()).await?;
 
         let info = model.info();
         let mut builder = match &runtime {
@@ -1011,7 +1011,7 @@ async fn mcp_serve(config: config::ServeConfig) -> anyhow::Result<()> {
         None => Some(McpStdio::take()?),
         Some(_) => None,
     };
-    let (backend, provisions) = open_runtime(provisions, audit.as_deref()).await?;
+    let (backend, provisions) = open_runtime(provisions, audit.as_ref()).await?;
     let _capture = match (&stdio, &backend) {
         (Some(_), Backend::InProc(rt)) => {
             cave_agent::inproc::send_stray_output_to_stderr()?;
@@ -1301,9 +1301,29 @@ fn compactor(
 /// The runtime chosen, started now where starting can fail in a way the user should hear
 /// before the model is asked (a Jupyter server's URL or token, the sandbox's layers, which
 /// are then reported, and recorded in the audit log).
+/// Writes each connection through the egress proxy to the audit trail (`"kind": "egress"`).
+struct AuditedEgress(Arc<cave_agent::AuditLog>);
+
+impl cave_agent::kernel::EgressObserver for AuditedEgress {
+    fn connection(&self, record: &cave_agent::kernel::EgressRecord) {
+        self.0.record(
+            "egress",
+            serde_json::json!({
+                "host": record.host,
+                "port": record.port,
+                "address": record.address.map(|a| a.to_string()),
+                "allowed": record.allowed,
+                "reason": record.reason,
+                "sent": record.sent,
+                "received": record.received,
+            }),
+        );
+    }
+}
+
 async fn open_runtime(
     config: config::RuntimeConfig,
-    audit: Option<&cave_agent::AuditLog>,
+    audit: Option<&Arc<cave_agent::AuditLog>>,
 ) -> anyhow::Result<(Backend, Provisions)> {
     let config::RuntimeConfig {
         variables,
@@ -1337,7 +1357,11 @@ async fn open_runtime(
         }
         RuntimeChoice::Kernel(config) => {
             let sandboxed = !config.sandbox_in_force().is_off();
-            let rt = KernelRuntime::with_config(*config)
+            let mut config = *config;
+            if let Some(audit) = audit {
+                config = config.egress_observer(Arc::new(AuditedEgress(audit.clone())));
+            }
+            let rt = KernelRuntime::with_config(config)
                 .context("the kernel runtime could not be set up")?;
             if sandboxed {
                 rt.start()

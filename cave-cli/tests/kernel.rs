@@ -546,8 +546,8 @@ async fn the_audit_trail_is_appended_to_a_file() {
 }
 
 /// `--allow-net`: the model's code reaches the listed host through the host's proxy, and a
-/// host not listed is refused with the option that would allow it; bad entries and options
-/// that cannot apply are usage errors.
+/// host not listed is refused with the option that would allow it; both are in the audit
+/// trail; bad entries and options that cannot apply are usage errors.
 #[tokio::test(flavor = "multi_thread")]
 async fn allow_net_lets_cells_reach_the_listed_hosts_only() {
     let listener = std::net::TcpListener::bind("127.0.0.2:0").expect("binds");
@@ -571,7 +571,19 @@ async fn allow_net_lets_cells_reach_the_listed_hosts_only() {
     let server =
         TestServer::start([answer(&block(&code), 8, "stop"), answer("Done.", 8, "stop")]).await;
     let allowed = format!("127.0.0.2:{port}");
-    let out = cave(&server, &["--allow-net", &allowed, "Fetch."]);
+    let audit =
+        std::env::temp_dir().join(format!("cave-egress-audit-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&audit);
+    let out = cave(
+        &server,
+        &[
+            "--allow-net",
+            &allowed,
+            "--audit",
+            audit.to_str().unwrap(),
+            "Fetch.",
+        ],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let events = events(&out);
@@ -588,6 +600,25 @@ async fn allow_net_lets_cells_reach_the_listed_hosts_only() {
         output.contains(&format!("--allow-net 127.0.0.9:{port}")),
         "{output}"
     );
+    let trail = std::fs::read_to_string(&audit).unwrap_or_default();
+    let egress: Vec<Json> = trail
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Json>(l).ok())
+        .filter(|r| r["kind"] == "egress")
+        .collect();
+    assert!(
+        egress.iter().any(|r| r["allowed"] == true
+            && r["host"] == "127.0.0.2"
+            && r["received"].as_u64() > Some(0)),
+        "{trail}"
+    );
+    assert!(
+        egress
+            .iter()
+            .any(|r| r["allowed"] == false && r["host"] == "127.0.0.9"),
+        "{trail}"
+    );
+    let _ = std::fs::remove_file(&audit);
     for (args, said) in [
         (vec!["--allow-net", "bad host"], "--allow-net \"bad host\""),
         (

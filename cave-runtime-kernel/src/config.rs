@@ -217,6 +217,9 @@ pub struct KernelConfig {
     /// drives (see docs/SANDBOX.md). Default: on.
     pub control_group: bool,
     pub(crate) pre_exec: Option<PreExec>,
+    /// Told of every connection through the egress proxy (`Sandbox::allow_net`), besides the
+    /// log: an audit trail.
+    pub(crate) egress_observer: Option<Arc<dyn cave_egress::EgressObserver>>,
 }
 
 impl Default for KernelConfig {
@@ -230,6 +233,7 @@ impl Default for KernelConfig {
             sandbox: None,
             control_group: true,
             pre_exec: None,
+            egress_observer: None,
         }
     }
 }
@@ -346,6 +350,13 @@ impl KernelConfig {
         self.pre_exec = Some(hook);
         self
     }
+
+    /// Tells `observer` of every connection the egress proxy lets through or refuses (host,
+    /// port, bytes each way, why refused), with `Sandbox::allow_net`: the CLI's `--audit`.
+    pub fn egress_observer(mut self, observer: Arc<dyn cave_egress::EgressObserver>) -> Self {
+        self.egress_observer = Some(observer);
+        self
+    }
 }
 
 impl fmt::Debug for KernelConfig {
@@ -359,6 +370,7 @@ impl fmt::Debug for KernelConfig {
             .field("sandbox", &self.sandbox)
             .field("control_group", &self.control_group)
             .field("pre_exec", &self.pre_exec.is_some())
+            .field("egress_observer", &self.egress_observer.is_some())
             .finish()
     }
 }

@@ -43,7 +43,7 @@ mod stale;
 mod template;
 mod worker;
 
-pub use cave_egress::{Allowlist, AllowlistError};
+pub use cave_egress::{Allowlist, AllowlistError, EgressObserver, EgressRecord};
 pub use checkpoint::Checkpoint;
 pub use config::{
     DEFAULT_FILE_SIZE, DEFAULT_MAX_FRAME, DEFAULT_OPEN_FILES, DEFAULT_PROCESSES,

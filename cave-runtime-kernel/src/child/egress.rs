@@ -19,12 +19,14 @@ impl Drop for ProxyTask {
     }
 }
 
-/// Logs every connection (the audit trail and the events take them from the runtime later).
-#[derive(Debug)]
-pub(crate) struct Logged;
+/// Logs every connection, and tells the configuration's observer (an audit trail).
+pub(crate) struct Logged(Option<Arc<dyn EgressObserver>>);
 
 impl EgressObserver for Logged {
     fn connection(&self, record: &EgressRecord) {
+        if let Some(observer) = &self.0 {
+            observer.connection(record);
+        }
         if record.allowed {
             tracing::info!(host = %record.host, port = record.port, address = ?record.address, sent = record.sent, received = record.received, "egress");
         } else {
@@ -33,12 +35,13 @@ impl EgressObserver for Logged {
     }
 }
 
-/// The session's proxy for `sandbox`, when it lets the child reach some hosts.
-pub(crate) fn proxy_for(sandbox: &crate::Sandbox) -> Option<EgressProxy> {
+/// The session's proxy for `config`'s sandbox, when it lets the child reach some hosts.
+pub(crate) fn proxy_for(config: &crate::KernelConfig) -> Option<EgressProxy> {
+    let sandbox = config.sandbox_in_force();
     (sandbox.network && !sandbox.allow_net.is_empty()).then(|| {
         EgressProxy::new(sandbox.allow_net.clone())
             .max_download(sandbox.max_egress)
-            .observer(Arc::new(Logged))
+            .observer(Arc::new(Logged(config.egress_observer.clone())))
     })
 }
 

@@ -69,7 +69,7 @@ impl ChildTransport {
         };
         Ok(Self {
             settings: config.settings(),
-            egress: egress::proxy_for(&config.sandbox_in_force()),
+            egress: egress::proxy_for(&config),
             config: Arc::new(config),
             python,
             resolved: tokio::sync::OnceCell::new(),
@@ -100,7 +100,7 @@ impl ChildTransport {
         settings.spare = false;
         Self {
             settings,
-            egress: egress::proxy_for(&config.sandbox_in_force()),
+            egress: egress::proxy_for(&config),
             python: config
                 .python
                 .clone()
