@@ -1,5 +1,5 @@
 //! `cargo xtask test --pythons`: the kernel runtime's tests of its child process (the runtime
-//! contract, lifecycle, faults, sandbox, checkpoints, branches, pools) with every Python this machine has (pyenv's versions,
+//! contract, lifecycle, faults, sandbox, checkpoints, branches, pools, egress) with every Python this machine has (pyenv's versions,
 //! `python3.N` on `PATH`), one line per interpreter, older ones checked to be refused; then
 //! the in-process runtime built against a second libpython (the newest found that has a shared
 //! library, when it is not the one the workspace builds against), in a target directory of its
@@ -223,7 +223,7 @@ pub fn run(cargo: impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String>) -> Re
         tested += 1;
         match result {
             Ok(()) => println!(
-                "python {full} ({python}): the kernel runtime's tests passed (the contract, lifecycle, faults, sandbox, checkpoints, branches, pools)"
+                "python {full} ({python}): the kernel runtime's tests passed (the contract, lifecycle, faults, sandbox, checkpoints, branches, pools, egress)"
             ),
             Err(e) => {
                 println!("python {full} ({python}): FAILED ({e})");
