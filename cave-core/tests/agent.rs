@@ -1333,6 +1333,21 @@ async fn an_exec_timeout_needs_an_interruptible_runtime() {
     assert!(err.to_string().contains("interrupter"));
 }
 
+/// An agent whose one cell, `code`, runs on a runtime that answers an interrupt with
+/// `outcome`, under a limit of 0.5 s.
+fn timed(code: &str, outcome: Interruption) -> (Setup, Agent) {
+    let s = Setup::with(
+        ScriptedModel::new([Reply::text(block(code)), Reply::text("ok")]),
+        FakeRuntime::interruptible(outcome),
+    );
+    let agent = s
+        .builder()
+        .max_exec_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap();
+    (s, agent)
+}
+
 #[tokio::test(start_paused = true)]
 async fn an_execution_past_its_limit_is_interrupted() {
     for (outcome, code, state_lost, notice) in [
@@ -1350,15 +1365,7 @@ async fn an_execution_past_its_limit_is_interrupted() {
             Some(prompt::INTERRUPT_PENDING_NOTICE),
         ),
     ] {
-        let s = Setup::with(
-            ScriptedModel::new([Reply::text(block(code)), Reply::text("ok")]),
-            FakeRuntime::interruptible(outcome),
-        );
-        let mut agent = s
-            .builder()
-            .max_exec_timeout(Duration::from_millis(500))
-            .build()
-            .unwrap();
+        let (s, mut agent) = timed(code, outcome);
         assert!(
             agent
                 .system_prompt()
@@ -1386,15 +1393,7 @@ async fn an_execution_past_its_limit_is_interrupted() {
         (Interruption::StateLost, true),
         (Interruption::Delivered, false),
     ] {
-        let s = Setup::with(
-            ScriptedModel::new([Reply::text(block("spin()")), Reply::text("ok")]),
-            FakeRuntime::interruptible(outcome),
-        );
-        let mut agent = s
-            .builder()
-            .max_exec_timeout(Duration::from_millis(500))
-            .build()
-            .unwrap();
+        let (_s, mut agent) = timed("spin()", outcome);
         assert_eq!(agent.run("go").await.state_lost, state_lost, "{outcome:?}");
     }
 }

@@ -807,10 +807,11 @@ def _drop_checkpoint(checkpoint_id):
 _BRANCH_FDS = ("socket", "handover", "shadow", "stderr", "status")
 
 
-def _fork(request_id, directory):
+def _fork(request_id, directory, source):
     """Forks a branch: a copy of this process that the host serves as a runtime of its own, on
     the descriptors it handed over just before this request (`_BRANCH_FDS`), working in
-    `directory` (the copy of this one's) unless it is empty. Answers the pid
+    `directory` (where it copies the files of `source`, this one's) unless it is empty.
+    Answers the pid
     of the branch's keeper (`_keep_branch`), the process the host moves into the branch's
     control group before the branch's worker is forked from it."""
     import socket
@@ -853,7 +854,7 @@ def _fork(request_id, directory):
         return
     try:
         _State.forked = False
-        _keep_branch(fds, directory)
+        _keep_branch(fds, directory, source)
     finally:
         os._exit(70)
 
@@ -865,6 +866,37 @@ def _reap(pid):
         pass
 
 
+# Where a work directory keeps its branches' directories (`BRANCHES_DIR` in the host).
+_BRANCHES_DIR = ".cave-branches"
+
+
+def _copy_work_dir(source, target):
+    """Copies the files, directories and links beneath `source` into `target` (the branches'
+    directories left out), here in the sandbox rather than in the host: a link a cell left is
+    copied as a link, never followed, and nothing the sandbox keeps from this process is read.
+    Pipes and other special files are left out. Walked with a list: no recursion."""
+    import shutil
+    import stat
+
+    pending = [(source, target, True)]
+    while pending:
+        here, there, top = pending.pop()
+        with os.scandir(here) as entries:
+            for entry in entries:
+                if top and entry.name == _BRANCHES_DIR:
+                    continue
+                destination = os.path.join(there, entry.name)
+                mode = entry.stat(follow_symlinks=False).st_mode
+                if stat.S_ISLNK(mode):
+                    os.symlink(os.readlink(entry.path), destination)
+                elif stat.S_ISDIR(mode):
+                    os.mkdir(destination)
+                    pending.append((entry.path, destination, False))
+                elif stat.S_ISREG(mode):
+                    shutil.copyfile(entry.path, destination, follow_symlinks=False)
+                    shutil.copymode(entry.path, destination, follow_symlinks=False)
+
+
 def _close_all_but(kept):
     """Closes every descriptor from 3 up but those in `kept`."""
     start = 3
@@ -874,7 +906,7 @@ def _close_all_but(kept):
     os.closerange(start, min(os.sysconf("SC_OPEN_MAX"), 1 << 20))
 
 
-def _keep_branch(fds, directory):
+def _keep_branch(fds, directory, source):
     """The branch's first process: a session of its own (the parent's process-group kill does
     not reach it), moved into the branch's control group by the host, then the parent of the
     branch's worker. It tells the host the worker's pid and, once the worker has ended, its
@@ -897,7 +929,7 @@ def _keep_branch(fds, directory):
             os.close(status)
             if members >= 0:
                 os.close(members)
-            _become_branch(sock, handover, shadow, stderr, directory)
+            _become_branch(sock, handover, shadow, stderr, directory, source)
         finally:
             os._exit(70)
     # Nothing here makes garbage cycles, and a collection would write to (and so copy) the
@@ -994,7 +1026,7 @@ def _kill_members(members):
         time.sleep(0.01)
 
 
-def _become_branch(sock, handover, shadow, stderr, directory):
+def _become_branch(sock, handover, shadow, stderr, directory, source):
     """Makes this copy a worker of its own: the branch's socket, hand-over socket, output
     shadow and stderr in place of the parent's; fresh pipes for the output of descriptors 1
     and 2; none of the parent's checkpoints; then says it is ready and serves."""
@@ -1047,6 +1079,7 @@ def _become_branch(sock, handover, shadow, stderr, directory):
     _State.writable = select.poll()
     _State.writable.register(_State.fd, select.POLLOUT)
     if directory:
+        _copy_work_dir(source, directory)
         os.chdir(directory)
     signal.signal(signal.SIGINT, _on_sigint)
     _capture_descriptors()
@@ -1187,7 +1220,7 @@ def _handle(message):
     elif operation == "drop_checkpoint":
         _drop_checkpoint(message[2])
     elif operation == "fork":
-        _fork(request_id, message[2])
+        _fork(request_id, message[2], message[3])
     elif operation == "stop":
         _reply(request_id, "ok", None)
         if _Jupyter.kernel is not None:

@@ -2,7 +2,7 @@
 //! copy-on-write copy of the running one, with the host's side of the registration copied.
 
 use crate::link::{Started, Transport};
-use crate::runtime::{Inner, KernelRuntime};
+use crate::runtime::{Inner, KernelRuntime, died};
 use crate::worker::{Worker, lock};
 use cave_core::RuntimeError;
 use std::sync::Arc;
@@ -46,10 +46,7 @@ impl KernelRuntime {
         let copy = branch.inner();
         let worker = Worker::handshake(started, copy.settings(), copy.callables.clone())
             .await
-            .map_err(|e| RuntimeError::Backend {
-                operation: "fork",
-                message: e.to_string(),
-            })?;
+            .map_err(|e| died("fork", e))?;
         *copy.current.lock().await = Some(worker);
         Ok(branch)
     }
@@ -85,20 +82,10 @@ impl KernelRuntime {
                 message: "a cell is running: fork between cells".to_owned(),
             });
         }
-        let (started, transport) =
-            process
-                .fork(inner.settings().start_timeout)
-                .await
-                .map_err(|error| match error {
-                    crate::KernelError::Died => RuntimeError::ProcessDied {
-                        operation: "fork",
-                        reason: error.to_string(),
-                    },
-                    other => RuntimeError::Backend {
-                        operation: "fork",
-                        message: other.to_string(),
-                    },
-                })?;
+        let (started, transport) = process
+            .fork(inner.settings().start_timeout)
+            .await
+            .map_err(|e| died("fork", e))?;
         let made = made(transport, inner);
         drop(current);
         Ok((started, made))

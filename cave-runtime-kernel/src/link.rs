@@ -128,8 +128,8 @@ pub(crate) trait Link: Send + Sync + 'static {
 /// its ends, for the `fork` request that follows.
 #[async_trait]
 pub(crate) trait PreparedBranch: Send {
-    /// The branch's own directory, when it has one (a copy of its parent's).
-    fn dir(&self) -> Option<&Path>;
+    /// The branch's own directory and its parent's, whose files it copies (when it has one).
+    fn dir(&self) -> Option<(&Path, &Path)>;
     /// Starts the branch whose first process the worker forked as `keeper`: returns it as a
     /// started worker (its `ready` still to come) and the transport of its later fresh
     /// processes.

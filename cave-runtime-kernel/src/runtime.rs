@@ -215,7 +215,7 @@ impl std::fmt::Debug for KernelRuntime {
 }
 
 /// A failure of the link to the worker, as the seam types it.
-fn died(operation: &'static str, error: KernelError) -> RuntimeError {
+pub(crate) fn died(operation: &'static str, error: KernelError) -> RuntimeError {
     match error {
         KernelError::Died => RuntimeError::ProcessDied {
             operation,

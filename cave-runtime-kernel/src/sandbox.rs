@@ -980,10 +980,31 @@ mod tests {
 #[derive(Debug)]
 pub(crate) struct WorkDir {
     path: PathBuf,
-    /// Locked (`flock`) until the runtime drops it; closed on exec, so children do not hold it.
-    _held: Option<std::fs::File>,
+    /// The directory, opened: a branch's directory is made through it, whatever a cell has
+    /// done to the names on the path since (a link in place of `.cave-branches` is not
+    /// followed). A runtime's own is locked (`flock`) until it is dropped; closed on exec, so
+    /// children do not hold it.
+    held: std::fs::File,
+    /// A branch's: its parent's branches directory, opened, and its name there (removed
+    /// through them).
+    within: Option<(std::fs::File, String)>,
     /// A branch's directory lies inside its parent's, which is kept until the branch's goes.
-    _parent: Option<std::sync::Arc<WorkDir>>,
+    parent: Option<std::sync::Arc<WorkDir>>,
+}
+
+/// `name` in the directory `dir` is open on, as a path that does not depend on the names
+/// above it (`/proc/self/fd/N/name`).
+fn beneath(dir: &std::fs::File, name: &str) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}/{name}", dir.as_raw_fd()))
+}
+
+/// Opens a directory, refusing a symbolic link in its place.
+fn open_directory(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(path)
 }
 
 /// Where a work directory keeps its branches' directories (inside it, so that the sandbox's
@@ -1019,60 +1040,62 @@ impl WorkDir {
         let _ = held.try_lock();
         Ok(WorkDir {
             path,
-            _held: Some(held),
-            _parent: None,
+            held,
+            within: None,
+            parent: None,
         })
     }
 
-    /// A directory for a branch of the process working in `parent`: inside it (beneath
-    /// [`BRANCHES_DIR`]), with a copy of its files (the branches' directories left out).
-    /// `std::fs::copy` clones a file's blocks where the filesystem can.
+    /// An empty directory for a branch of the process working in `parent`: inside it
+    /// (beneath [`BRANCHES_DIR`], so that the parent's Landlock rule covers it), made through
+    /// the parent's open directory, never through a link a cell put in the way. The branch
+    /// copies its parent's files into it itself, inside the sandbox.
     pub(crate) fn branch(parent: &std::sync::Arc<WorkDir>) -> std::io::Result<WorkDir> {
         use std::sync::atomic::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
-        let branches = parent.path.join(BRANCHES_DIR);
-        std::fs::create_dir_all(&branches)?;
-        let path = branches.join(NEXT.fetch_add(1, Ordering::Relaxed).to_string());
-        std::fs::create_dir(&path)?;
-        let dir = WorkDir {
-            path,
-            _held: None,
-            _parent: Some(parent.clone()),
+        match std::fs::create_dir(beneath(&parent.held, BRANCHES_DIR)) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e),
+            _ => {}
+        }
+        let branches = open_directory(&beneath(&parent.held, BRANCHES_DIR)).map_err(|e| {
+            std::io::Error::other(format!(
+                "{BRANCHES_DIR} in the work directory is not the runtime's directory ({e})"
+            ))
+        })?;
+        // A name a cell made first is skipped.
+        let mut tries = 0;
+        let name = loop {
+            let name = NEXT.fetch_add(1, Ordering::Relaxed).to_string();
+            match std::fs::create_dir(beneath(&branches, &name)) {
+                Ok(()) => break name,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && tries < 64 => {
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
         };
-        copy_tree(&parent.path, &dir.path, BRANCHES_DIR)?;
-        Ok(dir)
+        let held = open_directory(&beneath(&branches, &name))?;
+        Ok(WorkDir {
+            path: parent.path.join(BRANCHES_DIR).join(&name),
+            held,
+            within: Some((branches, name)),
+            parent: Some(parent.clone()),
+        })
+    }
+
+    /// The directory of the runtime the branches descend from: made by the host outside any
+    /// sandbox, so no cell can put a link on its path.
+    pub(crate) fn root(&self) -> &Path {
+        match &self.parent {
+            Some(parent) => parent.root(),
+            None => &self.path,
+        }
     }
 
     /// Its path.
     pub(crate) fn path(&self) -> &Path {
         &self.path
     }
-}
-
-/// Copies the files, directories and symbolic links beneath `from` into `to` (which exists),
-/// but the top-level entry named `skip`. Links are copied as links, not followed; other kinds
-/// of file (sockets, pipes) are left out. Walked with a stack: a deep tree cannot exhaust it.
-fn copy_tree(from: &Path, to: &Path, skip: &str) -> std::io::Result<()> {
-    let mut pending = vec![(from.to_owned(), to.to_owned(), true)];
-    while let Some((source, target, top)) = pending.pop() {
-        for entry in std::fs::read_dir(&source)? {
-            let entry = entry?;
-            if top && entry.file_name() == skip {
-                continue;
-            }
-            let kind = entry.file_type()?;
-            let destination = target.join(entry.file_name());
-            if kind.is_dir() {
-                std::fs::create_dir(&destination)?;
-                pending.push((entry.path(), destination, false));
-            } else if kind.is_symlink() {
-                std::os::unix::fs::symlink(std::fs::read_link(entry.path())?, &destination)?;
-            } else if kind.is_file() {
-                std::fs::copy(entry.path(), &destination)?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Removes the work directories in `parent` that no host holds and that are older than
@@ -1101,7 +1124,12 @@ fn sweep_work_dirs(parent: &Path, unlocked_for: std::time::Duration) {
 
 impl Drop for WorkDir {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.path);
+        // A branch's through its parent's open branches directory: a link a cell put on the
+        // path is not followed (and `remove_dir_all` follows none below).
+        let _ = match &self.within {
+            Some((branches, name)) => std::fs::remove_dir_all(beneath(branches, name)),
+            None => std::fs::remove_dir_all(&self.path),
+        };
     }
 }
 

@@ -390,9 +390,17 @@ impl Worker {
     ) -> Result<(Started, Box<dyn crate::link::Transport>), KernelError> {
         let _forking = self.forking.lock().await;
         let branch = self.link.prepare_branch()?;
-        let dir = branch.dir().map(|d| d.to_string_lossy().into_owned());
+        let (dir, source) = branch.dir().map_or_else(Default::default, |(dir, source)| {
+            (
+                dir.to_string_lossy().into_owned(),
+                source.to_string_lossy().into_owned(),
+            )
+        });
         let reply = self
-            .request("fork", vec![Data::from(dir.as_deref().unwrap_or(""))])
+            .request(
+                "fork",
+                vec![Data::from(dir.as_str()), Data::from(source.as_str())],
+            )
             .await?;
         let keeper = match (reply.status, reply.payload) {
             (Status::Ok, Value::Int(pid)) => pid as i32,

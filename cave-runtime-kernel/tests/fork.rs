@@ -353,3 +353,42 @@ async fn a_pooled_runtime_forks_in_the_sandbox() {
         "2\n"
     );
 }
+
+/// Model output is hostile: a cell that puts a link where the branches' directories go, or
+/// links to a file outside, gets the host to make, copy or read nothing outside the work
+/// directory; the fork refuses, or the link is copied as a link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn links_a_cell_leaves_take_the_host_nowhere() {
+    let outside = std::env::temp_dir().join(format!("cave-fork-outside-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&outside);
+    std::fs::create_dir_all(&outside).unwrap();
+    std::fs::write(outside.join("secret.txt"), "hunter2").unwrap();
+    let parent = KernelRuntime::with_config(config().sandbox(Sandbox::strict())).expect("python");
+    let out = run(
+        &parent,
+        &format!(
+            "import os\nos.symlink({:?}, 'secret-link')\nos.symlink({:?}, '.cave-branches')",
+            outside.join("secret.txt").display().to_string(),
+            outside.display().to_string()
+        ),
+    )
+    .await;
+    assert!(out.success(), "{out:?}");
+    let refused = parent.fork().await;
+    assert!(refused.is_err(), "a fork through the link");
+    assert_eq!(
+        std::fs::read_dir(&outside).unwrap().count(),
+        1,
+        "the host made nothing outside"
+    );
+    run(&parent, "os.remove('.cave-branches')").await;
+    let branch = parent.fork().await.expect("forks");
+    let out = run(
+        &branch,
+        "print(os.path.islink('secret-link'))\ntry:\n    open('secret-link').read()\nexcept OSError as e:\n    print(type(e).__name__)",
+    )
+    .await;
+    assert_eq!(out.output, "True\nPermissionError\n", "{out:?}");
+    drop(branch);
+    let _ = std::fs::remove_dir_all(&outside);
+}

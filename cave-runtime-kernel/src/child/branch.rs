@@ -35,6 +35,8 @@ pub(crate) struct Branch {
     status: OwnedFd,
     group: Option<Arc<ChildGroup>>,
     own_dir: Option<Arc<WorkDir>>,
+    /// The parent's directory, whose files the branch copies into its own.
+    copied_from: Option<PathBuf>,
     spool_dir: PathBuf,
     config: Arc<KernelConfig>,
     interpreter: Interpreter,
@@ -138,9 +140,12 @@ impl Branch {
             .map(|dir| WorkDir::branch(dir).map(Arc::new))
             .transpose()
             .map_err(|e| failed("a copy of the work directory", e))?;
+        // The host writes a cell's whole output there for the branch to read: the family's
+        // root, on whose path no cell can put a link (the branch's own lies beneath names a
+        // cell could replace).
         let spool_dir = own_dir
             .as_ref()
-            .map_or_else(|| parent.spool_dir.clone(), |d| d.path().to_owned());
+            .map_or_else(|| parent.spool_dir.clone(), |d| d.root().to_owned());
         let mut fds = vec![
             socket_child.as_raw_fd(),
             handover_child.as_raw_fd(),
@@ -150,6 +155,7 @@ impl Branch {
         ];
         fds.extend(members.as_ref().map(AsRawFd::as_raw_fd));
         send_fds(&parent.handover, &fds).map_err(|e| failed("handing over its descriptors", e))?;
+        // The parent's report, its first line (how processes end with the session) said anew.
         let mut enforcement = vec![crate::containment::describe(group.is_some())];
         enforcement.extend(parent.enforcement.iter().skip(1).cloned());
         Ok(Self {
@@ -159,6 +165,7 @@ impl Branch {
             stderr,
             status,
             group,
+            copied_from: parent.own_dir.as_ref().map(|d| d.path().to_owned()),
             own_dir,
             spool_dir,
             config: parent.config.clone(),
@@ -173,8 +180,9 @@ impl Branch {
 
 #[async_trait]
 impl PreparedBranch for Branch {
-    fn dir(&self) -> Option<&std::path::Path> {
-        self.own_dir.as_deref().map(WorkDir::path)
+    fn dir(&self) -> Option<(&std::path::Path, &std::path::Path)> {
+        let dir = self.own_dir.as_deref()?;
+        Some((dir.path(), self.copied_from.as_deref()?))
     }
 
     /// Into its control group, go, and the worker's pid from the keeper.
