@@ -78,6 +78,9 @@ class _State:
     root = True
     # A pipe on which a copy handing over to the next one tells the root the new server's pid.
     announce = (-1, -1)
+    # The pipe to the session's guard (`guard.rs`), -1: none. Every process of the family keeps
+    # it, branches too: the guard spares the tree of each branch's keeper announced there.
+    guard_fd = -1
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     # The last request followed its predecessor's reply within `_BURST_SECONDS`.
     burst = False
@@ -850,6 +853,12 @@ def _fork(request_id, directory, source):
             os.close(fd)
         # The keeper is this process's child until it ends: reaped here, not left a zombie.
         threading.Thread(target=_reap, args=(pid,), name="cave-branch-reaper", daemon=True).start()
+        if _State.guard_fd >= 0:
+            # The guard kills what is beneath it when this session ends, but not a branch.
+            try:
+                os.write(_State.guard_fd, (-pid).to_bytes(8, "little", signed=True))
+            except OSError:
+                pass
         _reply(request_id, "ok", pid)
         return
     try:
@@ -1059,6 +1068,8 @@ def _become_branch(sock, handover, shadow, stderr, directory, source):
         os.close(write_fd)
     _Checkpoints.table.clear()
     for fd in (*_State.announce, _State.pump_fd, _State.wake_read, _State.wake_fd):
+        if fd == _State.guard_fd:
+            continue
         try:
             os.close(fd)
         except OSError:
@@ -1345,10 +1356,11 @@ def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
             os.environ["MPLBACKEND"] = kernel_backend
 
 
-def main(fd, max_frame, shadow_fd, shadow_size, handover_fd=-1):
+def main(fd, max_frame, shadow_fd, shadow_size, handover_fd=-1, announce_fd=-1):
     """Serves the host on descriptor `fd` until it says stop or goes away; `shadow_fd` is the
     memory file where unsent output waits, `handover_fd` the socket a branch's descriptors
-    come on."""
+    come on, `announce_fd` the pipe to this process's guard, when it has one (the host's
+    `guard.rs`: where no control group holds the session)."""
     try:
         import mmap
 
@@ -1359,7 +1371,15 @@ def main(fd, max_frame, shadow_fd, shadow_size, handover_fd=-1):
         _Buffered.shadow = None
     _State.fd = fd
     _State.max_frame = max_frame
-    _State.announce = os.pipe()
+    if announce_fd >= 0:
+        # The guard, this process's parent, is the root of the tree and learns from here who
+        # serves after a rollback and which processes lead branches.
+        os.set_inheritable(announce_fd, False)
+        _State.announce = (-1, announce_fd)
+        _State.root = False
+        _State.guard_fd = announce_fd
+    else:
+        _State.announce = os.pipe()
     _State.handover = handover_fd
     if handover_fd >= 0:
         os.set_inheritable(handover_fd, False)

@@ -8,9 +8,13 @@
 //!   the socket, and when the host's end closes (the host stopped, dropped or lost the runtime,
 //!   or died) it kills every process listed in the group and ends.
 //! - The worker is a child subreaper: what its cells orphan stays its descendant, and the host
-//!   kills that tree before the worker on every end it drives. Without a control group this is
-//!   the whole of it, and a worker that dies by itself (a crash) or a host killed with SIGKILL
-//!   leaves detached processes behind (said by `enforcement()` and `cave doctor`).
+//!   kills that tree before the worker on every end it drives.
+//! - Without a control group, the process the host starts is the worker's *guard*
+//!   (`guard.rs`), a child subreaper outside the sandbox and the worker's parent: every orphan
+//!   comes to it, and when the host's end of the socket closes or the serving process ends (a
+//!   crash), it kills every process beneath it. What it cannot hold: a cell that kills the
+//!   guard first (the same user; Landlock ABI 6 and later forbids the signal) orphans its
+//!   processes to the system.
 
 use std::collections::HashSet;
 use std::sync::Mutex;
@@ -36,7 +40,7 @@ pub(crate) fn describe(control_group: bool) -> String {
     if control_group {
         "processes end with the session: a control group, also when the host is killed".to_owned()
     } else {
-        "processes end with the session: a child subreaper (no control group: processes a cell detaches outlive a crash of the worker or a host killed by SIGKILL)".to_owned()
+        "processes end with the session: a guard process, the parent of the worker (no control group: a cell that kills the guard first leaves what it detached behind)".to_owned()
     }
 }
 

@@ -31,6 +31,7 @@ mod config;
 mod containment;
 mod environment;
 mod fork;
+mod guard;
 #[cfg(feature = "jupyter")]
 mod jupyter;
 mod link;

@@ -158,6 +158,10 @@ impl Copies {
             held: Mutex::new(HashMap::new()),
         }
     }
+    /// `pid` serves from the start (a guard's child, not the process the host started).
+    pub(crate) fn started(&self, pid: i32) {
+        self.serving.store(pid, Ordering::SeqCst);
+    }
     /// The process serving now.
     pub(crate) fn serving(&self) -> i32 {
         self.serving.load(Ordering::SeqCst)

@@ -287,6 +287,13 @@ impl Worker {
             });
         };
         worker.version = version;
+        // Where a guard started the worker (`guard.rs`), the process serving is its child.
+        if let (Some(copies), Some(pid)) = (
+            worker.link.copies(),
+            ready.ok().flatten().as_ref().and_then(ready_pid),
+        ) {
+            copies.started(pid);
+        }
         tracing::info!(pid = ?worker.pid(), ?version, enforcement = ?worker.link.enforcement(), "kernel worker started");
         if (version.0, version.1) < MIN_PYTHON {
             worker.kill(None);
@@ -638,6 +645,17 @@ fn sources() -> Value {
             cave_python::KERNEL.into(),
         ]),
     ])
+}
+
+/// The pid of the process serving, from the worker's `ready` message.
+fn ready_pid(ready: &Value) -> Option<i32> {
+    match ready {
+        Value::Tuple(items) => match items.get(3) {
+            Some(Value::Int(pid)) => i32::try_from(*pid).ok().filter(|&pid| pid > 0),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 /// The interpreter's version from the worker's `ready` message.

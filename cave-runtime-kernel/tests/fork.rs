@@ -126,31 +126,33 @@ async fn host_objects_are_the_same_object_in_every_branch() {
 }
 
 /// A fork of a fork works; a crash of one branch touches no other; ending the parent ends no
-/// branch.
+/// branch: with a control group per branch, and without (under the parent session's guard).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn branches_live_on_their_own() {
-    let parent = KernelRuntime::with_config(config()).expect("python");
-    run(&parent, "depth = 0").await;
-    let child = parent.fork().await.expect("forks");
-    run(&child, "depth += 1").await;
-    let grandchild = child.fork().await.expect("a fork of a fork");
-    run(&grandchild, "depth += 1").await;
-    assert_eq!(run(&grandchild, "print(depth)").await.output, "2\n");
-    let crashed = run(&child, "import os\nos._exit(1)").await;
-    assert!(crashed.state_lost, "{crashed:?}");
-    assert_eq!(run(&grandchild, "print(depth)").await.output, "2\n");
-    assert_eq!(run(&parent, "print(depth)").await.output, "0\n");
-    let pids = [
-        parent.pid().await.expect("running"),
-        grandchild.pid().await.expect("running"),
-    ];
-    parent.stop().await;
-    drop(parent);
-    assert!(ends(pids[0]), "the parent's process ended");
-    assert!(alive(pids[1]), "the grandchild lives on");
-    assert_eq!(run(&grandchild, "print(depth)").await.output, "2\n");
-    grandchild.stop().await;
-    assert!(ends(pids[1]));
+    for config in [config(), config().control_group(false)] {
+        let parent = KernelRuntime::with_config(config.clone()).expect("python");
+        run(&parent, "depth = 0").await;
+        let child = parent.fork().await.expect("forks");
+        run(&child, "depth += 1").await;
+        let grandchild = child.fork().await.expect("a fork of a fork");
+        run(&grandchild, "depth += 1").await;
+        assert_eq!(run(&grandchild, "print(depth)").await.output, "2\n");
+        let crashed = run(&child, "import os\nos._exit(1)").await;
+        assert!(crashed.state_lost, "{crashed:?}");
+        assert_eq!(run(&grandchild, "print(depth)").await.output, "2\n");
+        assert_eq!(run(&parent, "print(depth)").await.output, "0\n");
+        let pids = [
+            parent.pid().await.expect("running"),
+            grandchild.pid().await.expect("running"),
+        ];
+        parent.stop().await;
+        drop(parent);
+        assert!(ends(pids[0]), "the parent's process ended");
+        assert!(alive(pids[1]), "the grandchild lives on");
+        assert_eq!(run(&grandchild, "print(depth)").await.output, "2\n");
+        grandchild.stop().await;
+        assert!(ends(pids[1]));
+    }
 }
 
 /// Checkpoints and rollbacks work in a branch, and the parent's checkpoints are not the
@@ -260,7 +262,11 @@ async fn host_held_with_branches() {
     if std::env::var_os("CAVE_KERNEL_TEST_BRANCHES").is_none() {
         return;
     }
-    let parent = KernelRuntime::with_config(config()).expect("python");
+    let config = match std::env::var("CAVE_KERNEL_TEST_BRANCHES").as_deref() {
+        Ok("no control group") => config().control_group(false),
+        _ => config(),
+    };
+    let parent = KernelRuntime::with_config(config).expect("python");
     parent.start().await.expect("starts");
     let first = parent.fork().await.expect("forks");
     let second = first.fork().await.expect("forks");
@@ -272,32 +278,36 @@ async fn host_held_with_branches() {
     tokio::time::sleep(Duration::from_secs(120)).await;
 }
 
+/// The host killed by SIGKILL: every branch ends, with control groups and without.
 #[test]
 fn a_killed_host_ends_every_branch() {
-    let mut host = std::process::Command::new(std::env::current_exe().expect("this test binary"))
-        .args([
-            "--exact",
-            "host_held_with_branches",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("CAVE_KERNEL_TEST_BRANCHES", "1")
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("the host starts");
-    let stdout = host.stdout.take().expect("piped");
-    let line = BufReader::new(stdout)
-        .lines()
-        .map_while(Result::ok)
-        .find_map(|l| l.split_once("pids ").map(|(_, pids)| pids.to_owned()))
-        .expect("the host reports its processes");
-    let pids: Vec<u32> = line.split(' ').map(|p| p.parse().expect("a pid")).collect();
-    assert_eq!(pids.len(), 3);
-    assert!(pids.iter().all(|&p| alive(p)));
-    host.kill().expect("SIGKILL");
-    host.wait().expect("reaped");
-    for pid in pids {
-        assert!(ends(pid), "process {pid} outlived its host");
+    for mode in ["control groups", "no control group"] {
+        let mut host =
+            std::process::Command::new(std::env::current_exe().expect("this test binary"))
+                .args([
+                    "--exact",
+                    "host_held_with_branches",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env("CAVE_KERNEL_TEST_BRANCHES", mode)
+                .stdout(std::process::Stdio::piped())
+                .spawn()
+                .expect("the host starts");
+        let stdout = host.stdout.take().expect("piped");
+        let line = BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find_map(|l| l.split_once("pids ").map(|(_, pids)| pids.to_owned()))
+            .expect("the host reports its processes");
+        let pids: Vec<u32> = line.split(' ').map(|p| p.parse().expect("a pid")).collect();
+        assert_eq!(pids.len(), 3);
+        assert!(pids.iter().all(|&p| alive(p)));
+        host.kill().expect("SIGKILL");
+        host.wait().expect("reaped");
+        for pid in pids {
+            assert!(ends(pid), "{mode}: process {pid} outlived its host");
+        }
     }
 }
 

@@ -272,12 +272,6 @@ fn configured(mode: &str) -> KernelConfig {
     }
 }
 
-/// Control groups are what ends a detached process when the host is killed; a machine
-/// without them must say so (`CAVE_TEST_NO_CGROUPS=1`, as in `faults.rs`) rather than fail.
-fn cgroups_expected() -> bool {
-    std::env::var_os("CAVE_TEST_NO_CGROUPS").is_none()
-}
-
 async fn detach(rt: &KernelRuntime, mark: &str) {
     let out = rt
         .execute(&daemon_cell(mark), &DiscardOutput)
@@ -338,6 +332,30 @@ async fn a_detached_daemon_ends_with_stop_reset_and_drop() {
     }
 }
 
+/// A worker that dies by itself (a crash, with the host alive) takes what its cells detached
+/// with it, with a control group and without (where its guard ends them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_detached_daemon_ends_when_its_worker_crashes() {
+    for (i, mode) in ["strict", "no control group"].into_iter().enumerate() {
+        let rt = KernelRuntime::with_config(configured(mode)).expect("python");
+        let detached = mark(120 + i as u32);
+        detach(&rt, &detached).await;
+        let crashed = rt
+            .execute("import ctypes\nctypes.string_at(0)", &DiscardOutput)
+            .await
+            .expect("runs");
+        assert!(crashed.state_lost, "{mode}: {crashed:?}");
+        assert_eq!(
+            all_end(&detached),
+            Vec::<u32>::new(),
+            "{mode}: the daemon outlived its worker's crash"
+        );
+        let after = rt.execute("1 + 1", &DiscardOutput).await.expect("runs");
+        assert_eq!(after.output, "2\n", "{mode}: {after:?}");
+        rt.stop().await;
+    }
+}
+
 /// Run in a separate host process (by `a_detached_daemon_ends_with_a_killed_host`): detaches
 /// a daemon, says so, and waits to be killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -355,15 +373,14 @@ async fn host_held_with_a_daemon() {
     tokio::time::sleep(Duration::from_secs(120)).await;
 }
 
+/// The host killed by SIGKILL: its control group's keeper, or without one the worker's guard,
+/// ends what the session detached.
 #[test]
 fn a_detached_daemon_ends_with_a_killed_host() {
-    if !cgroups_expected() {
-        eprintln!(
-            "skipped: CAVE_TEST_NO_CGROUPS is set (without a control group, a detached process outlives a killed host: docs/SANDBOX.md)"
-        );
-        return;
-    }
-    for (i, sandbox) in ["off", "strict"].into_iter().enumerate() {
+    for (i, sandbox) in ["off", "strict", "no control group"]
+        .into_iter()
+        .enumerate()
+    {
         let mark = mark(100 + i as u32);
         let mut host = host_process(
             "host_held_with_a_daemon",

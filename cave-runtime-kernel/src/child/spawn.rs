@@ -24,7 +24,7 @@ const HANDOVER_FD: i32 = 5;
 
 /// Refuses an interpreter the worker does not support (argv 6: the oldest version, argv 7:
 /// why free-threaded builds are refused), reads the sources frame, loads the executor and the
-/// worker as modules, and serves. Written in syntax any Python 3 parses, so that an old one
+/// worker as modules, and serves (argv 9: where it tells its guard who serves, -1: no guard). Written in syntax any Python 3 parses, so that an old one
 /// hears why it is refused.
 const BOOTSTRAP: &str = "\
 import os, sys
@@ -77,7 +77,7 @@ for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))
     module.__file__ = filename
     sys.modules[name] = module
     exec(compile(source, filename, 'exec'), module.__dict__)
-sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[8]))
+sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[8]), int(sys.argv[9]))
 ";
 /// Starts `interpreter` as a child with `config`'s limits and sandbox, in `work_dir`
 /// (`own_dir`, when given, is that directory, removed when the child's link goes).
@@ -151,6 +151,7 @@ pub(super) async fn spawn(
         rlimits: rlimits(&limits, group.as_deref(), &mut enforcement),
         hook: config.pre_exec.clone(),
         sandbox,
+        guarded: group.is_none(),
     };
     // SAFETY: `ChildSetup::run` makes only async-signal-safe calls on values prepared here,
     // before the fork; the user's hook carries the same contract (`KernelConfig::pre_exec` is
@@ -250,6 +251,14 @@ fn command(
         .arg(format!("{}.{}", MIN_PYTHON.0, MIN_PYTHON.1))
         .arg(cave_python::FREE_THREADED_REFUSAL)
         .arg(HANDOVER_FD.to_string())
+        .arg(
+            if members.is_none() {
+                crate::guard::ANNOUNCE_FD
+            } else {
+                -1
+            }
+            .to_string(),
+        )
         .env_clear()
         .envs(crate::environment::inherited())
         .envs(config.env.iter().map(|(k, v)| (k, v)))
@@ -291,6 +300,9 @@ struct ChildSetup {
     rlimits: Vec<(libc::__rlimit_resource_t, libc::rlim_t)>,
     hook: Option<crate::PreExec>,
     sandbox: Option<crate::sandbox::Prepared>,
+    /// No control group holds the child: the process the host starts stays outside as the
+    /// worker's guard (`guard.rs`).
+    guarded: bool,
 }
 
 impl ChildSetup {
@@ -308,8 +320,9 @@ impl ChildSetup {
             if libc::setpgid(0, 0) != 0 {
                 return Err(failed());
             }
-            // It dies with the thread that started it, which lives exactly as long as it.
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            // It dies with the thread that started it, which lives exactly as long as it (a
+            // guard outlives it, to end what the session started: its worker dies with it).
+            if !self.guarded && libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
                 return Err(failed());
             }
             if libc::getppid() != self.parent {
@@ -343,8 +356,13 @@ impl ChildSetup {
         }
         // SAFETY: in the forked child, as `run` itself.
         unsafe {
-            // What its cells orphan stays its descendant.
-            crate::containment::apply()?;
+            if self.guarded {
+                // From here on in the worker, the guard's child.
+                crate::guard::split(CHILD_FD)?;
+            } else {
+                // What its cells orphan stays its descendant.
+                crate::containment::apply()?;
+            }
             if let Some(hook) = &self.hook {
                 hook()?;
             }
