@@ -1192,6 +1192,18 @@ fn doctor() -> Exit {
         ),
         Err(e) => println!("Python: {e}"),
     }
+    let missing: Vec<String> = cave_agent::kernel::Need::ALL
+        .into_iter()
+        .filter_map(cave_agent::kernel::Need::lacking)
+        .collect();
+    if missing.is_empty() {
+        println!("Missing here: nothing");
+    } else {
+        println!("Missing here (the layers above say what holds without it):");
+        for line in missing {
+            println!("  {line}");
+        }
+    }
     Exit::Completed
 }
 

@@ -263,7 +263,16 @@ fn probe() -> bool {
     ) else {
         return false;
     };
-    v2_parent(&mounts, &own, &[]).is_some() || v1_parent(&mounts, &own, "pids").is_some()
+    v2_parent(&mounts, &own, &[]).is_some_and(|dir| writable(&dir))
+        || v1_parent(&mounts, &own, "pids").is_some()
+}
+
+/// Whether this process may make groups in `dir` (a read-only mount, as in many containers,
+/// says no).
+fn writable(dir: &Path) -> bool {
+    // SAFETY: access(2) on a valid C string.
+    CString::new(dir.as_os_str().as_encoded_bytes())
+        .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0)
 }
 
 /// This process's group under v2, when it delegates `controllers` to children.
@@ -280,10 +289,7 @@ fn v2_parent(mounts: &str, own: &str, controllers: &[&str]) -> Option<PathBuf> {
 /// This process's group in the v1 hierarchy of `controller`, when it is mounted and writable.
 fn v1_parent(mounts: &str, own: &str, controller: &str) -> Option<PathBuf> {
     let dir = v1_group(mounts, own, controller)?;
-    // SAFETY: access(2) on a valid C string.
-    let writable = CString::new(dir.as_os_str().as_encoded_bytes())
-        .is_ok_and(|c| unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0);
-    writable.then_some(dir)
+    writable(&dir).then_some(dir)
 }
 
 /// This process's group directory under v2, if cgroup2 is mounted.

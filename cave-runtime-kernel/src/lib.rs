@@ -36,6 +36,7 @@ mod guard;
 mod jupyter;
 mod link;
 mod marshal;
+mod need;
 mod pool;
 mod runtime;
 mod sandbox;
@@ -53,6 +54,7 @@ pub use config::{
 pub use containment::support as containment_support;
 #[cfg(feature = "jupyter")]
 pub use jupyter::JupyterConfig;
+pub use need::Need;
 pub use pool::{KernelPool, PoolConfig, PoolStats};
 pub use runtime::{KernelRuntime, PROCESS_DIED};
 pub use sandbox::{Layer, LayerState, Sandbox, egress_support, support as sandbox_support};

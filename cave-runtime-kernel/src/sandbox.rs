@@ -148,7 +148,7 @@ pub fn egress_support() -> String {
     }
 }
 
-fn namespaces_allowed() -> Result<(), String> {
+pub(crate) fn namespaces_allowed() -> Result<(), String> {
     static PROBE: OnceLock<Result<(), String>> = OnceLock::new();
     PROBE
         .get_or_init(|| {
@@ -174,7 +174,7 @@ fn namespaces_allowed() -> Result<(), String> {
 }
 
 /// The Landlock ABI version the kernel offers.
-fn landlock_abi() -> Result<i64, String> {
+pub(crate) fn landlock_abi() -> Result<i64, String> {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: the documented version query: no attributes, no size.
     let version = unsafe {
@@ -201,7 +201,7 @@ fn landlock_abi() -> Result<i64, String> {
     }
 }
 
-fn seccomp_available() -> Result<(), String> {
+pub(crate) fn seccomp_available() -> Result<(), String> {
     // SAFETY: a query with no side effect.
     let mode = unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) };
     if mode < 0 {

@@ -34,17 +34,12 @@ async fn run(rt: &KernelRuntime, code: &str) -> Execution {
     rt.execute(code, &DiscardOutput).await.expect("runs")
 }
 
-/// Whether this machine gives the sandbox network namespaces (`cave doctor` says the same).
-fn namespaces() -> bool {
-    cave_runtime_kernel::sandbox_support()
-        .iter()
-        .any(|l| l.name == "network" && l.to_string().contains("namespaces"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_listed_hosts_are_reached_through_the_proxy() {
-    if !namespaces() {
-        eprintln!("skipped: no user and network namespaces here (cave doctor says why)");
+    if cave_testing::machine::skips(
+        "only_listed_hosts_are_reached_through_the_proxy",
+        cave_runtime_kernel::Need::Namespaces.lacking(),
+    ) {
         return;
     }
     let allowed = server("127.0.0.2", "allowed");

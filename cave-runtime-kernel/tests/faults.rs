@@ -1,7 +1,7 @@
 //! What model code can do to its process, and how the runtime comes back from it.
 
 use cave_core::{DiscardOutput, Execution, Interruption, Resources, Runtime, Value, Variable};
-use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, PROCESS_DIED};
+use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, Need, PROCESS_DIED};
 use std::time::{Duration, Instant};
 
 async fn run(rt: &KernelRuntime, code: &str) -> Execution {
@@ -160,19 +160,16 @@ async fn max_exec_timeout_stops_hung_cells() {
     assert_eq!(last_result.as_deref(), Some("7 False\n"));
 }
 
-/// Control groups are how memory kills and process limits are enforced for root; a machine
-/// without them must say so (`CAVE_TEST_NO_CGROUPS=1`) rather than skip silently.
-fn cgroups_expected() -> bool {
-    std::env::var_os("CAVE_TEST_NO_CGROUPS").is_none()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn exceeding_the_memory_limit_is_an_out_of_memory_kill() {
     let limits = Limits::default().memory(256 << 20);
     let rt = prepared(KernelConfig::new().limits(limits)).await;
     let enforcement = rt.enforcement().await;
-    if !cgroups_expected() {
-        eprintln!("skipped: CAVE_TEST_NO_CGROUPS is set ({enforcement:?})");
+    // Control groups are how a memory kill is enforced.
+    if cave_testing::machine::skips(
+        "exceeding_the_memory_limit_is_an_out_of_memory_kill",
+        Need::ControlGroups.lacking(),
+    ) {
         return;
     }
     assert!(
@@ -196,8 +193,11 @@ async fn a_fork_bomb_stops_at_the_process_limit() {
     let limits = Limits::default().processes(32);
     let rt = prepared(KernelConfig::new().limits(limits)).await;
     let enforcement = rt.enforcement().await;
-    if !cgroups_expected() {
-        eprintln!("skipped: CAVE_TEST_NO_CGROUPS is set ({enforcement:?})");
+    // Control groups are how a process limit holds for root.
+    if cave_testing::machine::skips(
+        "a_fork_bomb_stops_at_the_process_limit",
+        Need::ControlGroups.lacking(),
+    ) {
         return;
     }
     assert!(

@@ -5,7 +5,7 @@ use cave_core::{
     Args, DiscardOutput, Execution, HostError, HostObject, Method, ObjectBinding, Param, Resources,
     Runtime, RuntimeError, RuntimeExt, Signature, Value, Variable,
 };
-use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, Sandbox};
+use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, Need, Sandbox};
 use std::io::{BufRead, BufReader};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -213,10 +213,6 @@ async fn a_branch_works_in_a_copy_of_the_work_directory() {
     }
 }
 
-fn cgroups_expected() -> bool {
-    std::env::var_os("CAVE_TEST_NO_CGROUPS").is_none()
-}
-
 /// Each branch is held under the limits of its parent, in a control group of its own: one
 /// over its memory limit is killed alone, and a fork bomb in one stops at its process limit
 /// while the others answer.
@@ -227,8 +223,10 @@ async fn a_branch_over_its_limits_is_stopped_alone() {
     run(&parent, "kept = 7").await;
     let branch = parent.fork().await.expect("forks");
     let enforcement = branch.enforcement().await;
-    if !cgroups_expected() {
-        eprintln!("skipped: CAVE_TEST_NO_CGROUPS is set ({enforcement:?})");
+    if cave_testing::machine::skips(
+        "a_branch_over_its_limits_is_stopped_alone",
+        Need::ControlGroups.lacking(),
+    ) {
         return;
     }
     assert!(

@@ -4,30 +4,23 @@
 //! the reason printed.
 
 use cave_runtime_kernel::{
-    KernelConfig, KernelRuntime, LayerState, Limits, Sandbox, sandbox_support,
+    KernelConfig, KernelRuntime, LayerState, Limits, Need, Sandbox, sandbox_support,
 };
 use cave_testing::contract::run;
 use std::io::Write;
 
-/// Why a layer cannot be tested here, if it cannot.
-fn unavailable(name: &str) -> Option<String> {
-    sandbox_support()
-        .into_iter()
-        .find(|l| l.name == name)
-        .and_then(|l| match l.state {
-            LayerState::Unavailable(why) => Some(why),
-            _ => None,
-        })
+/// Whether this process runs as root (its effective uid, from `/proc/self/status`).
+fn effective_root() -> bool {
+    std::fs::read_to_string("/proc/self/status").is_ok_and(|status| {
+        status
+            .lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    })
 }
 
-fn skip(name: &str) -> bool {
-    match unavailable(name) {
-        Some(why) => {
-            eprintln!("skipped: the {name} layer is unavailable here: {why}");
-            true
-        }
-        None => false,
-    }
+/// Whether `test` skips here for want of `need` (see `cave_testing::machine`).
+fn skip(test: &str, need: Need) -> bool {
+    cave_testing::machine::skips(test, need.lacking())
 }
 
 fn strict() -> KernelRuntime {
@@ -87,7 +80,9 @@ const CONNECT: &str = "import socket\ntry:\n    s = socket.create_connection(('1
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_tcp_connection_to_the_host() {
-    if skip("network") {
+    // Either layer refuses it: the namespace has no route to the host, seccomp no socket.
+    let lacking = Need::Namespaces.lacking().and(Need::Seccomp.lacking());
+    if cave_testing::machine::skips("no_tcp_connection_to_the_host", lacking) {
         return;
     }
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -108,7 +103,7 @@ const UNIX: &str = "import socket\ntry:\n    s = socket.socket(socket.AF_UNIX, s
 /// the network namespace does not separate sockets on the filesystem.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_connection_to_a_host_unix_socket() {
-    if skip("network") {
+    if skip("no_connection_to_a_host_unix_socket", Need::Namespaces) {
         return;
     }
     let outside = Outside::new("unix");
@@ -134,7 +129,7 @@ async fn no_connection_to_a_host_unix_socket() {
 /// io_uring runs operations seccomp cannot see: refused, as in Docker's default profile.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_io_uring() {
-    if skip("syscalls") {
+    if skip("no_io_uring", Need::Seccomp) {
         return;
     }
     let rt = strict();
@@ -150,7 +145,7 @@ const READ: &str = "try:\n    print(open(PATH).read()[:3])\nexcept OSError as e:
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_reading_outside_the_work_directory() {
-    if skip("filesystem") {
+    if skip("no_reading_outside_the_work_directory", Need::Landlock) {
         return;
     }
     let outside = Outside::new("read");
@@ -179,7 +174,7 @@ const WRITE: &str = "try:\n    open(PATH, 'w').write('x')\n    print('written')\
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_writing_outside_the_work_directory() {
-    if skip("filesystem") {
+    if skip("no_writing_outside_the_work_directory", Need::Landlock) {
         return;
     }
     let outside = Outside::new("write");
@@ -195,7 +190,7 @@ async fn no_writing_outside_the_work_directory() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_ptrace_no_mount() {
-    if skip("syscalls") {
+    if skip("no_ptrace_no_mount", Need::Seccomp) {
         return;
     }
     let rt = strict();
@@ -213,7 +208,7 @@ async fn no_ptrace_no_mount() {
 async fn no_raising_a_limit() {
     // As root, the user namespace (part of the network layer) is what takes the capability
     // to raise a hard limit away.
-    if skip("network") {
+    if skip("no_raising_a_limit", Need::Namespaces) {
         return;
     }
     let rt = strict();
@@ -224,6 +219,15 @@ async fn no_raising_a_limit() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_forking_past_the_process_limit() {
+    // Without a control group the limit is RLIMIT_NPROC, which does not hold for root.
+    if effective_root()
+        && cave_testing::machine::skips(
+            "no_forking_past_the_process_limit",
+            Need::ControlGroups.lacking(),
+        )
+    {
+        return;
+    }
     let rt = strict();
     let code = "import os, time\nkids = []\ntry:\n    for _ in range(100):\n        pid = os.fork()\n        if pid == 0:\n            time.sleep(5)\n            os._exit(0)\n        kids.append(pid)\n    print('forked', len(kids))\nexcept OSError as e:\n    print('stopped', type(e).__name__)\nfinally:\n    for pid in kids:\n        os.kill(pid, 9)\n        os.waitpid(pid, 0)";
     assert_eq!(outcome(&rt, code).await, "stopped BlockingIOError");
@@ -311,8 +315,7 @@ async fn the_agent_reports_the_isolation_once() {
 /// Whether this machine gives a child a control group (the process and memory defaults need
 /// one).
 fn control_groups() -> bool {
-    cave_runtime_kernel::containment_support().contains("a control group")
-        && std::env::var_os("CAVE_TEST_NO_CGROUPS").is_none()
+    Need::ControlGroups.lacking().is_none()
 }
 
 /// What a program gets with nothing configured: every layer this machine supports, the
@@ -358,8 +361,10 @@ async fn the_defaults_are_the_strict_sandbox_and_its_limits() {
 /// session goes on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fork_loop_is_refused_under_the_defaults() {
-    if !control_groups() {
-        eprintln!("skipped: no control group here, so no default process limit");
+    if skip(
+        "a_fork_loop_is_refused_under_the_defaults",
+        Need::ControlGroups,
+    ) {
         return;
     }
     let rt = KernelRuntime::new().expect("python");

@@ -2,8 +2,8 @@
 //! agents offline, the runtime contract every runtime passes ([`contract`]), seeded
 //! mutations for decoders ([`fuzz`]), whether a process is still there ([`process`]), and what
 //! tests and benchmarks measure of processes ([`measure`]), and a `tracing` subscriber that
-//! keeps spans ([`spans`]), and a directory removed when a test is done with it
-//! ([`TestDir`]).
+//! keeps spans ([`spans`]), a directory removed when a test is done with it ([`TestDir`]),
+//! and how a test skips on a machine that lacks what it needs ([`machine`]).
 //!
 //! ```
 //! # tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
@@ -28,6 +28,7 @@
 pub mod contract;
 mod dir;
 pub mod fuzz;
+pub mod machine;
 pub mod measure;
 pub mod phoenix;
 pub mod process;

@@ -5,12 +5,14 @@
 //! parser, then N random model replies through the whole agent), `cargo xtask fuzz [N]` (N
 //! mutated inputs through each decoder of bytes another party sends: the kernel child's frames,
 //! a Jupyter server's messages, a model server's event stream). Tidy checks are its tests
-//! (`cargo test -p xtask`), run by the workspace test command.
+//! (`cargo test -p xtask`), run by the workspace test command. The whole test run first says
+//! what this machine lacks and which tests skip for it (`machine.rs`).
 
 mod bench;
 mod crates;
 mod live;
 mod local_llm;
+mod machine;
 #[cfg(test)]
 mod module_graph;
 mod pythons;
@@ -44,6 +46,18 @@ fn main() -> ExitCode {
             env.extend(test_env::mcp_npm(&root));
             let env: Vec<(&str, &str)> =
                 env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let narrowed = args[1..]
+                .iter()
+                .take_while(|a| *a != "--")
+                .any(|a| ["-p", "--package", "--test", "--lib", "--doc"].contains(&a.as_str()));
+            if !narrowed {
+                // The whole run: built first, so that what this machine lacks, and which
+                // tests skip for it, is said before any test runs.
+                let mut build = test_command(&[]);
+                build.push("--no-run");
+                cargo(&build, &env)?;
+                machine::report(&root, &target_dir(&root).join("debug/cave"));
+            }
             cargo(&test_command(&args[1..]), &env)
         }),
         Some("bench") => {
@@ -189,6 +203,13 @@ mod test_command_tests {
             ]
         );
     }
+}
+
+/// Where cargo builds: `CARGO_TARGET_DIR` when set, else the workspace's `target/`.
+fn target_dir(root: &std::path::Path) -> std::path::PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| root.join("target"))
 }
 
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
@@ -379,6 +400,7 @@ mod tidy {
             "cave-cli/src/config.rs",
             "cave-testing/src/fuzz.rs",
             "cave-testing/src/phoenix.rs",
+            "cave-testing/src/machine.rs",
             "cave-testing/src/contract/display.rs",
             "cave-models/src/config.rs",
             "cave-python/src/report.rs",
