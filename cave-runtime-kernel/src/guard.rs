@@ -31,8 +31,9 @@ const MOST_SPARED: usize = 256;
 /// Most processes one kill stops per round (more are found in the next round).
 const MOST_STOPPED: usize = 8192;
 
-/// In the host's forked child, once its socket is at `socket`: forks the worker, which
-/// returns here (to go on to `exec`); the guard never returns.
+/// In the host's forked child, once its socket is at `socket` (the child's descriptor 3, below
+/// the guard's `ANNOUNCED`, which it overwrites): forks the worker, which returns here (to go
+/// on to `exec`); the guard never returns.
 ///
 /// # Safety
 /// Only between `fork` and `exec`, in the child, with `socket` open: the guard then lives on
@@ -81,12 +82,13 @@ pub(crate) unsafe fn split(socket: i32) -> io::Result<()> {
 unsafe fn watch(worker: i32, announced: i32, socket: i32) -> ! {
     // SAFETY: system calls on descriptors and buffers of this frame.
     unsafe {
-        // Nothing of the host's but the socket and the announcements.
+        // Nothing of the host's but the socket (below `ANNOUNCED`: see `split`) and the
+        // announcements.
         libc::dup2(announced, ANNOUNCED);
         for fd in 0..3 {
             libc::close(fd);
         }
-        close_from(ANNOUNCED + 1, socket);
+        close_from(ANNOUNCED + 1);
         libc::fcntl(ANNOUNCED, libc::F_SETFL, libc::O_NONBLOCK);
         // The host's signal handlers are not this process's.
         for signal in 1..=libc::SIGRTMAX() {
@@ -243,30 +245,20 @@ impl Watched {
     }
 }
 
-/// Closes every descriptor from `first` up but `keep`.
+/// Closes every descriptor from `first` up.
 ///
 /// # Safety
 /// Closes descriptors other owners may hold: only in the guard.
-unsafe fn close_from(first: i32, keep: i32) {
+unsafe fn close_from(first: i32) {
     // SAFETY: closing descriptors of this process (see above).
     unsafe {
-        let all =
-            |from: i32, to: u32| libc::syscall(libc::SYS_close_range, from as u32, to, 0u32) == 0;
-        let (below, above) = if keep >= first {
-            ((first, keep - 1), keep + 1)
-        } else {
-            ((first, first - 1), first)
-        };
-        let done = (below.1 < below.0 || all(below.0, below.1 as u32)) && all(above, u32::MAX);
-        if !done {
+        if libc::syscall(libc::SYS_close_range, first as u32, u32::MAX, 0u32) != 0 {
             // Before Linux 5.9: one by one, up to the open-files limit.
             let mut limit: libc::rlimit = std::mem::zeroed();
             libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
             let last = limit.rlim_cur.min(1 << 20) as i32;
             for fd in first..last {
-                if fd != keep {
-                    libc::close(fd);
-                }
+                libc::close(fd);
             }
         }
     }

@@ -597,9 +597,9 @@ fn landlock_ruleset(
     };
     let fd: Option<OwnedFd> = ruleset.into();
     let fd = fd.ok_or_else(|| "Landlock is not enforced by this kernel".to_owned())?;
-    // Above the descriptors the child's set-up overwrites (3 to 5: its socket, shadow and
-    // hand-over socket): a ruleset that happened to sit there would be replaced before it is
-    // applied (EBADFD).
+    // Above the descriptors the child's set-up overwrites (3 to 6: its socket, shadow,
+    // hand-over socket and, under a guard, the announcements): a ruleset that happened to sit
+    // there would be replaced before it is applied (EBADFD).
     // SAFETY: fcntl on a descriptor we own; the duplicate is owned by what it returns.
     let high = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10) };
     if high < 0 {
@@ -915,7 +915,7 @@ const DOCKER_REFUSED: &[(&str, i64)] = &[
 mod tests {
     use super::*;
 
-    /// The ruleset sits above the descriptors the child's set-up replaces (3 to 5), however
+    /// The ruleset sits above the descriptors the child's set-up replaces (3 to 6), however
     /// few the host has open: a ruleset on 3 became the socket before it was applied.
     #[test]
     fn the_landlock_ruleset_is_above_the_childs_descriptors() {

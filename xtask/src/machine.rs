@@ -34,7 +34,7 @@ pub(crate) fn report(root: &Path, cave: &Path) {
         let tests = variant.and_then(|v| users.iter().find(|(n, _)| n == v));
         match tests {
             Some((_, tests)) => println!(
-                "    these tests skip for it{}: {}",
+                "    tests that skip for it{}: {}",
                 if std::env::var_os("CI").is_some() {
                     " (under CI they fail instead)"
                 } else {

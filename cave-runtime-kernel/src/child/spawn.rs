@@ -24,8 +24,8 @@ const HANDOVER_FD: i32 = 5;
 
 /// Refuses an interpreter the worker does not support (argv 6: the oldest version, argv 7:
 /// why free-threaded builds are refused), reads the sources frame, loads the executor and the
-/// worker as modules, and serves (argv 9: where it tells its guard who serves, -1: no guard). Written in syntax any Python 3 parses, so that an old one
-/// hears why it is refused.
+/// worker as modules, and serves (argv 9: where it tells its guard who serves, -1: no guard).
+/// Written in syntax any Python 3 parses, so that an old one hears why it is refused.
 const BOOTSTRAP: &str = "\
 import os, sys
 oldest = tuple(int(part) for part in sys.argv[6].split('.'))
@@ -97,6 +97,8 @@ pub(super) async fn spawn(
     let mut limits = config.limits_in_force();
     let group = control_group(config, &mut limits);
     let members = group.as_deref().map(ChildGroup::members);
+    // Without a control group, the process started here stays outside as the worker's guard.
+    let guarded = group.is_none();
     let sandbox = config.sandbox_in_force();
     let mut command = command(
         config,
@@ -104,6 +106,7 @@ pub(super) async fn spawn(
         members.as_deref(),
         work_dir.as_deref(),
         egress.is_some(),
+        guarded,
     );
     // Where a cell's whole output is written for the child to read: its work directory (the
     // only one a sandboxed child may read besides its interpreter's), else a temporary one.
@@ -151,7 +154,7 @@ pub(super) async fn spawn(
         rlimits: rlimits(&limits, group.as_deref(), &mut enforcement),
         hook: config.pre_exec.clone(),
         sandbox,
-        guarded: group.is_none(),
+        guarded,
     };
     // SAFETY: `ChildSetup::run` makes only async-signal-safe calls on values prepared here,
     // before the fork; the user's hook carries the same contract (`KernelConfig::pre_exec` is
@@ -238,6 +241,7 @@ fn command(
     members: Option<&Path>,
     work_dir: Option<&Path>,
     egress: bool,
+    guarded: bool,
 ) -> Command {
     let mut command = Command::new(python);
     command
@@ -252,7 +256,7 @@ fn command(
         .arg(cave_python::FREE_THREADED_REFUSAL)
         .arg(HANDOVER_FD.to_string())
         .arg(
-            if members.is_none() {
+            if guarded {
                 crate::guard::ANNOUNCE_FD
             } else {
                 -1
