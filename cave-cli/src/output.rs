@@ -553,6 +553,7 @@ impl<W: Write> Output for Human<W> {
                 ..
             } => self.shown(mime_types, files, item.as_deref())?,
             Event::SubAgent { agent, event } => self.nested(agent, event)?,
+            Event::Egress(connections) => self.egress(connections)?,
             Event::ApprovalRequested { .. } => {}
             Event::ExecutionRefused { reason } => {
                 let why = reason
@@ -614,6 +615,37 @@ impl<W: Write> Output for Human<W> {
 
 /// How each kind of event reads, for `Output::event`.
 impl<W: Write> Human<W> {
+    /// The cell's connections through the egress proxy: one line each, refusals in yellow.
+    fn egress(&mut self, connections: &cave_agent::Connections) -> io::Result<()> {
+        self.flush_prose()?;
+        for c in &connections.list {
+            if c.allowed {
+                let text = format!(
+                    "  ⎿  network: {}:{} ({} sent, {} received)",
+                    c.host,
+                    c.port,
+                    cave_agent::format_size(c.sent),
+                    cave_agent::format_size(c.received)
+                );
+                self.note(DIM, &text)?;
+            } else {
+                let why = c.reason.as_deref().unwrap_or("not allowed");
+                let text = format!(
+                    "  ⎿  network refused: {}:{}: {}",
+                    c.host,
+                    c.port,
+                    cave_agent::one_line(why, 160)
+                );
+                self.note(YELLOW, &text)?;
+            }
+        }
+        if connections.omitted > 0 {
+            let text = format!("  ⎿  network: {} more connections", connections.omitted);
+            self.note(DIM, &text)?;
+        }
+        Ok(())
+    }
+
     /// A piece of a running cell's output, shown live up to the block's size.
     fn live_output(&mut self, chunk: &str) -> io::Result<()> {
         if !std::mem::replace(&mut self.live_started, true) {

@@ -317,6 +317,7 @@ async fn the_kernel_is_sandboxed_by_default() {
     let listed = String::from_utf8_lossy(&doctor.stdout);
     assert!(
         listed.contains("Egress allowlist (--allow-net): supported")
+            || listed.contains("Egress allowlist (--allow-net): partly: no network namespaces")
             || listed
                 .contains("Egress allowlist (--allow-net): unavailable: no network namespaces"),
         "{listed}"
@@ -559,12 +560,21 @@ async fn the_audit_trail_is_appended_to_a_file() {
 
 /// `--allow-net`: the model's code reaches the listed host through the host's proxy, and a
 /// host not listed is refused with the option that would allow it; both are in the audit
-/// trail; bad entries and options that cannot apply are usage errors.
+/// trail and in the cell's `egress` event; bad entries and options that cannot apply are usage
+/// errors.
 #[tokio::test(flavor = "multi_thread")]
 async fn allow_net_lets_cells_reach_the_listed_hosts_only() {
+    use cave_agent::kernel::Need;
+    // A route to the proxy: a namespace of the worker's own, or Landlock's TCP rules.
+    let lacking = Need::Namespaces.lacking().and_then(|namespaces| {
+        let tcp = Need::LandlockTcp
+            .lacking()
+            .or_else(|| Need::Seccomp.lacking())?;
+        Some(format!("{namespaces}; {tcp}"))
+    });
     if cave_agent::testing::machine::skips(
         "allow_net_lets_cells_reach_the_listed_hosts_only",
-        cave_agent::kernel::Need::Namespaces.lacking(),
+        lacking,
     ) {
         return;
     }
@@ -613,6 +623,23 @@ async fn allow_net_lets_cells_reach_the_listed_hosts_only() {
     assert!(
         output.contains(&format!("--allow-net 127.0.0.9:{port}")),
         "{output}"
+    );
+    // The cell's connections, in the events before its result.
+    let at = |kind: &str| events.iter().position(|e| e["type"] == kind);
+    assert!(
+        at("egress").is_some() && at("egress") < at("execution_result"),
+        "{events:?}"
+    );
+    let told = &events[at("egress").unwrap_or_default()]["connections"];
+    let told = told.as_array().cloned().unwrap_or_default();
+    assert!(
+        told.iter().any(|c| c["allowed"] == true
+            && c["host"] == "127.0.0.2"
+            && c["received"].as_u64() > Some(0))
+            && told
+                .iter()
+                .any(|c| c["allowed"] == false && c["host"] == "127.0.0.9"),
+        "{told:?}"
     );
     let trail = std::fs::read_to_string(&audit).unwrap_or_default();
     let egress: Vec<Json> = trail

@@ -290,6 +290,10 @@ pub enum Event {
         /// Stopping the execution lost the runtime's non-registered state.
         state_lost: bool,
     },
+    /// The network connections the cell's code made through the runtime's egress proxy (and
+    /// any that ended since the last cell), allowed or refused: said before the cell's result,
+    /// when there were any.
+    Egress(crate::Connections),
     /// The execution passed `max_exec_timeout` and was stopped.
     ExecutionTimeout {
         /// The limit, in seconds.
@@ -451,6 +455,32 @@ impl fmt::Display for Event {
                     notes.push("the runtime's state was lost".to_owned());
                 }
                 writeln!(f, "[{}]", notes.join("; "))
+            }
+            Event::Egress(connections) => {
+                for c in &connections.list {
+                    if c.allowed {
+                        writeln!(
+                            f,
+                            "[network: {}:{}, {} sent, {} received]",
+                            c.host,
+                            c.port,
+                            crate::format_size(c.sent),
+                            crate::format_size(c.received)
+                        )?;
+                    } else {
+                        writeln!(
+                            f,
+                            "[network refused: {}:{}: {}]",
+                            c.host,
+                            c.port,
+                            c.reason.as_deref().unwrap_or("not allowed")
+                        )?;
+                    }
+                }
+                if connections.omitted > 0 {
+                    writeln!(f, "[network: {} more connections]", connections.omitted)?;
+                }
+                Ok(())
             }
             Event::ExecutionTimeout {
                 timeout,

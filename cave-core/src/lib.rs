@@ -95,8 +95,9 @@ pub use resource::{
     Signature, TypeSchema, TypeShape, Variable, is_identifier, normalize_name, validate_name,
 };
 pub use runtime::{
-    BoundName, DEFAULT_MAX_HELD_OUTPUT, DiscardOutput, Execution, ExecutionError, Interrupt,
-    Interruption, Layer, LayerState, LiveOutput, OutputSink, Runtime, RuntimeExt, downcast_object,
+    BoundName, Connection, Connections, DEFAULT_MAX_HELD_OUTPUT, DiscardOutput, Execution,
+    ExecutionError, Interrupt, Interruption, Layer, LayerState, LiveOutput, OutputSink, Runtime,
+    RuntimeExt, downcast_object,
 };
 pub use shape::{
     Persisted, highest_persisted_index, persist_output, persisted_marker, strip_persisted_preview,

@@ -371,6 +371,74 @@ pub struct Execution {
     /// cap; `output` then has its beginning and its end): what
     /// [`Runtime::bind_unique_spooled`] binds. The file goes when the last clone is dropped.
     pub spooled: Option<Arc<crate::SpooledOutput>>,
+    /// The network connections that ended while the cell ran (and any that ended since the
+    /// last cell), where the runtime lets the code out through a proxy it accounts for.
+    pub connections: Connections,
+}
+
+/// Network connections a runtime's proxy let through or refused, and how many more there were
+/// than a cell's account holds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Connections {
+    /// Each connection, in the order they ended (`connections` in JSON).
+    #[serde(rename = "connections")]
+    pub list: Vec<Connection>,
+    /// Connections past the most one account holds, not listed (the audit trail has them).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub omitted: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+impl Connections {
+    /// These connections, and `omitted` more.
+    pub fn new(list: Vec<Connection>, omitted: u64) -> Self {
+        Self { list, omitted }
+    }
+    /// Returns true if and only if there were none.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty() && self.omitted == 0
+    }
+}
+
+/// One network connection (or one plain-HTTP request) through a runtime's proxy.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[non_exhaustive]
+pub struct Connection {
+    /// The host asked for (a name or an address).
+    pub host: String,
+    /// The port asked for.
+    pub port: u16,
+    /// The address connected to, when one was.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub address: Option<String>,
+    /// Whether it was let through.
+    pub allowed: bool,
+    /// Why it was refused or cut short.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Bytes sent to the destination.
+    pub sent: u64,
+    /// Bytes received from it.
+    pub received: u64,
+}
+
+impl Connection {
+    /// A connection to `host`:`port`, let through or not.
+    pub fn new(host: impl Into<String>, port: u16, allowed: bool) -> Self {
+        Self {
+            host: host.into(),
+            port,
+            address: None,
+            allowed,
+            reason: None,
+            sent: 0,
+            received: 0,
+        }
+    }
 }
 
 impl Execution {
@@ -381,6 +449,7 @@ impl Execution {
             error: None,
             state_lost: false,
             spooled: None,
+            connections: Connections::default(),
         }
     }
     /// An execution that raised.
@@ -390,6 +459,7 @@ impl Execution {
             error: Some(error),
             state_lost: false,
             spooled: None,
+            connections: Connections::default(),
         }
     }
     /// The whole output is in `spooled`'s file.
@@ -400,6 +470,11 @@ impl Execution {
     /// Marks the state as lost.
     pub fn with_state_lost(mut self, lost: bool) -> Self {
         self.state_lost = lost;
+        self
+    }
+    /// The network connections that ended while it ran.
+    pub fn with_connections(mut self, connections: Connections) -> Self {
+        self.connections = connections;
         self
     }
     /// Returns true if and only if the cell ran without raising.

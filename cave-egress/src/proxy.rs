@@ -47,6 +47,10 @@ pub struct EgressRecord {
 pub trait EgressObserver: Send + Sync {
     /// One connection, allowed or refused.
     fn connection(&self, record: &EgressRecord);
+    /// A client connected to the proxy through a handle `observed_by` this observer.
+    fn client_opened(&self) {}
+    /// That client's connection ended, and every `connection` of its requests was told.
+    fn client_closed(&self) {}
 }
 
 /// Turns a host name into addresses: the system's resolver by default.
@@ -74,6 +78,21 @@ impl Resolver for SystemResolver {
 #[derive(Clone)]
 pub struct EgressProxy {
     shared: Arc<Shared>,
+    /// Told too, of the connections served through this handle only (see
+    /// [`observed_by`](EgressProxy::observed_by)).
+    local: Option<Arc<dyn EgressObserver>>,
+    /// Held by everything serving one client, so that `local` hears when all of it is done.
+    client: Option<Arc<Client>>,
+}
+
+/// One client of a handle with a local observer: told closed when the last holder goes (the
+/// connection, and the tasks that report its tunnels and requests).
+struct Client(Arc<dyn EgressObserver>);
+
+impl Drop for Client {
+    fn drop(&mut self) {
+        self.0.client_closed();
+    }
 }
 
 struct Shared {
@@ -144,6 +163,8 @@ impl EgressProxy {
                 uploaded: AtomicU64::new(0),
                 permits: Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS)),
             }),
+            local: None,
+            client: None,
         }
     }
 
@@ -164,6 +185,16 @@ impl EgressProxy {
     /// Tells `observer` of every connection.
     pub fn observer(self, observer: Arc<dyn EgressObserver>) -> Self {
         self.configure(|s| s.observer = Some(observer))
+    }
+
+    /// The same proxy (allowlist, counts, limit, observer), also telling `observer` of what
+    /// is served through the handle returned: one listener's own account, say one worker's.
+    pub fn observed_by(&self, observer: Arc<dyn EgressObserver>) -> Self {
+        Self {
+            shared: self.shared.clone(),
+            local: Some(observer),
+            client: None,
+        }
     }
 
     /// Resolves names with `resolver` instead of the system's.
@@ -205,7 +236,11 @@ impl EgressProxy {
                     return;
                 }
             };
-            let proxy = self.clone();
+            let mut proxy = self.clone();
+            proxy.client = self.local.clone().map(|local| {
+                local.client_opened();
+                Arc::new(Client(local))
+            });
             tokio::spawn(async move {
                 let _permit = permit;
                 let service = hyper::service::service_fn(move |request| {
@@ -225,7 +260,7 @@ impl EgressProxy {
     }
 
     fn observe(&self, record: EgressRecord) {
-        if let Some(observer) = &self.shared.observer {
+        for observer in self.shared.observer.iter().chain(&self.local) {
             observer.connection(&record);
         }
     }

@@ -906,6 +906,29 @@ def _copy_work_dir(source, target):
                     shutil.copymode(entry.path, destination, follow_symlinks=False)
 
 
+def _move_packages(source, target):
+    """A branch's session environment is its copy in `target`: the paths that named the one
+    under `source` (on `sys.path`, `PIP_PREFIX`, `PATH`) name it instead."""
+    prefix = os.environ.get("PIP_PREFIX")
+    if not prefix or not prefix.startswith(source.rstrip(os.sep) + os.sep):
+        return
+
+    def moved(path):
+        if path.startswith(source.rstrip(os.sep) + os.sep):
+            return target.rstrip(os.sep) + path[len(source.rstrip(os.sep)) :]
+        return path
+
+    sys.path[:] = [moved(p) for p in sys.path]
+    os.environ["PIP_PREFIX"] = moved(prefix)
+    os.environ["PATH"] = os.pathsep.join(
+        moved(p) for p in os.environ.get("PATH", "").split(os.pathsep)
+    )
+    sys.path_importer_cache.clear()
+    import importlib
+
+    importlib.invalidate_caches()
+
+
 def _close_all_but(kept):
     """Closes every descriptor from 3 up but those in `kept`."""
     start = 3
@@ -1092,6 +1115,7 @@ def _become_branch(sock, handover, shadow, stderr, directory, source):
     if directory:
         _copy_work_dir(source, directory)
         os.chdir(directory)
+        _move_packages(source, directory)
     signal.signal(signal.SIGINT, _on_sigint)
     _capture_descriptors()
     threading.Thread(target=_watch_host, name="cave-host-watch", daemon=True).start()
@@ -1356,6 +1380,45 @@ def main_jupyter(kernel, max_frame, attached, orphan_timeout=600.0):
             os.environ["MPLBACKEND"] = kernel_backend
 
 
+def _use_packages():
+    """With an egress allowlist the host names, in `CAVE_PACKAGES`, the session's environment
+    under the work directory: `pip install` in a cell installs there (`PIP_PREFIX`; the
+    interpreter's own site-packages are read-only in the sandbox), its site directories come
+    before the interpreter's on `sys.path` (made now: a directory missing at the first import
+    is never looked in again), and its scripts first on `PATH`."""
+    name = os.environ.pop("CAVE_PACKAGES", None)
+    if not name:
+        return
+    import sysconfig
+
+    prefix = os.path.abspath(name)
+    # The scheme pip installs a `--prefix` with.
+    preferred = getattr(sysconfig, "get_preferred_scheme", None)
+    scheme = preferred("prefix") if preferred else "posix_prefix"
+    paths = sysconfig.get_paths(scheme, vars={"base": prefix, "platbase": prefix})
+    found = []
+    for key in ("purelib", "platlib"):
+        path = paths.get(key)
+        if path and path not in found:
+            found.append(path)
+    try:
+        for path in found:
+            os.makedirs(path, exist_ok=True)
+    except OSError:
+        return
+    at = next(
+        (i for i, p in enumerate(sys.path) if p.endswith(("site-packages", "dist-packages"))),
+        len(sys.path),
+    )
+    sys.path[at:at] = [p for p in found if p not in sys.path]
+    os.environ["PIP_PREFIX"] = prefix
+    # The user's cache is not writable here (pip would say so on every install).
+    os.environ.setdefault("PIP_NO_CACHE_DIR", "1")
+    scripts = paths.get("scripts")
+    if scripts:
+        os.environ["PATH"] = scripts + os.pathsep + os.environ.get("PATH", "")
+
+
 def main(fd, max_frame, shadow_fd, shadow_size, handover_fd=-1, announce_fd=-1):
     """Serves the host on descriptor `fd` until it says stop or goes away; `shadow_fd` is the
     memory file where unsent output waits, `handover_fd` the socket a branch's descriptors
@@ -1401,6 +1464,7 @@ def main(fd, max_frame, shadow_fd, shadow_size, handover_fd=-1, announce_fd=-1):
         pass
     _capture_descriptors()
     _quiet_fork_warning()
+    _use_packages()
     executor.install()
     executor.hide_frames_of(_KERNEL_FILE)
     executor.reset_namespace(_State.namespace)

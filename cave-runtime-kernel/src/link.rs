@@ -114,6 +114,11 @@ pub(crate) trait Link: Send + Sync + 'static {
     fn sandbox(&self) -> Vec<Layer> {
         Vec::new()
     }
+    /// The connections through the host's egress proxy that ended since the last call (none
+    /// where the host runs no proxy for the worker).
+    async fn connections(&self) -> cave_core::Connections {
+        cave_core::Connections::default()
+    }
     /// Makes what a branch of this worker needs (its socket, control group, directory) and
     /// hands the worker its ends, ahead of the `fork` request; refused where the worker
     /// cannot be copied.

@@ -15,16 +15,20 @@ pub enum Need {
     Namespaces,
     /// Landlock: the sandbox's filesystem rules (and TCP rules from ABI 4).
     Landlock,
+    /// Landlock's TCP rules (ABI 4, Linux 6.7): with seccomp, the egress allowlist where there
+    /// are no namespaces.
+    LandlockTcp,
     /// seccomp: the sandbox's system-call filter.
     Seccomp,
 }
 
 impl Need {
     /// Every need, in the order `cave doctor` lists them.
-    pub const ALL: [Need; 4] = [
+    pub const ALL: [Need; 5] = [
         Need::ControlGroups,
         Need::Namespaces,
         Need::Landlock,
+        Need::LandlockTcp,
         Need::Seccomp,
     ];
 
@@ -34,6 +38,7 @@ impl Need {
             Need::ControlGroups => "control groups",
             Need::Namespaces => "namespaces",
             Need::Landlock => "Landlock",
+            Need::LandlockTcp => "Landlock TCP rules",
             Need::Seccomp => "seccomp",
         }
     }
@@ -47,6 +52,7 @@ impl Need {
             }),
             Need::Namespaces => crate::sandbox::namespaces_allowed().err(),
             Need::Landlock => crate::sandbox::landlock_abi().err(),
+            Need::LandlockTcp => crate::sandbox::landlock_tcp().err(),
             Need::Seccomp => crate::sandbox::seccomp_available().err(),
         };
         why.map(|why| format!("{}: {why}", self.name()))

@@ -647,7 +647,7 @@ impl Runtime for KernelRuntime {
         if self.inner.unreported_loss.swap(false, Ordering::SeqCst) {
             execution.state_lost = true;
         }
-        Ok(execution)
+        Ok(execution.with_connections(process.link().connections().await))
     }
 
     async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {

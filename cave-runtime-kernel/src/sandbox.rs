@@ -4,8 +4,10 @@
 //! - network: new user and network namespaces (no interface but a loopback that is down) and a
 //!   seccomp rule refusing new Unix-domain sockets (a namespace does not separate sockets that
 //!   live on the filesystem: the Docker daemon's, D-Bus's, an SSH agent's); where namespaces
-//!   are not allowed, a seccomp rule refusing every new socket. `socketpair` stays: Python's
-//!   own plumbing (asyncio, multiprocessing) uses it, and it reaches nothing outside;
+//!   are not allowed, a seccomp rule refusing every new socket (with an egress allowlist and
+//!   Landlock ABI 4+: every new socket but TCP ones, which Landlock holds to the port of the
+//!   host's proxy). `socketpair` stays: Python's own plumbing (asyncio, multiprocessing) uses
+//!   it, and it reaches nothing outside;
 //! - filesystem: Landlock, read-only beneath the interpreter's directories and the system
 //!   libraries, read-write only in the work directory; with Landlock ABI 4+ no TCP either, and
 //!   with ABI 6+ no signals to (or abstract sockets of) processes outside the sandbox;
@@ -79,8 +81,10 @@ impl Sandbox {
     /// HTTP) is its only way, at `http://127.0.0.1:3128` in the child, named by `HTTPS_PROXY`,
     /// `HTTP_PROXY` and `ALL_PROXY` (which pip and Python's clients follow). Names are resolved
     /// by the host; one that resolves to a loopback, link-local or private address is refused
-    /// unless that address is listed. Needs the network layer with namespaces (`cave doctor`
-    /// says whether this machine allows them). See docs/SANDBOX.md.
+    /// unless that address is listed. Needs the network layer; where this machine allows no
+    /// namespaces, the proxy listens on the host's loopback instead and the child may open TCP
+    /// sockets only, held by Landlock (ABI 4+) to the proxy's port, a weaker promise
+    /// (`cave doctor` says which holds here). See docs/SANDBOX.md.
     pub fn allow_net(mut self, allowlist: cave_egress::Allowlist) -> Self {
         self.allow_net = allowlist;
         self
@@ -142,9 +146,78 @@ pub fn egress_support() -> String {
                 "supported: the worker's own network namespace has no route out, and the host's proxy (port {PROXY_PORT} inside it) is its only way{landlock}"
             )
         }
-        Err(why) => format!(
-            "unavailable: no network namespaces here ({why}); with --allow-net no host is reachable (the sandbox refuses every new socket)"
-        ),
+        Err(why) => match loopback_route() {
+            Ok(abi) => format!(
+                "partly: no network namespaces here ({why}); the host's proxy listens on its loopback, cells may open TCP sockets only (seccomp) and connect to the proxy's port only (Landlock ABI {abi}), on any address: a server elsewhere listening on that port number is reachable too"
+            ),
+            Err(fallback) => format!(
+                "unavailable: no network namespaces here ({why}), and no TCP rules to hold cells to a proxy on the host ({fallback}); with --allow-net no host is reachable (the sandbox refuses every new socket)"
+            ),
+        },
+    }
+}
+
+/// Whether the proxy can be reached on the host's loopback instead of a namespace of the
+/// child's own: seccomp to leave the child TCP sockets only, Landlock ABI 4 or later to hold
+/// their connections to the proxy's port (the ABI, or why not).
+pub(crate) fn loopback_route() -> Result<i64, String> {
+    seccomp_available()?;
+    landlock_tcp()
+}
+
+/// The Landlock ABI when it has TCP rules (4 or later), or why not.
+pub(crate) fn landlock_tcp() -> Result<i64, String> {
+    match landlock_abi()? {
+        abi if abi >= 4 => Ok(abi),
+        abi => Err(format!(
+            "Landlock ABI {abi} has no TCP rules (ABI 4, Linux 6.7, has)"
+        )),
+    }
+}
+
+/// How a child with an egress allowlist reaches the host's proxy.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum ProxyRoute {
+    /// In a network namespace of its own, through a listener at [`PROXY_PORT`] it makes there
+    /// and hands to the host.
+    Namespace,
+    /// On the host's loopback, at this port of the host's own listener: seccomp leaves the
+    /// child TCP sockets only, and Landlock holds their connections to this port.
+    Loopback(u16),
+}
+
+impl ProxyRoute {
+    /// The route this machine gives a child under `sandbox`, with the host's listener for the
+    /// loopback route; `None` when the sandbox lists no host, or when the machine gives no
+    /// route (the child then reaches no host: the network layer says why).
+    pub(crate) fn open(
+        sandbox: &Sandbox,
+    ) -> std::io::Result<Option<(ProxyRoute, Option<std::net::TcpListener>)>> {
+        if !sandbox.network || sandbox.allow_net.is_empty() {
+            return Ok(None);
+        }
+        if namespaces_allowed().is_ok() {
+            return Ok(Some((ProxyRoute::Namespace, None)));
+        }
+        if loopback_route().is_err() {
+            return Ok(None);
+        }
+        let listener = std::net::TcpListener::bind((std::net::Ipv4Addr::LOCALHOST, 0))?;
+        let port = listener.local_addr()?.port();
+        Ok(Some((ProxyRoute::Loopback(port), Some(listener))))
+    }
+
+    /// The port the child connects to.
+    pub(crate) fn port(self) -> u16 {
+        match self {
+            ProxyRoute::Namespace => PROXY_PORT,
+            ProxyRoute::Loopback(port) => port,
+        }
+    }
+
+    /// The proxy's address, as the child's environment names it.
+    pub(crate) fn url(self) -> String {
+        format!("http://127.0.0.1:{}", self.port())
     }
 }
 
@@ -270,12 +343,12 @@ unsafe fn write_file(path: &std::ffi::CStr, bytes: &[u8]) -> std::io::Result<()>
     Ok(())
 }
 
+/// Where systems keep the certificates TLS clients trust (readable with an egress allowlist).
+pub(crate) const CERTIFICATES: &[&str] = &["/etc/ssl", "/etc/pki", "/etc/ca-certificates"];
+
 /// The port of the egress proxy inside the child's network namespace (its own: no other
 /// process listens there).
 pub(crate) const PROXY_PORT: u16 = 3128;
-
-/// The proxy's address, as the child's environment names it.
-pub(crate) const PROXY_URL: &str = "http://127.0.0.1:3128";
 
 /// In the child, inside its new network namespace: the loopback brought up, a socket listening
 /// on it at [`PROXY_PORT`], handed to the host over the hand-over socket (`SCM_RIGHTS`): the
@@ -377,7 +450,8 @@ impl fmt::Debug for Prepared {
 }
 
 /// What the filesystem layer lets the child read besides the interpreter's own directories:
-/// the system's libraries, the dynamic loader's cache, time zones, and harmless devices.
+/// the system's libraries, the dynamic loader's cache, time zones, the system's name and
+/// version, and harmless devices.
 const SYSTEM_READABLE: &[&str] = &[
     "/usr",
     "/lib",
@@ -387,6 +461,13 @@ const SYSTEM_READABLE: &[&str] = &[
     "/etc/ld.so.conf",
     "/etc/ld.so.conf.d",
     "/etc/localtime",
+    // What the system is (pip's user agent reads them, as does `platform`).
+    "/etc/os-release",
+    "/etc/debian_version",
+    "/etc/lsb-release",
+    "/etc/system-release",
+    "/etc/redhat-release",
+    "/etc/alpine-release",
     "/dev/urandom",
     "/dev/random",
     "/dev/zero",
@@ -394,32 +475,51 @@ const SYSTEM_READABLE: &[&str] = &[
 
 impl Prepared {
     /// Prepares `sandbox` for a child running `python` (its `sys.prefix` and `sys.path`
-    /// readable) in `work_dir` (writable); the egress proxy's listener, when the allowlist
-    /// lists hosts, goes to descriptor `handover`.
+    /// readable) in `work_dir` (writable), reaching the egress proxy by `route` (see
+    /// [`ProxyRoute::open`]); on the namespace route the proxy's listener goes to descriptor
+    /// `handover`.
     pub(crate) fn new(
         sandbox: &Sandbox,
         python: &Path,
         python_dirs: &[PathBuf],
         work_dir: &Path,
         handover: i32,
+        route: Option<ProxyRoute>,
     ) -> Prepared {
         let mut layers = Vec::new();
         let mut filters = Vec::new();
         let mut namespaces = None;
         let mut sockets = Sockets::Any;
+        let listed = || sandbox.allow_net.entries().join(", ");
+
+        // Landlock first: on the loopback route, the network layer holds only if its TCP rule
+        // does.
+        let on_loopback = sandbox.network && matches!(route, Some(ProxyRoute::Loopback(_)));
+        let mut landlock = None;
+        let mut landlock_failed = None;
+        if sandbox.filesystem || on_loopback {
+            match landlock_ruleset(
+                sandbox,
+                python,
+                python_dirs,
+                work_dir,
+                route.filter(|_| sandbox.network).map(ProxyRoute::port),
+            ) {
+                Ok((fd, how)) => landlock = Some((fd, how)),
+                Err(why) => landlock_failed = Some(why),
+            }
+        }
+
         let network = if !sandbox.network {
             LayerState::Off
         } else {
             match namespaces_allowed() {
                 Ok(()) => {
                     namespaces = Some(IdMaps::current());
-                    let egress = if sandbox.allow_net.is_empty() {
-                        String::new()
+                    let egress = if route == Some(ProxyRoute::Namespace) {
+                        format!("; out only through the host's proxy, to {}", listed())
                     } else {
-                        format!(
-                            "; out only through the host's proxy, to {}",
-                            sandbox.allow_net.entries().join(", ")
-                        )
+                        String::new()
                     };
                     match seccomp_available() {
                         Ok(()) => {
@@ -434,36 +534,49 @@ impl Prepared {
                     }
                 }
                 Err(why) => match seccomp_available() {
-                    Ok(()) => {
-                        sockets = Sockets::None;
-                        let egress = if sandbox.allow_net.is_empty() {
-                            ""
-                        } else {
-                            "; the allowlist cannot apply without a network namespace: no host is reachable"
-                        };
-                        LayerState::Active(format!(
-                            "seccomp: no new sockets (namespaces not allowed: {why}){egress}"
-                        ))
-                    }
+                    Ok(()) => match route {
+                        Some(ProxyRoute::Loopback(port)) if landlock.is_some() => {
+                            sockets = Sockets::TcpOnly;
+                            LayerState::Active(format!(
+                                "seccomp: no new sockets but TCP ones, and Landlock: TCP connections to port {port} only (namespaces not allowed: {why}); out only through the host's proxy on its loopback, to {}; a server elsewhere on port {port} is reachable too",
+                                listed()
+                            ))
+                        }
+                        _ => {
+                            sockets = Sockets::None;
+                            let egress = if sandbox.allow_net.is_empty() {
+                                String::new()
+                            } else {
+                                let cause = landlock_failed
+                                    .clone()
+                                    .or_else(|| loopback_route().err())
+                                    .unwrap_or_else(|| "no route to the proxy".to_owned());
+                                format!(
+                                    "; the allowlist cannot apply ({cause}): no host is reachable"
+                                )
+                            };
+                            LayerState::Active(format!(
+                                "seccomp: no new sockets (namespaces not allowed: {why}){egress}"
+                            ))
+                        }
+                    },
                     Err(seccomp) => LayerState::Unavailable(format!("{why}; {seccomp}")),
                 },
             }
         };
         layers.push(Layer::new("network", network));
 
-        let mut landlock = None;
         let filesystem = if !sandbox.filesystem {
             LayerState::Off
         } else {
-            match landlock_ruleset(sandbox, python, python_dirs, work_dir) {
-                Ok((fd, how)) => {
-                    landlock = Some(fd);
-                    LayerState::Active(how)
-                }
-                Err(why) => LayerState::Unavailable(why),
+            match (&landlock, &landlock_failed) {
+                (Some((_, how)), _) => LayerState::Active(how.clone()),
+                (None, Some(why)) => LayerState::Unavailable(why.clone()),
+                (None, None) => LayerState::Unavailable("no Landlock ruleset".to_owned()),
             }
         };
         layers.push(Layer::new("filesystem", filesystem));
+        let landlock = landlock.map(|(fd, _)| fd);
 
         let syscalls = if !sandbox.syscalls && sockets == Sockets::Any {
             LayerState::Off
@@ -489,7 +602,8 @@ impl Prepared {
                 LayerState::Active("prctl".to_owned())
             },
         ));
-        let egress = (namespaces.is_some() && !sandbox.allow_net.is_empty()).then_some(handover);
+        let egress =
+            (namespaces.is_some() && route == Some(ProxyRoute::Namespace)).then_some(handover);
         Prepared {
             namespaces,
             egress,
@@ -544,12 +658,15 @@ impl Prepared {
     }
 }
 
-/// The Landlock ruleset: its file descriptor and a description of what it enforces.
+/// The Landlock ruleset: its file descriptor and a description of what it enforces. The
+/// filesystem rules when the sandbox's filesystem layer is on; TCP refused (ABI 4+) but
+/// connections to `proxy_port`.
 fn landlock_ruleset(
     sandbox: &Sandbox,
     python: &Path,
     python_dirs: &[PathBuf],
     work_dir: &Path,
+    proxy_port: Option<u16>,
 ) -> Result<(OwnedFd, String), String> {
     use landlock::{
         ABI, Access, AccessFs, AccessNet, CompatLevel, Compatible, Ruleset, RulesetAttr,
@@ -573,28 +690,31 @@ fn landlock_ruleset(
     writable.extend(sandbox.writable.iter().cloned());
     let read = AccessFs::from_read(abi);
     let all = AccessFs::from_all(abi);
-    let ruleset = Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
-        .handle_access(all)
-        .map_err(error)?
         .handle_access(AccessNet::from_all(abi))
-        .map_err(error)?
-        .scope(Scope::from_all(abi))
-        .map_err(error)?
-        .create()
-        .map_err(error)?
-        .add_rules(path_beneath_rules(&readable, read))
-        .map_err(error)?
-        .add_rules(path_beneath_rules(&writable, all))
         .map_err(error)?;
-    // The one TCP port a cell may connect to: the host's proxy, in its own namespace.
-    let ruleset = if sandbox.network && !sandbox.allow_net.is_empty() {
-        ruleset
-            .add_rule(landlock::NetPort::new(PROXY_PORT, AccessNet::ConnectTcp))
+    if sandbox.filesystem {
+        ruleset = ruleset
+            .handle_access(all)
             .map_err(error)?
-    } else {
-        ruleset
-    };
+            .scope(Scope::from_all(abi))
+            .map_err(error)?;
+    }
+    let mut ruleset = ruleset.create().map_err(error)?;
+    if sandbox.filesystem {
+        ruleset = ruleset
+            .add_rules(path_beneath_rules(&readable, read))
+            .map_err(error)?
+            .add_rules(path_beneath_rules(&writable, all))
+            .map_err(error)?;
+    }
+    // The one TCP port a cell may connect to: the host's proxy's.
+    if let Some(port) = proxy_port {
+        ruleset = ruleset
+            .add_rule(landlock::NetPort::new(port, AccessNet::ConnectTcp))
+            .map_err(error)?;
+    }
     let fd: Option<OwnedFd> = ruleset.into();
     let fd = fd.ok_or_else(|| "Landlock is not enforced by this kernel".to_owned())?;
     // Above the descriptors the child's set-up overwrites (3 to 6: its socket, shadow,
@@ -610,18 +730,21 @@ fn landlock_ruleset(
     }
     // SAFETY: `high` is a new descriptor nothing else owns.
     let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(high) };
-    let mut how = format!(
-        "Landlock ABI {kernel}: read-only system and interpreter directories, read-write {}",
-        work_dir.display()
-    );
+    let mut how = if sandbox.filesystem {
+        format!(
+            "Landlock ABI {kernel}: read-only system and interpreter directories, read-write {}",
+            work_dir.display()
+        )
+    } else {
+        format!("Landlock ABI {kernel}: TCP rules only")
+    };
     if kernel >= 4 {
-        if sandbox.network && !sandbox.allow_net.is_empty() {
-            how.push_str(&format!("; no TCP but to the proxy's port {PROXY_PORT}"));
-        } else {
-            how.push_str("; no TCP");
+        match proxy_port {
+            Some(port) => how.push_str(&format!("; no TCP but to the proxy's port {port}")),
+            None => how.push_str("; no TCP"),
         }
     }
-    if kernel >= 6 {
+    if kernel >= 6 && sandbox.filesystem {
         how.push_str("; no signals or abstract sockets outside");
     }
     Ok((fd, how))
@@ -636,6 +759,8 @@ enum Sockets {
     NoUnix,
     /// None (no namespace cuts anything off).
     None,
+    /// TCP ones only, for the proxy on the host's loopback (Landlock holds them to its port).
+    TcpOnly,
 }
 
 /// A seccomp rule that matches when argument `index` equals `value`.
@@ -702,11 +827,54 @@ fn seccomp_filters(deny_list: bool, sockets: Sockets) -> Result<Vec<BpfProgram>,
         socket_rules.push(arg_is(0, libc::AF_ALG as u64).map_err(error)?);
         socket_rules.push(arg_is(0, libc::AF_VSOCK as u64).map_err(error)?);
     }
+    if sockets == Sockets::TcpOnly {
+        // Refused when any holds: a family but IPv4 and IPv6, a type but a stream, a protocol
+        // but TCP (SCTP and MPTCP streams escape Landlock's TCP rules).
+        let refused = |conditions: Vec<SeccompCondition>| SeccompRule::new(conditions);
+        let ne = |index: u8, value: u64| {
+            SeccompCondition::new(index, SeccompCmpArgLen::Dword, SeccompCmpOp::Ne, value)
+        };
+        socket_rules.push(
+            refused(vec![
+                ne(0, libc::AF_INET as u64).map_err(error)?,
+                ne(0, libc::AF_INET6 as u64).map_err(error)?,
+            ])
+            .map_err(error)?,
+        );
+        // The type's low four bits (the flags above them are free).
+        for kind in (0..16u64).filter(|&kind| kind != libc::SOCK_STREAM as u64) {
+            let condition = SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(0xf),
+                kind,
+            )
+            .map_err(error)?;
+            socket_rules.push(refused(vec![condition]).map_err(error)?);
+        }
+        socket_rules.push(
+            refused(vec![
+                ne(2, 0).map_err(error)?,
+                ne(2, libc::IPPROTO_TCP as u64).map_err(error)?,
+            ])
+            .map_err(error)?,
+        );
+    }
     if sockets == Sockets::None {
         // No condition: every call.
         rules.insert(libc::SYS_socket, Vec::new());
     } else if !socket_rules.is_empty() {
         rules.insert(libc::SYS_socket, socket_rules);
+    }
+    if sockets != Sockets::Any {
+        // io_uring makes sockets (IORING_OP_SOCKET) without the `socket` call seccomp sees.
+        for call in [
+            libc::SYS_io_uring_setup,
+            libc::SYS_io_uring_enter,
+            libc::SYS_io_uring_register,
+        ] {
+            rules.insert(call, Vec::new());
+        }
     }
     let mut programs = Vec::new();
     if deny_list {
@@ -926,7 +1094,7 @@ mod tests {
         let dir = std::env::temp_dir();
         let python = Path::new("/usr/bin/python3");
         for _ in 0..3 {
-            let prepared = Prepared::new(&Sandbox::strict(), python, &[], &dir, 5);
+            let prepared = Prepared::new(&Sandbox::strict(), python, &[], &dir, 5, None);
             let fd = prepared.landlock.as_ref().expect("a ruleset").as_raw_fd();
             assert!(fd >= 10, "the ruleset is on {fd}");
         }

@@ -1,21 +1,91 @@
 //! The host's side of a child's egress: the listener the child made in its own network
-//! namespace, received over the hand-over socket, served by the session's `EgressProxy`.
+//! namespace, received over the hand-over socket (or the host's own on its loopback, where
+//! there are no namespaces), served by the session's `EgressProxy`.
 
 use crate::KernelError;
 use cave_egress::{EgressObserver, EgressProxy, EgressRecord};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 /// The proxy serving one child's listener; it stops when the last link holding it goes (a
 /// branch holds its parent's: it shares the namespace).
 #[derive(Debug)]
-pub(crate) struct ProxyTask(tokio::task::JoinHandle<()>);
+pub(crate) struct ProxyTask {
+    task: tokio::task::JoinHandle<()>,
+    /// What was served on this listener, for the cells' accounts.
+    log: Arc<ConnectionLog>,
+}
 
 impl Drop for ProxyTask {
     fn drop(&mut self) {
-        self.0.abort();
+        self.task.abort();
+    }
+}
+
+impl ProxyTask {
+    /// The connections that ended since the last call, once those of clients that are still
+    /// connected have ended too, or after [`SETTLE`] (later ones go to the next account): a
+    /// cell's client has closed its connection by the cell's end, but the proxy may not yet
+    /// have told it.
+    pub(crate) async fn connections(&self) -> cave_core::Connections {
+        let settled = async {
+            loop {
+                let notified = self.log.changed.notified();
+                if self.log.open.load(Ordering::SeqCst) == 0 {
+                    return;
+                }
+                notified.await;
+            }
+        };
+        let _ = tokio::time::timeout(SETTLE, settled).await;
+        let mut account = cave_core::lock(&self.log.account);
+        let list = std::mem::take(&mut account.list);
+        let omitted = std::mem::take(&mut account.omitted);
+        cave_core::Connections::new(list, omitted)
+    }
+}
+
+/// How long a cell's end waits for the proxy to tell the connections of clients still open.
+const SETTLE: Duration = Duration::from_millis(100);
+
+/// The most connections one account lists; more are counted.
+const MOST_LISTED: usize = 10_000;
+
+/// One listener's connections, until a cell's end takes them.
+#[derive(Debug, Default)]
+struct ConnectionLog {
+    account: std::sync::Mutex<cave_core::Connections>,
+    /// Clients connected and not yet done.
+    open: AtomicUsize,
+    changed: tokio::sync::Notify,
+}
+
+impl EgressObserver for ConnectionLog {
+    fn connection(&self, record: &EgressRecord) {
+        let mut account = cave_core::lock(&self.account);
+        if account.list.len() < MOST_LISTED {
+            let mut connection =
+                cave_core::Connection::new(record.host.clone(), record.port, record.allowed);
+            connection.address = record.address.map(|a| a.to_string());
+            connection.reason = record.reason.clone();
+            connection.sent = record.sent;
+            connection.received = record.received;
+            account.list.push(connection);
+        } else {
+            account.omitted += 1;
+        }
+    }
+
+    fn client_opened(&self) {
+        self.open.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn client_closed(&self) {
+        self.open.fetch_sub(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
     }
 }
 
@@ -65,16 +135,27 @@ pub(crate) async fn serve_child_listener(
     .await
     .map_err(|e| failed(e.to_string()))?
     .map_err(|e| failed(format!("the child's listener did not arrive ({e})")))?;
-    let listener = std::net::TcpListener::from(listener);
-    listener
-        .set_nonblocking(true)
-        .map_err(|e| failed(e.to_string()))?;
-    let listener =
-        tokio::net::TcpListener::from_std(listener).map_err(|e| failed(e.to_string()))?;
-    let proxy = proxy.clone();
-    Ok(ProxyTask(tokio::spawn(async move {
-        proxy.serve(listener).await;
-    })))
+    serve(std::net::TcpListener::from(listener), proxy)
+}
+
+/// Serves `proxy` on `listener` (the child's, or the host's own on its loopback).
+pub(crate) fn serve(
+    listener: std::net::TcpListener,
+    proxy: &EgressProxy,
+) -> Result<ProxyTask, KernelError> {
+    let failed = |e: std::io::Error| KernelError::Start {
+        message: format!("the egress proxy could not start: {e}"),
+    };
+    listener.set_nonblocking(true).map_err(failed)?;
+    let listener = tokio::net::TcpListener::from_std(listener).map_err(failed)?;
+    let log = Arc::new(ConnectionLog::default());
+    let proxy = proxy.observed_by(log.clone());
+    Ok(ProxyTask {
+        task: tokio::spawn(async move {
+            proxy.serve(listener).await;
+        }),
+        log,
+    })
 }
 
 /// One descriptor sent with one byte (`SCM_RIGHTS`).

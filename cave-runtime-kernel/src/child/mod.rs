@@ -233,6 +233,13 @@ impl Link for ChildLink {
         Some(&self.spool_dir)
     }
 
+    async fn connections(&self) -> cave_core::Connections {
+        match &self.proxy {
+            Some(proxy) => proxy.connections().await,
+            None => cave_core::Connections::default(),
+        }
+    }
+
     fn interrupt(&self) {
         // SAFETY: kill with a pid this runtime started; a stale pid is reaped only by our
         // waiter thread, after which the worker is not alive and this is not called.

@@ -79,6 +79,13 @@ for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))
     exec(compile(source, filename, 'exec'), module.__dict__)
 sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[8]), int(sys.argv[9]))
 ";
+/// Tells the worker where, under its work directory, the session's environment is, which
+/// `pip install` installs into (set with an egress allowlist).
+const PACKAGES_VARIABLE: &str = "CAVE_PACKAGES";
+
+/// The session's environment, under the work directory.
+pub(crate) const PACKAGES_DIR: &str = ".cave-packages";
+
 /// Starts `interpreter` as a child with `config`'s limits and sandbox, in `work_dir`
 /// (`own_dir`, when given, is that directory, removed when the child's link goes).
 pub(super) async fn spawn(
@@ -100,12 +107,21 @@ pub(super) async fn spawn(
     // Without a control group, the process started here stays outside as the worker's guard.
     let guarded = group.is_none();
     let sandbox = config.sandbox_in_force();
+    // How the child reaches the egress proxy, if the machine gives it a way.
+    let (route, host_listener) = match egress {
+        Some(_) => crate::sandbox::ProxyRoute::open(&sandbox)
+            .map_err(|e| KernelError::Start {
+                message: format!("the egress proxy could not listen on the host's loopback: {e}"),
+            })?
+            .map_or((None, None), |(route, listener)| (Some(route), listener)),
+        None => (None, None),
+    };
     let mut command = command(
         config,
         python,
         members.as_deref(),
         work_dir.as_deref(),
-        egress.is_some(),
+        route,
         guarded,
     );
     // Where a cell's whole output is written for the child to read: its work directory (the
@@ -124,9 +140,26 @@ pub(super) async fn spawn(
         if let Some(members) = &members {
             sandbox = sandbox.readable(members);
         }
-        crate::sandbox::Prepared::new(&sandbox, python, &interpreter.dirs, &dir, HANDOVER_FD)
+        // With a way out: the certificates TLS clients trust, and pip's configuration.
+        if route.is_some() {
+            for path in crate::sandbox::CERTIFICATES
+                .iter()
+                .map(PathBuf::from)
+                .chain(crate::environment::pip_readable())
+            {
+                sandbox = sandbox.readable(path);
+            }
+        }
+        crate::sandbox::Prepared::new(
+            &sandbox,
+            python,
+            &interpreter.dirs,
+            &dir,
+            HANDOVER_FD,
+            route,
+        )
     });
-    let egress = egress.filter(|_| sandbox.as_ref().is_some_and(|s| s.sends_proxy_listener()));
+    let handed_over = sandbox.as_ref().is_some_and(|s| s.sends_proxy_listener());
     let layers = sandbox
         .as_ref()
         .map(|s| s.layers.clone())
@@ -169,12 +202,13 @@ pub(super) async fn spawn(
         last_words.clone().keep(stderr.into());
     }
     // The child made its proxy's listener before `exec` (or failed its start): it is waiting.
-    let proxy = match egress {
-        Some(proxy) => Some(Arc::new(
+    let proxy = match (egress, host_listener) {
+        (Some(proxy), _) if handed_over => Some(Arc::new(
             super::egress::serve_child_listener(&handover, proxy, config.worker.start_timeout)
                 .await?,
         )),
-        None => None,
+        (Some(proxy), Some(listener)) => Some(Arc::new(super::egress::serve(listener, proxy)?)),
+        _ => None,
     };
     let link = ChildLink {
         copies: Copies::new(pid),
@@ -240,7 +274,7 @@ fn command(
     python: &Path,
     members: Option<&Path>,
     work_dir: Option<&Path>,
-    egress: bool,
+    route: Option<crate::sandbox::ProxyRoute>,
     guarded: bool,
 ) -> Command {
     let mut command = Command::new(python);
@@ -272,7 +306,8 @@ fn command(
     if let Some(dir) = work_dir {
         command.current_dir(dir);
     }
-    if egress {
+    if let Some(route) = route {
+        let url = route.url();
         // What pip, requests, httpx and urllib follow (lower case for curl and wget).
         for variable in [
             "HTTPS_PROXY",
@@ -282,9 +317,17 @@ fn command(
             "http_proxy",
             "all_proxy",
         ] {
-            command.env(variable, crate::sandbox::PROXY_URL);
+            command.env(variable, &url);
         }
         command.env_remove("NO_PROXY").env_remove("no_proxy");
+        // `pip install` in a cell installs into the session's environment (the worker puts it
+        // on `sys.path`), from the index the host's pip uses.
+        // The configuration's own settings win.
+        command.env(PACKAGES_VARIABLE, PACKAGES_DIR).envs(
+            crate::environment::pip_variables()
+                .into_iter()
+                .filter(|(name, _)| !config.env.iter().any(|(set, _)| name == set.as_str())),
+        );
     }
     command
 }

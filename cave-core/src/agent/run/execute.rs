@@ -199,6 +199,16 @@ impl Run<'_> {
             self.emit.emit(event).await;
         }
         let execution = result.map_err(Failure::Runtime)?;
+        if !execution.connections.is_empty() {
+            let mut connections = execution.connections.clone();
+            // A refusal's reason names the host it refused, which is the cell's own text:
+            // redacted as the output is.
+            for c in &mut connections.list {
+                c.reason = c.reason.as_deref().map(|r| redactor.redact(r));
+                c.host = redactor.redact(&c.host);
+            }
+            self.emit.emit(Event::Egress(connections)).await;
+        }
         let success = execution.success();
         let state_lost = execution.state_lost;
         let spooled = execution.spooled;
