@@ -34,7 +34,7 @@ pub(crate) fn report(root: &Path, cave: &Path) {
         let tests = variant.and_then(|v| users.iter().find(|(n, _)| n == v));
         match tests {
             Some((_, tests)) => println!(
-                "    tests that skip for it{}: {}",
+                "    tests that may skip for it{}: {}",
                 if std::env::var_os("CI").is_some() {
                     " (under CI they fail instead)"
                 } else {
@@ -74,6 +74,11 @@ fn need_names(root: &Path) -> Vec<(String, String)> {
 /// For each `Need` variant, the tests (`file::function`) whose body names it.
 fn tests_by_need(root: &Path) -> Vec<(String, Vec<String>)> {
     let mut found: Vec<(String, Vec<String>)> = Vec::new();
+    let mut add = |variant: &str, test: String| match found.iter_mut().find(|(v, _)| v == variant) {
+        Some((_, tests)) if !tests.contains(&test) => tests.push(test),
+        Some(_) => {}
+        None => found.push((variant.to_owned(), vec![test])),
+    };
     for file in test_files(root) {
         let Ok(source) = std::fs::read_to_string(&file) else {
             continue;
@@ -82,11 +87,27 @@ fn tests_by_need(root: &Path) -> Vec<(String, Vec<String>)> {
             .file_stem()
             .map(|s| s.to_string_lossy().into_owned())
             .unwrap_or_default();
-        let mut function = None;
+        // Each function of the file: whether it is a test, the needs it names, its lines (a
+        // test that calls a helper naming a need may skip for it too).
+        let mut functions: Vec<(String, bool, Vec<String>, Vec<&str>)> = Vec::new();
+        let mut attributed = false;
         for line in source.lines() {
-            if let Some(name) = function_name(line) {
-                function = Some(name);
+            let trimmed = line.trim_start();
+            if trimmed.starts_with("#[test]") || trimmed.starts_with("#[tokio::test") {
+                attributed = true;
             }
+            if let Some(name) = function_name(line) {
+                functions.push((
+                    name,
+                    std::mem::take(&mut attributed),
+                    Vec::new(),
+                    Vec::new(),
+                ));
+            }
+            let Some((_, _, needs, lines)) = functions.last_mut() else {
+                continue;
+            };
+            lines.push(line);
             let mut rest = line;
             while let Some(at) = rest.find("Need::") {
                 rest = &rest[at + "Need::".len()..];
@@ -98,14 +119,30 @@ fn tests_by_need(root: &Path) -> Vec<(String, Vec<String>)> {
                 // `Need::lacking`).
                 let variant_like = variant.starts_with(|c: char| c.is_ascii_uppercase())
                     && variant.chars().any(|c| c.is_ascii_lowercase());
-                let (Some(function), true) = (&function, variant_like) else {
-                    continue;
-                };
-                let test = format!("{stem}::{function}");
-                match found.iter_mut().find(|(v, _)| *v == variant) {
-                    Some((_, tests)) if !tests.contains(&test) => tests.push(test),
-                    Some(_) => {}
-                    None => found.push((variant, vec![test])),
+                if variant_like && !needs.contains(&variant) {
+                    needs.push(variant);
+                }
+            }
+        }
+        let helpers: Vec<(&String, &Vec<String>)> = functions
+            .iter()
+            .filter(|(_, test, needs, _)| !test && !needs.is_empty())
+            .map(|(name, _, needs, _)| (name, needs))
+            .collect();
+        for (name, test, needs, lines) in &functions {
+            if !test {
+                continue;
+            }
+            let test = format!("{stem}::{name}");
+            for variant in needs {
+                add(variant, test.clone());
+            }
+            for (helper, needs) in &helpers {
+                let call = format!("{helper}(");
+                if lines.iter().any(|l| l.contains(&call)) {
+                    for variant in needs.iter() {
+                        add(variant, test.clone());
+                    }
                 }
             }
         }
@@ -178,6 +215,20 @@ mod tests {
         assert!(
             control_groups.contains(&"faults::a_fork_bomb_stops_at_the_process_limit".to_owned()),
             "{control_groups:?}"
+        );
+        // A test that asks through a helper is listed; the helper, not a test, is not.
+        let namespaces = users
+            .iter()
+            .find(|(v, _)| v == "Namespaces")
+            .map(|(_, t)| t.clone())
+            .unwrap_or_default();
+        assert!(
+            namespaces
+                .contains(&"egress::only_listed_hosts_are_reached_through_the_proxy".to_owned())
+                && !users
+                    .iter()
+                    .any(|(_, t)| t.contains(&"egress::lacking_every_route".to_owned())),
+            "{users:?}"
         );
         for (variant, _) in &users {
             assert!(
