@@ -52,10 +52,12 @@ async fn resumes_on(runtime: &str) {
     )
     .unwrap();
     let session = dir.join("session");
+    // `conn` is a value no session can save; a lock, which every sandbox lets a cell make (a
+    // socket is refused where there are no namespaces).
     let first = TestServer::start([
         answer(
             &block(
-                "import socket\ntotals = [base * 2, 3]\np = Point(1, 2)\nconn = socket.socket()",
+                "import threading\ntotals = [base * 2, 3]\np = Point(1, 2)\nconn = threading.Lock()",
             ),
             8,
             "stop",
