@@ -618,26 +618,10 @@ impl<W: Write> Human<W> {
     /// The cell's connections through the egress proxy: one line each, refusals in yellow.
     fn egress(&mut self, connections: &cave_agent::Connections) -> io::Result<()> {
         self.flush_prose()?;
-        for c in &connections.list {
-            if c.allowed {
-                let text = format!(
-                    "  ⎿  network: {}:{} ({} sent, {} received)",
-                    c.host,
-                    c.port,
-                    cave_agent::format_size(c.sent),
-                    cave_agent::format_size(c.received)
-                );
-                self.note(DIM, &text)?;
-            } else {
-                let why = c.reason.as_deref().unwrap_or("not allowed");
-                let text = format!(
-                    "  ⎿  network refused: {}:{}: {}",
-                    c.host,
-                    c.port,
-                    cave_agent::one_line(why, 160)
-                );
-                self.note(YELLOW, &text)?;
-            }
+        for connection in &connections.list {
+            let style = if connection.allowed { DIM } else { YELLOW };
+            let text = cave_agent::one_line(&connection.to_string(), 200);
+            self.note(style, &format!("  ⎿  network: {text}"))?;
         }
         if connections.omitted > 0 {
             let text = format!("  ⎿  network: {} more connections", connections.omitted);

@@ -457,25 +457,8 @@ impl fmt::Display for Event {
                 writeln!(f, "[{}]", notes.join("; "))
             }
             Event::Egress(connections) => {
-                for c in &connections.list {
-                    if c.allowed {
-                        writeln!(
-                            f,
-                            "[network: {}:{}, {} sent, {} received]",
-                            c.host,
-                            c.port,
-                            crate::format_size(c.sent),
-                            crate::format_size(c.received)
-                        )?;
-                    } else {
-                        writeln!(
-                            f,
-                            "[network refused: {}:{}: {}]",
-                            c.host,
-                            c.port,
-                            c.reason.as_deref().unwrap_or("not allowed")
-                        )?;
-                    }
+                for connection in &connections.list {
+                    writeln!(f, "[network: {connection}]")?;
                 }
                 if connections.omitted > 0 {
                     writeln!(f, "[network: {} more connections]", connections.omitted)?;

@@ -426,6 +426,31 @@ pub struct Connection {
     pub received: u64,
 }
 
+/// One line: `example.org:443, 512 B sent, 4 KiB received`, or `evil.test:443 refused:
+/// REASON`.
+impl fmt::Display for Connection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.allowed {
+            write!(
+                f,
+                "{}:{}, {} sent, {} received",
+                self.host,
+                self.port,
+                crate::format_size(self.sent),
+                crate::format_size(self.received)
+            )
+        } else {
+            write!(
+                f,
+                "{}:{} refused: {}",
+                self.host,
+                self.port,
+                self.reason.as_deref().unwrap_or("not allowed")
+            )
+        }
+    }
+}
+
 impl Connection {
     /// A connection to `host`:`port`, let through or not.
     pub fn new(host: impl Into<String>, port: u16, allowed: bool) -> Self {

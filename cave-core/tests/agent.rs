@@ -1941,4 +1941,14 @@ async fn events_print_as_a_transcript() {
         nested.to_string(),
         "  cleaner | Done.\n  cleaner | All clean.\n"
     );
+    let mut reached = cave_core::Connection::new("pypi.org", 443, true);
+    reached.sent = 512;
+    reached.received = 4096;
+    let mut refused = cave_core::Connection::new("evil.test", 443, false);
+    refused.reason = Some("not in the allowlist".to_owned());
+    let egress = Event::Egress(cave_core::Connections::new(vec![reached, refused], 2));
+    assert_eq!(
+        egress.to_string(),
+        "[network: pypi.org:443, 512 B sent, 4 KiB received]\n[network: evil.test:443 refused: not in the allowlist]\n[network: 2 more connections]\n"
+    );
 }

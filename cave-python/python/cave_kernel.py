@@ -909,13 +909,14 @@ def _copy_work_dir(source, target):
 def _move_packages(source, target):
     """A branch's session environment is its copy in `target`: the paths that named the one
     under `source` (on `sys.path`, `PIP_PREFIX`, `PATH`) name it instead."""
+    source = source.rstrip(os.sep)
     prefix = os.environ.get("PIP_PREFIX")
-    if not prefix or not prefix.startswith(source.rstrip(os.sep) + os.sep):
+    if not prefix or not prefix.startswith(source + os.sep):
         return
 
     def moved(path):
-        if path.startswith(source.rstrip(os.sep) + os.sep):
-            return target.rstrip(os.sep) + path[len(source.rstrip(os.sep)) :]
+        if path.startswith(source + os.sep):
+            return target.rstrip(os.sep) + path[len(source) :]
         return path
 
     sys.path[:] = [moved(p) for p in sys.path]

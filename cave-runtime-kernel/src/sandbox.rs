@@ -493,22 +493,17 @@ impl Prepared {
         let listed = || sandbox.allow_net.entries().join(", ");
 
         // Landlock first: on the loopback route, the network layer holds only if its TCP rule
-        // does.
-        let on_loopback = sandbox.network && matches!(route, Some(ProxyRoute::Loopback(_)));
-        let mut landlock = None;
-        let mut landlock_failed = None;
-        if sandbox.filesystem || on_loopback {
-            match landlock_ruleset(
+        // does (`ProxyRoute::open` gives no route without the network layer).
+        let on_loopback = matches!(route, Some(ProxyRoute::Loopback(_)));
+        let landlock = (sandbox.filesystem || on_loopback).then(|| {
+            landlock_ruleset(
                 sandbox,
                 python,
                 python_dirs,
                 work_dir,
-                route.filter(|_| sandbox.network).map(ProxyRoute::port),
-            ) {
-                Ok((fd, how)) => landlock = Some((fd, how)),
-                Err(why) => landlock_failed = Some(why),
-            }
-        }
+                route.map(ProxyRoute::port),
+            )
+        });
 
         let network = if !sandbox.network {
             LayerState::Off
@@ -535,7 +530,7 @@ impl Prepared {
                 }
                 Err(why) => match seccomp_available() {
                     Ok(()) => match route {
-                        Some(ProxyRoute::Loopback(port)) if landlock.is_some() => {
+                        Some(ProxyRoute::Loopback(port)) if matches!(landlock, Some(Ok(_))) => {
                             sockets = Sockets::TcpOnly;
                             LayerState::Active(format!(
                                 "seccomp: no new sockets but TCP ones, and Landlock: TCP connections to port {port} only (namespaces not allowed: {why}); out only through the host's proxy on its loopback, to {}; a server elsewhere on port {port} is reachable too",
@@ -547,10 +542,11 @@ impl Prepared {
                             let egress = if sandbox.allow_net.is_empty() {
                                 String::new()
                             } else {
-                                let cause = landlock_failed
-                                    .clone()
-                                    .or_else(|| loopback_route().err())
-                                    .unwrap_or_else(|| "no route to the proxy".to_owned());
+                                let cause = match &landlock {
+                                    Some(Err(why)) => Some(why.clone()),
+                                    _ => loopback_route().err(),
+                                }
+                                .unwrap_or_else(|| "no route to the proxy".to_owned());
                                 format!(
                                     "; the allowlist cannot apply ({cause}): no host is reachable"
                                 )
@@ -569,14 +565,14 @@ impl Prepared {
         let filesystem = if !sandbox.filesystem {
             LayerState::Off
         } else {
-            match (&landlock, &landlock_failed) {
-                (Some((_, how)), _) => LayerState::Active(how.clone()),
-                (None, Some(why)) => LayerState::Unavailable(why.clone()),
-                (None, None) => LayerState::Unavailable("no Landlock ruleset".to_owned()),
+            match &landlock {
+                Some(Ok((_, how))) => LayerState::Active(how.clone()),
+                Some(Err(why)) => LayerState::Unavailable(why.clone()),
+                None => unreachable!("a ruleset is made whenever the filesystem layer is on"),
             }
         };
         layers.push(Layer::new("filesystem", filesystem));
-        let landlock = landlock.map(|(fd, _)| fd);
+        let landlock = landlock.and_then(Result::ok).map(|(fd, _)| fd);
 
         let syscalls = if !sandbox.syscalls && sockets == Sockets::Any {
             LayerState::Off
@@ -865,6 +861,43 @@ fn seccomp_filters(deny_list: bool, sockets: Sockets) -> Result<Vec<BpfProgram>,
         rules.insert(libc::SYS_socket, Vec::new());
     } else if !socket_rules.is_empty() {
         rules.insert(libc::SYS_socket, socket_rules);
+    }
+    if sockets == Sockets::TcpOnly {
+        // What Landlock's TCP rules do not see: `listen` on a socket never bound binds a port
+        // itself (in the host's namespace, here), and a send with MSG_FASTOPEN connects
+        // without the connect hook on some kernels (`TCP_FASTOPEN_CONNECT` too, for safety).
+        rules.insert(libc::SYS_listen, Vec::new());
+        let fast_open = |index: u8| {
+            SeccompCondition::new(
+                index,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::MaskedEq(libc::MSG_FASTOPEN as u64),
+                libc::MSG_FASTOPEN as u64,
+            )
+            .and_then(|condition| SeccompRule::new(vec![condition]))
+            .map_err(error)
+        };
+        rules.insert(libc::SYS_sendto, vec![fast_open(3)?]);
+        rules.insert(libc::SYS_sendmsg, vec![fast_open(2)?]);
+        rules.insert(libc::SYS_sendmmsg, vec![fast_open(3)?]);
+        let connect_option = SeccompRule::new(vec![
+            SeccompCondition::new(
+                1,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                libc::IPPROTO_TCP as u64,
+            )
+            .map_err(error)?,
+            SeccompCondition::new(
+                2,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                libc::TCP_FASTOPEN_CONNECT as u64,
+            )
+            .map_err(error)?,
+        ])
+        .map_err(error)?;
+        rules.insert(libc::SYS_setsockopt, vec![connect_option]);
     }
     if sockets != Sockets::Any {
         // io_uring makes sockets (IORING_OP_SOCKET) without the `socket` call seccomp sees.

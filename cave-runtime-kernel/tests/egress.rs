@@ -211,6 +211,15 @@ fn the_allowlist_holds_without_namespaces() {
             "['SOCK_DGRAM', 'SOCK_STREAM', 'SOCK_RAW', 'SOCK_DGRAM']\nno bind\n",
             "{out:?}"
         );
+        // What Landlock's TCP rules do not see: a connection made by a send with
+        // MSG_FASTOPEN (the connect hook is not called) and a listen that binds a port itself.
+        let elsewhere = server("127.0.0.2", "elsewhere");
+        let out = run(
+            &rt,
+            &format!("t = socket.socket()\ntry:\n    t.sendto(b'GET / HTTP/1.0\\r\\n\\r\\n', socket.MSG_FASTOPEN, ('127.0.0.2', {elsewhere}))\n    print('fast open went out')\nexcept PermissionError:\n    print('no fast open')\nu = socket.socket()\ntry:\n    u.listen()\n    print('listening on', u.getsockname())\nexcept PermissionError:\n    print('no listen')"),
+        )
+        .await;
+        assert_eq!(out.output, "no fast open\nno listen\n", "{out:?}");
     });
 }
 

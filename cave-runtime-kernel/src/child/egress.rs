@@ -26,21 +26,22 @@ impl Drop for ProxyTask {
 }
 
 impl ProxyTask {
-    /// The connections that ended since the last call, once those of clients that are still
-    /// connected have ended too, or after [`SETTLE`] (later ones go to the next account): a
-    /// cell's client has closed its connection by the cell's end, but the proxy may not yet
-    /// have told it.
+    /// The connections that ended since the last call, once those of clients still connected
+    /// have ended too, or none has for [`QUIET`], or after [`SETTLE`] in all (later ones go to
+    /// the next account): a cell's client has closed its connection by the cell's end, but
+    /// the proxy may not yet have told it; one the cell keeps open costs `QUIET`.
     pub(crate) async fn connections(&self) -> cave_core::Connections {
-        let settled = async {
-            loop {
-                let notified = self.log.changed.notified();
-                if self.log.open.load(Ordering::SeqCst) == 0 {
-                    return;
-                }
-                notified.await;
+        let deadline = tokio::time::Instant::now() + SETTLE;
+        loop {
+            let notified = self.log.changed.notified();
+            if self.log.open.load(Ordering::SeqCst) == 0 {
+                break;
             }
-        };
-        let _ = tokio::time::timeout(SETTLE, settled).await;
+            let until = deadline.min(tokio::time::Instant::now() + QUIET);
+            if tokio::time::timeout_at(until, notified).await.is_err() {
+                break;
+            }
+        }
         let mut account = cave_core::lock(&self.log.account);
         let list = std::mem::take(&mut account.list);
         let omitted = std::mem::take(&mut account.omitted);
@@ -48,8 +49,12 @@ impl ProxyTask {
     }
 }
 
-/// How long a cell's end waits for the proxy to tell the connections of clients still open.
+/// How long a cell's end waits, at most, for the proxy to tell the connections of clients
+/// still open.
 const SETTLE: Duration = Duration::from_millis(100);
+
+/// How long a cell's end waits for the next client to be done before it stops waiting.
+const QUIET: Duration = Duration::from_millis(20);
 
 /// The most connections one account lists; more are counted.
 const MOST_LISTED: usize = 10_000;

@@ -198,9 +198,9 @@ impl Run<'_> {
         while let Ok(event) = nested.try_recv() {
             self.emit.emit(event).await;
         }
-        let execution = result.map_err(Failure::Runtime)?;
+        let mut execution = result.map_err(Failure::Runtime)?;
         if !execution.connections.is_empty() {
-            let mut connections = execution.connections.clone();
+            let mut connections = std::mem::take(&mut execution.connections);
             // A refusal's reason names the host it refused, which is the cell's own text:
             // redacted as the output is.
             for c in &mut connections.list {
