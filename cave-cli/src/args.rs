@@ -258,6 +258,20 @@ pub struct CommonArgs {
         help_heading = "Model"
     )]
     pub max_image_tokens: Option<u64>,
+    /// auto, always or never: the prompt names host objects only (and the first 40 functions),
+    /// and the model finds methods and functions with search_tools(query) in its code; auto
+    /// does so when the full listing would take more than --tool-listing-budget tokens.
+    #[arg(
+        long,
+        value_name = "MODE",
+        default_value = "auto",
+        help_heading = "Model"
+    )]
+    pub tool_search: cave_agent::ToolSearch,
+    /// Tokens the listing of functions, variables and types may take before --tool-search
+    /// auto searches instead [default: 4000].
+    #[arg(long, value_name = "TOKENS", help_heading = "Model")]
+    pub tool_listing_budget: Option<u64>,
     /// A separate (cheaper) model for summaries when compacting (same server and key).
     #[arg(long, value_name = "ID", help_heading = "Model")]
     pub compact_model: Option<String>,

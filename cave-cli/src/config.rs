@@ -99,6 +99,10 @@ pub struct AgentSettings {
     pub vision: Option<Option<u64>>,
     /// `--trace-content`.
     pub trace_content: bool,
+    /// `--tool-search`.
+    pub tool_search: cave_agent::ToolSearch,
+    /// `--tool-listing-budget`.
+    pub tool_listing_budget: Option<u64>,
 }
 
 impl AgentSettings {
@@ -142,6 +146,10 @@ impl AgentSettings {
         }
         if self.trace_content {
             builder.trace_content(true);
+        }
+        builder.tool_search(self.tool_search);
+        if let Some(tokens) = self.tool_listing_budget {
+            builder.tool_listing_budget(tokens);
         }
     }
 }
@@ -438,6 +446,8 @@ pub fn resolve(
         instructions: args.instructions.clone(),
         vision: args.vision.then_some(args.max_image_tokens),
         trace_content: args.trace_content,
+        tool_search: args.tool_search,
+        tool_listing_budget: args.tool_listing_budget,
     };
     let traces = resolve_traces(args)?;
     let output = if args.json {

@@ -71,7 +71,7 @@ async fn tool_calls_are_approved_audited_and_answered() {
         assert_eq!(asked[0]["request"]["function"], "edge.add");
         assert_eq!(asked[1]["request"]["function"], "edge.word_stats");
         let output = cell_output(&events);
-        assert!(output.starts_with("{'result': 5}\n"), "{runtime}: {output}");
+        assert!(output.starts_with("5\n"), "{runtime}: {output}");
         assert!(
             output.contains("enough"),
             "{runtime}: the refusal reaches the cell: {output}"
@@ -149,7 +149,7 @@ fn mcp_list_shows_what_the_model_gets() {
     );
     assert!(stdout.contains("  type: EdgeTools\n"), "{stdout}");
     assert!(
-        stdout.contains("    - add(a: int, b: Optional[int] = None) -> dict\n"),
+        stdout.contains("    - add(a: int, b: int = 2) -> int\n"),
         "{stdout}"
     );
     assert!(
@@ -216,7 +216,7 @@ async fn a_server_over_http_gets_its_header_from_the_environment() {
     let events = events(&out);
     assert_eq!(
         cell_output(&events),
-        "{'result': 42}\nNone\nthe MCP tool \"fail\" of `edge` failed: Error executing tool fail: refused: echo [redacted: edge Authorization]\n"
+        "42\nNone\nthe MCP tool \"fail\" of `edge` failed: Error executing tool fail: refused: echo [redacted: edge Authorization]\n"
     );
     let printed = String::from_utf8_lossy(&out.stdout);
     // Only in the code the model wrote, never in what came back.
@@ -300,7 +300,7 @@ async fn tools_are_called_from_a_jupyter_kernel() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let events = events(&out);
-    assert_eq!(cell_output(&events), "{'result': 42}\n4 words\n");
+    assert_eq!(cell_output(&events), "42\n4 words\n");
 }
 
 /// A tool that adds a tool (and says so with `notifications/tools/list_changed`): the next
@@ -413,8 +413,66 @@ async fn a_tool_that_never_answers_is_stopped_at_the_time_limit() {
         );
         assert_eq!(
             cell_output(&events),
-            "next {'result': 3}\n",
+            "next 3\n",
             "{runtime}: the next cell ran: {events:?}"
+        );
+    }
+}
+
+/// A server of 500 tools: the first request names the server in a line instead of listing
+/// every tool, the model's code finds the tool with `search_tools`, a number comes back as a
+/// number (not the SDK's `{'result': ...}`), and ten calls of a slow tool made with
+/// `asyncio.gather` over `.aio` are all answered; on both local runtimes.
+#[tokio::test(flavor = "multi_thread")]
+async fn five_hundred_tools_are_found_from_the_runtime() {
+    let Some(venv) = servers::venv() else { return };
+    let (program, args) = servers::many_command(&venv);
+    let spec = format!("many={program} {}", args.join(" "));
+    let code = "print(search_tools('temperature in degrees fahrenheit', limit=2))
+print(many.fahrenheit(100))
+import asyncio
+print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
+    for runtime in ["inproc", "kernel"] {
+        let server =
+            TestServer::start([answer(&block(code), 8, "stop"), answer("Done.", 8, "stop")]).await;
+        server.record(true);
+        let out = command(
+            Some(&server),
+            &[
+                "run",
+                "--json",
+                "--runtime",
+                runtime,
+                "--mcp",
+                &spec,
+                "Convert.",
+            ],
+        )
+        .output()
+        .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
+        let events = events(&out);
+        let output = cell_output(&events);
+        assert!(
+            output.starts_with("many.fahrenheit(celsius: float) -> float\n    Converts a temperature from degrees Celsius to degrees Fahrenheit."),
+            "{runtime}: {output}"
+        );
+        assert!(
+            output.ends_with("212.0\n[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"),
+            "{runtime}: {output}"
+        );
+        let first = &server.received()[0].body;
+        let messages = serde_json::to_string(&first["messages"]).unwrap();
+        assert!(
+            messages.len() <= 8_000,
+            "{runtime}: the first request's messages take {} characters",
+            messages.len()
+        );
+        assert!(messages.contains("search_tools"), "{runtime}: {messages}");
+        assert!(
+            !messages.contains("list_invoice"),
+            "{runtime}: tools are not listed"
         );
     }
 }

@@ -56,6 +56,7 @@ mod shape;
 mod spooled;
 mod sync;
 mod text;
+mod tool_search;
 mod usage;
 mod value;
 
@@ -88,7 +89,7 @@ pub use parser::{FenceParser, Parsed, ThinkSplit, ThinkSplitter};
 pub use policy::{CodePolicy, Violation, ViolationKind, refusal_message};
 pub use prompt::format_size;
 pub use redact::{MIN_SECRET_CHARS, SecretRedactor, StreamRedaction};
-pub use registry::{Description, Entry, Registry, unique_prefix};
+pub use registry::{COMPACT_FUNCTIONS, Description, Entry, Registry, unique_prefix};
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
     NameKind, NameProblem, ObjectBinding, Param, ParamDefault, ParamKind, Resource, Resources,
@@ -106,6 +107,9 @@ pub use spooled::SpooledOutput;
 pub use sync::lock;
 pub use text::{one_line, preview, shorten};
 pub use tokio_util::sync::CancellationToken;
+pub use tool_search::{
+    DEFAULT_TOOL_LISTING_BUDGET, MAX_SEARCH_RESULTS, SEARCH_TOOLS, ToolEntry, ToolIndex, ToolSearch,
+};
 pub use usage::Usage;
 pub use value::{Value, ValueError, from_value, to_value};
 

@@ -64,6 +64,43 @@ pub const TEMPLATE_PLACEHOLDERS: &[&str] = &[
 pub const SKILLS_INSTRUCTION: &str = "
 - The <skills> section lists skills: packaged instructions for kinds of tasks. When a task matches one, first call activate_skill(\"name\") and print what it returns; follow those instructions. read_skill_file(\"name\", \"path\") returns one of the skill's files that activate_skill listed.";
 
+/// Appended to the system instructions with tool search: the prompt names objects, and the
+/// model finds their methods (and the functions not listed) from its code.
+pub const TOOL_SEARCH_INSTRUCTION: &str = "
+- Objects below are named, not described method by method. To find what can do a task, run print(search_tools(\"what you need, in a few words\")): it lists the best matching functions and methods with their parameters and docs (search_tools(query, limit=10) for more). help(obj.method) shows one in full. Search before you guess a name.";
+
+/// Appended to the system instructions when the runtime holds host functions or objects.
+pub const CONCURRENT_CALLS_INSTRUCTION: &str = "
+- A call of a listed function or method waits for the host. To make several at once, await them together: results = await asyncio.gather(*(f.aio(x) for x in items)) (every such function and method has the awaitable form .aio, with the same parameters).";
+
+/// A host object in a description with tool search: its type, what it is, how many methods.
+pub fn compact_object(type_name: &str, summary: &str, methods: usize) -> String {
+    let summary = crate::one_line(summary, 200);
+    let what = if summary.is_empty() {
+        String::new()
+    } else {
+        format!(" {summary}")
+    };
+    let noun = if methods == 1 { "method" } else { "methods" };
+    format!("{type_name}:{what} ({methods} {noun}: search_tools finds them)")
+}
+
+/// The last line of the functions section when it lists only some.
+pub fn more_functions(n: usize) -> String {
+    format!("- … and {n} more functions: search_tools finds them")
+}
+
+/// What `search_tools` returns when nothing matches.
+pub fn no_tools_found(query: &str, tools: usize) -> String {
+    format!(
+        "No function or method matches {:?} ({tools} searched). Try other words: what the tool acts on, or what it returns.",
+        crate::one_line(query, 200)
+    )
+}
+
+/// The docstring of `search_tools`.
+pub const SEARCH_TOOLS_DOC: &str = "Finds the host's functions and methods that match a query (words of what you need), best first, each with its parameters and doc. Print the result.";
+
 /// The `<skills>` section when the agent has none.
 pub const NO_SKILLS: &str = "No skills available";
 

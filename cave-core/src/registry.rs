@@ -279,30 +279,82 @@ impl Registry {
         Ok(key)
     }
 
+    /// Whether a host function or object is registered and shown (what the model calls
+    /// waits for the host).
+    pub fn has_host_calls(&self) -> bool {
+        self.entries.iter().any(|e| match &e.resource {
+            Resource::Function(f) => !f.hidden && matches!(f.body, crate::FunctionBody::Host(_)),
+            Resource::Object(_) => true,
+            _ => false,
+        })
+    }
+
+    /// Every function and method registered, for `search_tools` (hidden ones left out).
+    pub fn tool_entries(&self) -> Vec<crate::ToolEntry> {
+        crate::tool_search::tool_entries(&self.entries)
+    }
+
+    /// The registered resources as prompt text, with tool search: each object named with its
+    /// type, the first line of its doc and its number of methods, instead of every method;
+    /// at most [`COMPACT_FUNCTIONS`] functions, a line each, without their docs. Variables and
+    /// record and enum types are as [`describe`](Self::describe) shows them.
+    pub fn describe_compact(&self) -> Description {
+        let mut functions = Vec::new();
+        let mut more_functions = 0usize;
+        let mut variables = Vec::new();
+        let mut types = Vec::new();
+        for entry in &self.entries {
+            variables.extend(variable_line(entry));
+            match &entry.resource {
+                Resource::Function(f) if !f.hidden => {
+                    if functions.len() < COMPACT_FUNCTIONS {
+                        functions.push(format!(
+                            "- function: {}{}{}",
+                            if f.is_async { "async " } else { "" },
+                            entry.name,
+                            f.signature
+                        ));
+                    } else {
+                        more_functions += 1;
+                    }
+                }
+                Resource::Object(o) => {
+                    let summary = o
+                        .object
+                        .doc()
+                        .and_then(|d| d.trim().lines().next().map(str::to_owned))
+                        .unwrap_or_default();
+                    let text = crate::prompt::compact_object(
+                        o.object.type_name(),
+                        &summary,
+                        o.object.methods().len(),
+                    );
+                    if !types.contains(&text) {
+                        types.push(text);
+                    }
+                }
+                Resource::Type(t) if !t.hidden => types.push(describe_type(t)),
+                _ => {}
+            }
+        }
+        if more_functions > 0 {
+            functions.push(crate::prompt::more_functions(more_functions));
+        }
+        sections(functions, variables, types)
+    }
+
     /// The registered resources as prompt text.
     pub fn describe(&self) -> Description {
         let mut functions = Vec::new();
         let mut variables = Vec::new();
         let mut types = Vec::new();
         for entry in &self.entries {
+            variables.extend(variable_line(entry));
             match &entry.resource {
                 Resource::Function(f) if !f.hidden => {
                     functions.push(describe_function(&entry.name, f))
                 }
-                Resource::Variable(v) if !v.hidden => {
-                    let type_name = v.type_name.as_deref().unwrap_or(v.value.python_type());
-                    variables.push(describe_variable(
-                        &entry.name,
-                        type_name,
-                        v.description.as_deref(),
-                    ));
-                }
                 Resource::Object(o) => {
-                    variables.push(describe_variable(
-                        &entry.name,
-                        o.object.type_name(),
-                        o.description.as_deref(),
-                    ));
                     let schema = TypeSchema {
                         name: o.object.type_name().to_owned(),
                         doc: o.object.doc(),
@@ -319,20 +371,48 @@ impl Registry {
                 _ => {}
             }
         }
-        let section = |items: Vec<String>, empty: &str| {
-            let items: Vec<String> = items.into_iter().filter(|s| !s.is_empty()).collect();
-            if items.is_empty() {
-                empty.to_owned()
-            } else {
-                items.join("\n")
-            }
-        };
-        Description::new(
-            section(functions, "No functions available"),
-            section(variables, "No variables available"),
-            section(types, "No types available"),
-        )
+        sections(functions, variables, types)
     }
+}
+
+/// The `<variables>` line of a variable or host object (none for anything else).
+fn variable_line(entry: &Entry) -> Option<String> {
+    match &entry.resource {
+        Resource::Variable(v) if !v.hidden => {
+            let type_name = v.type_name.as_deref().unwrap_or(v.value.python_type());
+            Some(describe_variable(
+                &entry.name,
+                type_name,
+                v.description.as_deref(),
+            ))
+        }
+        Resource::Object(o) => Some(describe_variable(
+            &entry.name,
+            o.object.type_name(),
+            o.description.as_deref(),
+        )),
+        _ => None,
+    }
+}
+
+/// How many functions a compact description lists (a line each); the rest are counted.
+pub const COMPACT_FUNCTIONS: usize = 40;
+
+/// The three sections, each with its line when empty.
+fn sections(functions: Vec<String>, variables: Vec<String>, types: Vec<String>) -> Description {
+    let section = |items: Vec<String>, empty: &str| {
+        let items: Vec<String> = items.into_iter().filter(|s| !s.is_empty()).collect();
+        if items.is_empty() {
+            empty.to_owned()
+        } else {
+            items.join("\n")
+        }
+    };
+    Description::new(
+        section(functions, "No functions available"),
+        section(variables, "No variables available"),
+        section(types, "No types available"),
+    )
 }
 
 /// Checks a `bind_unique` request and returns the prefix as Python binds it: `start` must be at

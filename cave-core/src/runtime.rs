@@ -160,6 +160,12 @@ pub trait RuntimeExt: Runtime {
         lock(self.registry()).describe()
     }
 
+    /// The registered resources as prompt text with tool search: objects named, not listed
+    /// method by method ([`Registry::describe_compact`](crate::Registry::describe_compact)).
+    fn describe_compact(&self) -> Description {
+        lock(self.registry()).describe_compact()
+    }
+
     /// The `(name, value)` of each registered secret variable
     /// ([`Variable::secret`](crate::Variable::secret)), which the agent redacts from
     /// everything the model reads and every event.

@@ -9,6 +9,10 @@ use std::collections::HashSet;
 /// How deep an annotation is read into nested schemas (`list[list[dict]]`).
 const MAX_DEPTH: usize = 4;
 
+/// The most values an `enum` is shown with as a `Literal[...]`; a longer one is shown as its
+/// type (the description still says what it takes).
+const MAX_LITERALS: usize = 24;
+
 /// One tool, as the runtime shows it.
 #[derive(Clone, Debug)]
 pub(crate) struct ToolMethod {
@@ -20,6 +24,9 @@ pub(crate) struct ToolMethod {
     pub(crate) params: Vec<(String, String)>,
     /// What the model sees.
     pub(crate) method: Method,
+    /// The output schema is the official SDKs' wrapping of a value that is not an object
+    /// (`{"result": value}`): the call returns the value.
+    pub(crate) unwrap: bool,
 }
 
 /// `raw` as a Python identifier: other characters become `_`, a leading digit gets a `_`
@@ -60,7 +67,7 @@ pub(crate) fn tool_method(
     input_schema: &serde_json::Map<String, Json>,
     taken: &HashSet<String>,
     server: &str,
-    structured: bool,
+    output_schema: Option<&serde_json::Map<String, Json>>,
 ) -> ToolMethod {
     let python = identifier(tool, taken);
     let properties = input_schema
@@ -94,15 +101,27 @@ pub(crate) fn tool_method(
         names.insert(name.clone());
         let schema = &properties[key.as_str()];
         let mut param = Param::new(&name);
+        // The schema's default, when the runtime can hold it (JSON's numbers, strings, lists
+        // and objects all convert); `None` (the server's own default applies) otherwise.
+        let default = (!is_required)
+            .then(|| {
+                schema
+                    .get("default")
+                    .and_then(|d| cave_core::to_value(d).ok())
+            })
+            .flatten()
+            .filter(|d| *d != Value::None);
         if let Some(annotation) = annotation(schema, 0) {
-            param = param.annotated(if is_required || annotation.starts_with("Optional[") {
-                annotation
-            } else {
-                format!("Optional[{annotation}]")
-            });
+            param = param.annotated(
+                if is_required || default.is_some() || annotation.starts_with("Optional[") {
+                    annotation
+                } else {
+                    format!("Optional[{annotation}]")
+                },
+            );
         }
         if !is_required {
-            param = param.default_value(Value::None);
+            param = param.default_value(default.unwrap_or(Value::None));
         }
         signature.push(param);
         let described = schema.get("description").and_then(Json::as_str);
@@ -132,9 +151,16 @@ pub(crate) fn tool_method(
         format!("{doc}\n\n{origin}")
     };
     let mut signature = Signature::new(signature);
-    if structured {
-        // A tool with an output schema answers with structured content: a dict.
-        signature = signature.returns("dict");
+    let wrapped = output_schema.and_then(wrapped_result);
+    let returns = match (output_schema, wrapped) {
+        (_, Some(result)) => annotation(result, 0),
+        (Some(schema), None) => {
+            Some(annotation(&Json::Object(schema.clone()), 0).unwrap_or_else(|| "dict".to_owned()))
+        }
+        (None, None) => None,
+    };
+    if let Some(returns) = returns {
+        signature = signature.returns(returns);
     }
     let mut method = Method::new(&python, signature);
     method.doc = Some(doc);
@@ -143,7 +169,22 @@ pub(crate) fn tool_method(
         tool: tool.to_owned(),
         params,
         method,
+        unwrap: wrapped.is_some(),
     }
+}
+
+/// The schema of the value inside the official SDKs' wrapping, when `output` is one: an
+/// object whose one property, required, is `result` (the Python SDK returns a function's
+/// `float`, `list[str]` or `None` as `{"result": ...}`, and describes it so).
+pub(crate) fn wrapped_result(output: &serde_json::Map<String, Json>) -> Option<&Json> {
+    let properties = output.get("properties")?.as_object()?;
+    let required = output.get("required")?.as_array()?;
+    (output.get("type").is_none_or(|t| t == "object")
+        && properties.len() == 1
+        && required.len() == 1
+        && required[0] == "result")
+        .then(|| properties.get("result"))
+        .flatten()
 }
 
 /// The Python annotation for a JSON Schema, when it is one of the simple forms.
@@ -167,6 +208,9 @@ fn annotation(schema: &Json, depth: usize) -> Option<String> {
             inner
         })
     };
+    if let Some(literal) = literal(schema) {
+        return Some(literal);
+    }
     match schema.get("type") {
         Some(Json::String(kind)) => simple(kind, schema, depth),
         Some(Json::Array(kinds)) => union(
@@ -188,6 +232,34 @@ fn annotation(schema: &Json, depth: usize) -> Option<String> {
             )
         }
     }
+}
+
+/// `Literal[...]` for a schema's `enum` (or `const`) of strings, integers, booleans and
+/// nulls, up to `MAX_LITERALS` of them.
+fn literal(schema: &Json) -> Option<String> {
+    let values: Vec<&Json> = match (schema.get("enum"), schema.get("const")) {
+        (Some(Json::Array(values)), _) => values.iter().collect(),
+        (None, Some(value)) => vec![value],
+        _ => return None,
+    };
+    if values.is_empty() || values.len() > MAX_LITERALS {
+        return None;
+    }
+    let nullable = values.iter().any(|v| v.is_null());
+    let shown: Vec<String> = values
+        .into_iter()
+        .filter(|v| !v.is_null())
+        .map(|v| match v {
+            Json::String(_) | Json::Bool(_) => cave_core::to_value(v).ok().map(|v| v.to_string()),
+            Json::Number(n) if n.is_i64() || n.is_u64() => Some(n.to_string()),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    Some(match (shown.is_empty(), nullable) {
+        (true, _) => "None".to_owned(),
+        (false, true) => format!("Optional[Literal[{}]]", shown.join(", ")),
+        (false, false) => format!("Literal[{}]", shown.join(", ")),
+    })
 }
 
 fn simple(kind: &str, schema: &Json, depth: usize) -> Option<String> {
@@ -228,7 +300,7 @@ mod tests {
             &schema,
             &HashSet::new(),
             "srv",
-            false,
+            None,
         )
     }
 
@@ -308,6 +380,84 @@ mod tests {
             doc.starts_with("Does it.\n\nArgs:\n    limit: How many.\n    odd_name (`odd-name`): "),
             "{doc}"
         );
+    }
+
+    #[test]
+    fn enums_defaults_and_results_are_typed() {
+        let Json::Object(input) = json!({
+            "type": "object",
+            "properties": {
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"], "default": "celsius"},
+                "days": {"type": "integer", "default": 3},
+                "level": {"enum": [1, 2, null]},
+                "mode": {"const": "fast"},
+                "many": {"type": "string", "enum": (0..30).map(|i| i.to_string()).collect::<Vec<_>>()}
+            },
+            "required": ["mode"]
+        }) else {
+            panic!()
+        };
+        let Json::Object(wrapped) = json!({
+            "type": "object",
+            "title": "forecastOutput",
+            "properties": {"result": {"type": "array", "items": {"type": "number"}}},
+            "required": ["result"]
+        }) else {
+            panic!()
+        };
+        let m = tool_method(
+            "forecast",
+            None,
+            &input,
+            &HashSet::new(),
+            "srv",
+            Some(&wrapped),
+        );
+        assert_eq!(
+            shown(&m),
+            [
+                "mode: Literal['fast']",
+                "days: int = None",
+                "level: Optional[Literal[1, 2]] = None",
+                "many: Optional[str] = None",
+                "unit: Literal['celsius', 'fahrenheit'] = None",
+            ]
+        );
+        let defaults: Vec<Option<String>> = m
+            .method
+            .signature
+            .params
+            .iter()
+            .map(|p| match &p.default {
+                Some(cave_core::ParamDefault::Value(v)) => Some(v.to_string()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            defaults,
+            [
+                None,
+                Some("3".into()),
+                Some("None".into()),
+                Some("None".into()),
+                Some("'celsius'".into())
+            ]
+        );
+        assert!(m.unwrap);
+        assert_eq!(m.method.signature.returns.as_deref(), Some("list[float]"));
+        // An object that is not the wrapping stays a dict.
+        let Json::Object(record) = json!({
+            "type": "object",
+            "properties": {"result": {"type": "number"}, "unit": {"type": "string"}},
+            "required": ["result"]
+        }) else {
+            panic!()
+        };
+        let m = tool_method("t", None, &input, &HashSet::new(), "srv", Some(&record));
+        assert!(!m.unwrap);
+        assert_eq!(m.method.signature.returns.as_deref(), Some("dict"));
+        let m = tool_method("t", None, &input, &HashSet::new(), "srv", None);
+        assert_eq!(m.method.signature.returns, None);
     }
 
     #[test]

@@ -69,7 +69,7 @@ impl McpTools {
                     &tool.input_schema,
                     &taken,
                     self.server.name(),
-                    tool.output_schema.is_some(),
+                    tool.output_schema.as_deref(),
                 );
                 taken.insert(method.python.clone());
                 method
@@ -215,7 +215,7 @@ impl HostObject for McpTools {
         if self.server.tools_changed() && self.reload().await.is_ok() {
             self.server.wake_followers();
         }
-        let value = tool_result(&result, self.server.name(), &tool.tool)?;
+        let value = tool_result(&result, self.server.name(), &tool.tool, tool.unwrap)?;
         // Images are shown among the cell's output as well (the value keeps their bytes).
         for item in image_items(&result, &tool.tool) {
             cave_cell::show_from_host(item);
@@ -225,8 +225,14 @@ impl HostObject for McpTools {
 }
 
 /// A `CallToolResult` as the Python value the call returns: the structured content when there
-/// is some, else the text (one `str`), else a list of the pieces; an error result raises.
-pub(crate) fn tool_result(result: &Json, server: &str, tool: &str) -> Result<Value, HostError> {
+/// is some (with `unwrap`, the value inside the SDKs' `{"result": ...}`), else the text (one
+/// `str`), else a list of the pieces; an error result raises.
+pub(crate) fn tool_result(
+    result: &Json,
+    server: &str,
+    tool: &str,
+    unwrap: bool,
+) -> Result<Value, HostError> {
     let pieces: Vec<&Json> = result
         .get("content")
         .and_then(Json::as_array)
@@ -252,7 +258,10 @@ pub(crate) fn tool_result(result: &Json, server: &str, tool: &str) -> Result<Val
             .map_err(|e| HostError::runtime(format!("the result of {tool:?}: {e}")))
     };
     if let Some(structured) = result.get("structuredContent") {
-        return convert(structured);
+        return match structured.get("result") {
+            Some(inner) if unwrap => convert(inner),
+            _ => convert(structured),
+        };
     }
     if pieces.is_empty() {
         return Ok(Value::None);
@@ -391,25 +400,40 @@ mod tests {
     fn results_become_values() {
         let text =
             json!({"content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]});
-        assert_eq!(tool_result(&text, "s", "t"), Ok(Value::Str("a\nb".into())));
+        assert_eq!(
+            tool_result(&text, "s", "t", false),
+            Ok(Value::Str("a\nb".into()))
+        );
         let structured = json!({"content": [{"type": "text", "text": "{\"n\": 1}"}], "structuredContent": {"n": 1}});
         assert_eq!(
-            tool_result(&structured, "s", "t"),
+            tool_result(&structured, "s", "t", false),
             Ok(Value::Dict(vec![(Value::Str("n".into()), Value::Int(1))]))
         );
+        let wrapped = json!({"content": [{"type": "text", "text": "212.0"}], "structuredContent": {"result": 212.0}});
+        assert_eq!(
+            tool_result(&wrapped, "s", "t", true),
+            Ok(Value::Float(212.0))
+        );
+        assert_eq!(
+            tool_result(&wrapped, "s", "t", false),
+            Ok(Value::Dict(vec![(
+                Value::Str("result".into()),
+                Value::Float(212.0)
+            )]))
+        );
         let error = json!({"content": [{"type": "text", "text": "no such repo"}], "isError": true});
-        let raised = tool_result(&error, "git", "log").unwrap_err();
+        let raised = tool_result(&error, "git", "log", false).unwrap_err();
         assert_eq!(raised.python_type, "RuntimeError");
         assert_eq!(
             raised.message,
             "the MCP tool \"log\" of `git` failed: no such repo"
         );
         assert_eq!(
-            tool_result(&json!({"content": []}), "s", "t"),
+            tool_result(&json!({"content": []}), "s", "t", false),
             Ok(Value::None)
         );
         let mixed = json!({"content": [{"type": "text", "text": "chart:"}, {"type": "image", "mimeType": "image/png", "data": "iVBO"}]});
-        let Ok(Value::List(items)) = tool_result(&mixed, "s", "t") else {
+        let Ok(Value::List(items)) = tool_result(&mixed, "s", "t", false) else {
             panic!()
         };
         assert_eq!(items[0], Value::Str("chart:".into()));
@@ -432,6 +456,6 @@ mod tests {
         );
         let bad =
             json!({"content": [{"type": "text", "text": "x"}, {"type": "image", "data": "@@"}]});
-        assert!(tool_result(&bad, "s", "t").is_err());
+        assert!(tool_result(&bad, "s", "t", false).is_err());
     }
 }

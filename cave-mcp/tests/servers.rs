@@ -179,9 +179,7 @@ async fn a_server_over_http_with_a_token() {
     )
     .await;
     assert!(
-        out.starts_with(
-            "{'result': 9}\n2 words\ntimed out\nfailed: the MCP tool \"fail\" of `edge` failed: "
-        ),
+        out.starts_with("9\n2 words\ntimed out\nfailed: the MCP tool \"fail\" of `edge` failed: "),
         "{out}"
     );
     tools.server().close(Duration::from_secs(2)).await;

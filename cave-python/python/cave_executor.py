@@ -42,6 +42,10 @@ json = _Lazy("json")
 _output = contextvars.ContextVar("cave_output", default=None)
 _TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 _loops = threading.local()
+# Threads a cell's event loop lends to blocking calls (`asyncio.to_thread`, host calls' `aio`).
+_LOOP_THREADS = 64
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=lambda: _forget_loop())
 
 
 class _RoutedBinary:
@@ -460,9 +464,21 @@ def _loop():
         # Imported on the first cell that awaits: asyncio costs tens of milliseconds at start-up.
         import asyncio
 
+        from concurrent.futures import ThreadPoolExecutor
+
         loop = asyncio.new_event_loop()
+        # Host calls wait on their thread while the host works: a cell runs them side by side
+        # on the loop's executor (`asyncio.to_thread`, `f.aio(...)`), whose default of a few
+        # threads per core would make the tenth of ten calls wait for the first.
+        loop.set_default_executor(ThreadPoolExecutor(_LOOP_THREADS, thread_name_prefix="cave-loop"))
         _loops.loop = loop
     return loop
+
+
+def _forget_loop():
+    """In a forked copy of this process the loop's threads are gone and its selector is shared
+    with the parent's: the next cell that awaits makes a loop of its own."""
+    _loops.loop = None
 
 
 def _evaluate(code, namespace):
@@ -694,21 +710,42 @@ def make_function(name, params, doc, is_async, call, self_name=None):
     """A function with a real signature that calls `call([(param, value), ...])`.
 
     `params` are `(name, kind, has_default, default)`. With `self_name`, the function is a
-    method whose first parameter is `self_name` (not passed to `call`).
+    method whose first parameter is `self_name` (not passed to `call`). Its `aio` attribute is
+    the awaitable form, with the same parameters (without `self_name`: `obj.method.aio(...)`
+    reaches it through the bound method): the call runs on a thread of the cell's loop, so
+    that `asyncio.gather` runs several at once. A host function declared `async` is that form.
     """
-    defaults = {"__cave_call": call}
+    defaults = {"__cave_call": call, "__cave_await": _host_await}
     params_src, names = _parameter_source(params, defaults)
+    own_params = params_src
     if self_name is not None:
         params_src = self_name + (", " + params_src if params_src else "")
     args = ", ".join(f"({n!r}, {n})" for n in names)
-    prefix = "async def" if is_async else "def"
-    source = f"{prefix} {name}({params_src}):\n    return __cave_call([{args}])\n"
+    awaited = f"await __cave_await(__cave_call, [{args}])"
+    if is_async:
+        source = f"async def {name}({params_src}):\n    return {awaited}\n"
+    else:
+        source = f"def {name}({params_src}):\n    return __cave_call([{args}])\n"
+    source += f"async def aio({own_params}):\n    return {awaited}\n"
     scope = dict(defaults)
     exec(compile(source, f"<cave {name}>", "exec"), scope)
     function = scope[name]
-    function.__doc__ = doc
-    function.__module__ = "__main__"
+    aio = scope["aio"]
+    for each in (function, aio):
+        each.__doc__ = doc
+        each.__module__ = "__main__"
+    aio.__name__ = "aio"
+    aio.__qualname__ = f"{name}.aio"
+    function.aio = aio
     return function
+
+
+async def _host_await(call, bound):
+    """A host call as an awaitable: on a thread of the running loop's executor, in a copy of
+    the cell's context (its output route)."""
+    import asyncio
+
+    return await asyncio.to_thread(call, bound)
 
 
 def make_record(name, doc, fields):

@@ -15,6 +15,7 @@ import base64
 import builtins
 import json as _json
 import codecs
+import itertools
 import marshal
 import os
 import select
@@ -53,7 +54,8 @@ class _State:
     owned = {}
     # The proxy bound for each host object, to tell whether its name still holds it.
     proxies = {}
-    calls = 0
+    # Host call ids: `next` on a count is one step under the GIL, safe from any thread.
+    calls = itertools.count(1)
     replies = {}
     abandoned = set()
     # Executions in progress, innermost last (output written to descriptors goes to the last).
@@ -269,6 +271,8 @@ class _Jupyter:
     # When the current prompt was sent (None: no prompt open), and how long one may go
     # unanswered before the host is taken to be gone.
     waiting_since = None
+    # A prompt is open (frames sent from now on wait for the next one).
+    prompting = False
     orphan_timeout = 600.0
     host_gone = False
     serving = False
@@ -281,6 +285,17 @@ class _Jupyter:
         frame = _encode(message)
         with cls.lock:
             cls.outbox += frame
+            wake = cls.prompting
+        if wake:
+            # Another thread's prompt is open without this frame: the host answers it at once
+            # when told, and the next prompt carries the frame.
+            cls.kernel.session.send(
+                cls.kernel.iopub_socket,
+                "stream",
+                {"name": "stdout", "text": ""},
+                parent=cls.kernel.get_parent("shell"),
+                metadata={"cave_wake": True},
+            )
 
     @classmethod
     def publish(cls, execution, text):
@@ -314,6 +329,7 @@ class _Jupyter:
             more = bool(cls.outbox)
             cls.seq += 1
             seq = cls.seq
+            cls.prompting = True
             header = {
                 "seq": seq,
                 "more": more,
@@ -326,19 +342,23 @@ class _Jupyter:
             for execution in [k for k in cls.published if k not in running]:
                 del cls.published[execution]
         prompt = cls.MARK + _json.dumps(header) + "\n" + base64.b64encode(chunk).decode("ascii")
-        for _ in range(cls.STALE_ANSWERS):
-            cls.waiting_since = time.monotonic()
-            try:
-                answer = cls.kernel.raw_input(prompt)
-            finally:
-                cls.waiting_since = None
-            if not answer.startswith(cls.MARK):
-                raise RuntimeError("the host answered the Jupyter transport with something else")
-            answer_header, _, data = answer[len(cls.MARK) :].partition("\n")
-            if _json.loads(answer_header).get("seq", seq) == seq:
-                return base64.b64decode(data)
-            # A second copy of an earlier answer: ask again (the host answers a repeated
-            # prompt without taking its frames twice).
+        try:
+            for _ in range(cls.STALE_ANSWERS):
+                cls.waiting_since = time.monotonic()
+                try:
+                    answer = cls.kernel.raw_input(prompt)
+                finally:
+                    cls.waiting_since = None
+                if not answer.startswith(cls.MARK):
+                    raise RuntimeError("the host answered the Jupyter transport with something else")
+                answer_header, _, data = answer[len(cls.MARK) :].partition("\n")
+                if _json.loads(answer_header).get("seq", seq) == seq:
+                    return base64.b64decode(data)
+                # A second copy of an earlier answer: ask again (the host answers a repeated
+                # prompt without taking its frames twice).
+        finally:
+            with cls.lock:
+                cls.prompting = False
         raise RuntimeError("the host kept answering earlier prompts on the Jupyter transport")
 
 
@@ -521,8 +541,7 @@ def host_call(handle, method, bound):
                 "pass plain data (numbers, str, bytes, list, tuple, dict, set)"
             ) from None
     _flush_output()
-    _State.calls += 1
-    call = _State.calls
+    call = next(_State.calls)
     try:
         send(("call", call, handle, method, args))
     except FrameTooLarge as error:
@@ -534,7 +553,9 @@ def host_call(handle, method, bound):
         ok, payload = _serve(until=call)
     except BaseException:
         # Interrupted while waiting: the reply, when it comes, has nobody to go to.
-        _State.abandoned.add(call)
+        with _Reader.cond:
+            if _State.replies.pop(call, None) is None:
+                _State.abandoned.add(call)
         raise
     if ok:
         return payload
@@ -685,9 +706,7 @@ def _resumed():
     _State.send_lock = threading.Lock()
     _State.pump_lock = threading.Lock()
     _Buffered.lock = threading.Lock()
-    _State.inbox = bytearray()
-    _State.replies = {}
-    _State.abandoned = set()
+    _fresh_reader()
     _State.main_thread = threading.get_ident()
     threading.Thread(target=_pump, args=(_State.pump_fd,), name="cave-descriptors", daemon=True).start()
     threading.Thread(target=_watch_host, name="cave-host-watch", daemon=True).start()
@@ -1102,9 +1121,7 @@ def _become_branch(sock, handover, shadow, stderr, directory, source):
     _State.root = True
     _State.send_lock = threading.Lock()
     _State.pump_lock = threading.Lock()
-    _State.inbox = bytearray()
-    _State.replies = {}
-    _State.abandoned = set()
+    _fresh_reader()
     _State.running = []
     _State.pending_interrupt = False
     _State.protocol_busy = 0
@@ -1269,28 +1286,98 @@ def _handle(message):
         _reply(request_id, "failed", f"unknown operation {operation!r}")
 
 
+class _Reader:
+    """Who reads the socket. Several threads may wait for replies at once (a cell's threads,
+    `asyncio.gather` over host calls), but one reads at a time: the others wait on `cond` for
+    a reply the reader files under their call's id, or for their turn to read. A request the
+    reader is not the main thread for goes to the main thread when it waits here (between
+    cells, or in a host call of its own), so that cells run where SIGINT reaches them;
+    otherwise (a request nested in a host call while the main thread runs the cell) the
+    thread that read it serves it."""
+
+    cond = threading.Condition()
+    reading = False
+    main_waiting = False
+    for_main = []
+
+
+def _fresh_reader():
+    """After a fork: no thread of the old worker reads, or waits, in this process."""
+    _Reader.cond = threading.Condition()
+    _Reader.reading = False
+    _Reader.main_waiting = False
+    _Reader.for_main = []
+    _State.inbox = bytearray()
+    _State.replies = {}
+    _State.abandoned = set()
+
+
+def _next_message(until, main):
+    """The reply to host call `until` as `(True, reply)`, or a request to serve as
+    `(False, message)`."""
+    cond = _Reader.cond
+    with cond:
+        while True:
+            if until is not None and until in _State.replies:
+                return True, _State.replies.pop(until)
+            if main and _Reader.for_main:
+                return False, _Reader.for_main.pop(0)
+            if not _Reader.reading:
+                _Reader.reading = True
+                break
+            if main:
+                _Reader.main_waiting = True
+            try:
+                cond.wait()
+            finally:
+                if main:
+                    _Reader.main_waiting = False
+    while True:
+        message = None
+        try:
+            if until is None:
+                waited = time.perf_counter()
+                message = _read_frame(spin=_State.burst)
+                _State.burst = time.perf_counter() - waited < _BURST_SECONDS
+            else:
+                message = _read_frame(spin=True)
+        finally:
+            with cond:
+                if message is None:
+                    _Reader.reading = False
+                    cond.notify_all()
+        with cond:
+            if message[0] == "return":
+                call = message[1]
+                if call == until:
+                    _Reader.reading = False
+                    cond.notify_all()
+                    return True, (message[2], message[3])
+                if call in _State.abandoned:
+                    _State.abandoned.discard(call)
+                else:
+                    _State.replies[call] = (message[2], message[3])
+                    cond.notify_all()
+                continue
+            if not main and _Reader.main_waiting:
+                _Reader.for_main.append(message)
+                cond.notify_all()
+                continue
+            _Reader.reading = False
+            cond.notify_all()
+            return False, message
+
+
 def _serve(until=None):
     """Serves requests; with `until`, returns the reply to that host call when it comes."""
+    main = threading.get_ident() == _State.main_thread
     while True:
         if _State.forked:
             # A copy made by `os.fork` in a cell, back from the cell: it has nothing to serve.
             os._exit(0)
-        if until is not None and until in _State.replies:
-            return _State.replies.pop(until)
-        if until is None:
-            waited = time.perf_counter()
-            message = _read_frame(spin=_State.burst)
-            _State.burst = time.perf_counter() - waited < _BURST_SECONDS
-        else:
-            message = _read_frame(spin=True)
-        if message[0] == "return":
-            if message[1] == until:
-                return message[2], message[3]
-            if message[1] in _State.abandoned:
-                _State.abandoned.discard(message[1])
-            else:
-                _State.replies[message[1]] = (message[2], message[3])
-            continue
+        is_reply, message = _next_message(until, main)
+        if is_reply:
+            return message
         try:
             _handle(message)
         except Exception as error:  # a request that failed here must not end the process

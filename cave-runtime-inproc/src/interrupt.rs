@@ -39,7 +39,8 @@ impl CellInterrupt {
     }
 
     /// What a host call made now waits on besides its future: cancelled when the running
-    /// execution is interrupted, and replaced when that execution ends.
+    /// execution is interrupted or ends (a call a cell's thread still has in flight then is
+    /// dropped, as the kernel runtime drops it), and replaced when that execution ends.
     pub(crate) fn host_calls(&self) -> CancellationToken {
         self.lock().host_calls.clone()
     }
@@ -49,11 +50,10 @@ impl CellInterrupt {
     pub(crate) fn end(&self, _py: Python<'_>) {
         let mut running = self.lock();
         running.execution = 0;
-        // Interrupted: later calls (the next cell's, or a thread's between cells) get a token
-        // of their own, not the cancelled one.
-        if running.host_calls.is_cancelled() {
-            running.host_calls = CancellationToken::new();
-        }
+        // Calls the cell's threads still have in flight end with it; later calls (the next
+        // cell's, or a thread's between cells) get a token of their own.
+        running.host_calls.cancel();
+        running.host_calls = CancellationToken::new();
         if let Some(thread) = running.thread {
             // SAFETY: the interpreter is attached on this thread; a null exception clears a
             // pending asynchronous exception of that thread.

@@ -1175,7 +1175,7 @@ where
     });
     let Some(result) = result else {
         return Err(pyo3::exceptions::PyKeyboardInterrupt::new_err(format!(
-            "interrupted while waiting for the host call {name}"
+            "the host call {name} was dropped: its cell was interrupted or has ended"
         )));
     };
     match result {

@@ -1098,7 +1098,7 @@ impl Served {
                         result = call => result,
                         () = dropping.cancelled() => Err(HostError::new(
                             "KeyboardInterrupt",
-                            format!("interrupted while waiting for the host call {call_name}"),
+                            format!("the host call {call_name} was dropped: its cell was interrupted or has ended"),
                         )),
                     }
                 }

@@ -4,6 +4,7 @@
 mod announce;
 mod emit;
 mod run;
+mod search;
 mod sub;
 
 pub use emit::EventStream;
@@ -62,6 +63,8 @@ pub struct Agent {
     sub_agents: Vec<Arc<SubAgent>>,
     /// The sub-agents are bound in the runtime (done at the first run).
     sub_agents_registered: bool,
+    /// `search_tools` is bound in the runtime (done at the first run that searches).
+    tool_search_registered: bool,
     approver: Option<Arc<announce::Announcing>>,
     /// Whether the approver is asked before each cell.
     approve_cells: bool,
@@ -101,6 +104,10 @@ struct Config {
     image_budget: Option<u64>,
     /// Cells' code and output are recorded on their spans.
     trace_content: bool,
+    /// When the prompt names objects only and the model searches for tools.
+    tool_search: crate::ToolSearch,
+    /// The tokens the full descriptions may take before `auto` searches.
+    tool_listing_budget: u64,
 }
 
 impl Agent {
@@ -203,6 +210,7 @@ impl Agent {
             anchor: self.anchor,
             sub_agents: self.sub_agents.clone(),
             sub_agents_registered: self.sub_agents_registered,
+            tool_search_registered: self.tool_search_registered,
             approver: self.approver.clone(),
             approve_cells: self.approve_cells,
             observer: self.observer.clone(),
@@ -226,9 +234,37 @@ impl Agent {
         &self.model_info
     }
 
+    /// Whether the next run's prompt names objects only, and the model finds functions and
+    /// methods with `search_tools` ([`AgentBuilder::tool_search`]).
+    pub fn searches_tools(&self) -> bool {
+        self.describe().1
+    }
+
+    /// What the prompt describes, and whether it does so with tool search.
+    fn describe(&self) -> (crate::Description, bool) {
+        let c = &self.config;
+        let compact = || (self.runtime.describe_compact(), true);
+        match c.tool_search {
+            crate::ToolSearch::Never => (self.runtime.describe(), false),
+            crate::ToolSearch::Always => compact(),
+            crate::ToolSearch::Auto => {
+                let full = self.runtime.describe();
+                let tokens = [&full.functions, &full.variables, &full.types]
+                    .iter()
+                    .map(|section| self.estimator.estimate(section))
+                    .sum::<u64>();
+                if tokens > c.tool_listing_budget {
+                    compact()
+                } else {
+                    (full, false)
+                }
+            }
+        }
+    }
+
     /// The system prompt as the next run will send it.
     pub fn system_prompt(&self) -> String {
-        let description = self.runtime.describe();
+        let (description, searching) = self.describe();
         let now = prompt::utc_hour_now();
         let c = &self.config;
         let mut system_instructions = c.system_instructions.clone();
@@ -237,6 +273,12 @@ impl Agent {
         }
         if c.skills.is_some() {
             system_instructions.push_str(prompt::SKILLS_INSTRUCTION);
+        }
+        if searching {
+            system_instructions.push_str(prompt::TOOL_SEARCH_INSTRUCTION);
+        }
+        if crate::lock(self.runtime.registry()).has_host_calls() {
+            system_instructions.push_str(prompt::CONCURRENT_CALLS_INSTRUCTION);
         }
         let values = [
             ("instructions", c.instructions.as_str()),
@@ -315,6 +357,8 @@ impl AgentBuilder {
                 display_dir: None,
                 image_budget: None,
                 trace_content: false,
+                tool_search: crate::ToolSearch::Auto,
+                tool_listing_budget: crate::DEFAULT_TOOL_LISTING_BUDGET,
             },
             history: Vec::new(),
             sub_agents: Vec::new(),
@@ -380,6 +424,25 @@ impl AgentBuilder {
     pub fn skills(&mut self, listing: impl Into<String>) -> &mut Self {
         let listing = listing.into();
         self.config.skills = (!listing.trim().is_empty()).then_some(listing);
+        self
+    }
+
+    /// When the system prompt names host objects only (each with its type, the first line of
+    /// its doc and its number of methods) and the model finds functions and methods with
+    /// `search_tools(query)` in its code, which the agent binds in the runtime (unless the
+    /// host bound that name itself): `Auto` (the default) when the full descriptions would
+    /// take more than [`tool_listing_budget`](Self::tool_listing_budget) tokens by the
+    /// estimator's count, `Always`, or `Never`. Either way the prompt stays the same while
+    /// the model searches, so a provider's prompt cache keeps it.
+    pub fn tool_search(&mut self, mode: crate::ToolSearch) -> &mut Self {
+        self.config.tool_search = mode;
+        self
+    }
+
+    /// The tokens the descriptions of functions, variables and types may take before `Auto`
+    /// tool search names objects only (default [`DEFAULT_TOOL_LISTING_BUDGET`](crate::DEFAULT_TOOL_LISTING_BUDGET)).
+    pub fn tool_listing_budget(&mut self, tokens: u64) -> &mut Self {
+        self.config.tool_listing_budget = tokens;
         self
     }
 
@@ -573,6 +636,7 @@ impl AgentBuilder {
             anchor: None,
             sub_agents: self.sub_agents.clone(),
             sub_agents_registered: self.sub_agents.is_empty(),
+            tool_search_registered: false,
             approver: self.approver.clone(),
             approve_cells: self.approve_cells,
             observer: self.observer.clone(),

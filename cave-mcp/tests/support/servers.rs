@@ -41,6 +41,21 @@ pub fn edge_command(venv: &Path) -> (String, Vec<String>) {
     )
 }
 
+/// The command that starts the server of 500 tools (`many_tools_server.py`) with `venv`'s
+/// Python.
+pub fn many_command(venv: &Path) -> (String, Vec<String>) {
+    (
+        venv.join("bin/python").display().to_string(),
+        vec![
+            concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/../cave-mcp/tests/support/many_tools_server.py"
+            )
+            .to_owned(),
+        ],
+    )
+}
+
 /// The edge server over streamable HTTP on 127.0.0.1, with a token; killed when dropped.
 pub struct HttpEdge {
     child: std::process::Child,

@@ -149,6 +149,10 @@ pub(super) struct Bridge {
     waiting: Option<(JupyterMessage, Option<u64>)>,
     /// When the open prompt is answered empty if nothing else goes first.
     heartbeat_at: Instant,
+    /// The worker has frames its open prompt does not carry (a thread's host call sent while
+    /// another thread waited for the answer): the prompt is answered at once, so that the
+    /// next one brings them.
+    woken: bool,
     /// The number of the last prompt taken.
     last_seq: Option<u64>,
     answered: Option<Answered>,
@@ -187,6 +191,7 @@ impl Bridge {
             incoming: Vec::new(),
             waiting: None,
             heartbeat_at: now,
+            woken: false,
             last_seq: None,
             answered: None,
             held: None,
@@ -276,7 +281,10 @@ impl Bridge {
             return Err(End::ReleaseTimedOut);
         }
         self.deliver_held(now)?;
-        if self.waiting.is_some() && (!self.outgoing.is_empty() || now >= self.heartbeat_at) {
+        if self.waiting.is_some()
+            && (self.woken || !self.outgoing.is_empty() || now >= self.heartbeat_at)
+        {
+            self.woken = false;
             let (request, seq) = self.waiting.take().expect("waiting");
             let n = self.outgoing.len().min(CHUNK);
             let more = self.outgoing.len() > n;
@@ -302,6 +310,10 @@ impl Bridge {
             JupyterMessageContent::InputRequest(request) => {
                 let prompt = request.prompt.clone();
                 self.prompt(message, &prompt, now)
+            }
+            JupyterMessageContent::StreamContent(_) if message.metadata["cave_wake"] == true => {
+                self.woken = true;
+                Ok(())
             }
             JupyterMessageContent::StreamContent(stream) => {
                 let tagged = message.metadata["cave_execution"].as_u64();
@@ -378,10 +390,15 @@ impl Bridge {
         if !prompt.more {
             let data = std::mem::take(&mut self.incoming);
             match self.held.as_mut() {
-                // Still waiting for earlier output: later frames queue behind.
+                // Still waiting for earlier output: later frames queue behind, and wait for
+                // every count either prompt gave (an execution that ended between the two is
+                // in the first prompt's counts only).
                 Some(held) => {
                     held.data.extend_from_slice(&data);
-                    held.published = prompt.published;
+                    for (id, n) in prompt.published {
+                        let count = held.published.entry(id).or_insert(0);
+                        *count = (*count).max(n);
+                    }
                 }
                 None => {
                     self.held = Some(Held {
@@ -747,6 +764,59 @@ mod tests {
         assert_eq!(answered(&sent[0]).1, Vec::<u8>::new());
         bridge.tick(now).unwrap();
         assert_eq!(bridge.take_for_host(), item, "and its frames delivered");
+    }
+
+    #[test]
+    fn frames_wait_for_every_count_their_prompts_gave() {
+        let now = Instant::now();
+        let (mut bridge, _) = bridge(true, now);
+        // The first prompt counts execution 7's output; by the second, 7 has ended and is
+        // no longer counted. The frames of both wait for 7's output all the same.
+        bridge
+            .kernel_sent(
+                prompt(1, false, serde_json::json!({"7": 4}), &frame("call")),
+                now,
+            )
+            .unwrap();
+        bridge.tick(now).unwrap();
+        bridge
+            .kernel_sent(prompt(2, false, serde_json::json!({}), &frame("done")), now)
+            .unwrap();
+        bridge.tick(now).unwrap();
+        assert!(bridge.take_for_host().is_empty(), "held for 7's output");
+        bridge.kernel_sent(stream(Some(7), "True"), now).unwrap();
+        bridge.tick(now).unwrap();
+        let delivered = String::from_utf8_lossy(&bridge.take_for_host()).into_owned();
+        let (output, done) = (delivered.find("True"), delivered.find("done"));
+        assert!(
+            matches!((output, done), (Some(o), Some(d)) if o < d),
+            "the output comes before the frames: {delivered:?}"
+        );
+    }
+
+    #[test]
+    fn a_wake_answers_the_open_prompt_at_once() {
+        let now = Instant::now();
+        let (mut bridge, _) = bridge(true, now);
+        bridge
+            .kernel_sent(prompt(1, false, serde_json::json!({}), &[]), now)
+            .unwrap();
+        bridge.tick(now).unwrap();
+        assert!(bridge.take_for_kernel().is_empty(), "waits for the host");
+        let mut wake = stream(None, "");
+        wake.metadata = serde_json::json!({ "cave_wake": true });
+        bridge.kernel_sent(wake, now).unwrap();
+        bridge.tick(now).unwrap();
+        let sent = bridge.take_for_kernel();
+        assert_eq!(sent.len(), 1, "answered at once");
+        assert_eq!(answered(&sent[0]).1, Vec::<u8>::new());
+        assert!(bridge.take_for_host().is_empty(), "a wake is not output");
+        // The next prompt waits again.
+        bridge
+            .kernel_sent(prompt(2, false, serde_json::json!({}), &[]), now)
+            .unwrap();
+        bridge.tick(now).unwrap();
+        assert!(bridge.take_for_kernel().is_empty());
     }
 
     #[test]

@@ -4,7 +4,13 @@
 //! The expected outputs are exact: a runtime that passes gives the same output, echo and
 //! traceback for the same cell as every other one. A new runtime starts by passing these.
 
+mod concurrent;
 mod display;
+
+pub use concurrent::{
+    a_failing_call_among_many_reaches_the_cell, calls_in_flight_end_with_their_cell,
+    host_calls_run_side_by_side,
+};
 
 pub use display::{
     Piece, Shown, a_form_over_the_display_limit_is_left_out, a_host_function_can_show_an_item,
@@ -53,6 +59,9 @@ macro_rules! runtime_contract_tests {
             a_cell_that_rebinds_a_host_name_is_told,
             a_panicking_host_function_fails_its_call_only,
             a_host_call_that_never_returns_is_interrupted,
+            host_calls_run_side_by_side,
+            a_failing_call_among_many_reaches_the_cell,
+            calls_in_flight_end_with_their_cell,
             a_replaced_object_has_its_new_methods,
             reset_restores_what_was_registered,
             bind_unique_hands_out_distinct_names,

@@ -201,6 +201,12 @@ impl<'a> Run<'a> {
 
     async fn body(&mut self, prompt: String) -> Result<StopReason, Failure> {
         self.register_sub_agents().await?;
+        if !self.agent.tool_search_registered && self.agent.searches_tools() {
+            crate::agent::search::register(&self.agent.runtime)
+                .await
+                .map_err(Failure::Runtime)?;
+            self.agent.tool_search_registered = true;
+        }
         let isolation = self.agent.runtime.isolation();
         if !isolation.is_empty() && isolation != self.agent.isolation {
             let layers = isolation.iter().map(ToString::to_string).collect();

@@ -1,0 +1,411 @@
+//! Finding host functions and methods by what they do, from inside the runtime.
+//!
+//! When the full descriptions of what a host registered would take too much of the prompt,
+//! the prompt names each object in a line and the model calls `search_tools(query)` in its
+//! code: the agent registers it (see [`AgentBuilder::tool_search`](crate::AgentBuilder)), and
+//! it ranks every function and method with BM25 over their names, parameter names and docs.
+//! No model call, no network: the index is built from the registry, again whenever what it
+//! holds changed (a server's tool list included), and the prompt stays as it was.
+
+use crate::{Resource, Signature};
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+/// When the prompt lists every function and method, and when it names objects only and the
+/// model finds the rest with `search_tools`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ToolSearch {
+    /// Search when the full descriptions would take more than the listing budget.
+    #[default]
+    Auto,
+    /// Always name objects only, and search.
+    Always,
+    /// Always list everything; no `search_tools`.
+    Never,
+}
+
+impl std::str::FromStr for ToolSearch {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "auto" => Ok(Self::Auto),
+            "always" => Ok(Self::Always),
+            "never" => Ok(Self::Never),
+            other => Err(format!(
+                "unknown tool search mode {other:?}: use auto, always or never"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for ToolSearch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Auto => "auto",
+            Self::Always => "always",
+            Self::Never => "never",
+        })
+    }
+}
+
+/// The most tokens the descriptions of functions, variables and types may take in the system
+/// prompt before `auto` tool search names objects only: about 3 % of a 128k window.
+pub const DEFAULT_TOOL_LISTING_BUDGET: u64 = 4_000;
+
+/// The name the model calls.
+pub const SEARCH_TOOLS: &str = "search_tools";
+
+/// The most matches one search returns.
+pub const MAX_SEARCH_RESULTS: usize = 50;
+
+/// How much of one tool's doc a search shows (`help(...)` shows the rest).
+const MAX_SHOWN_DOC: usize = 1_500;
+
+/// The longest query read (a model may pass anything).
+const MAX_QUERY: usize = 2_000;
+
+/// One function or method, as a search finds and shows it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolEntry {
+    /// How the model calls it: `name` or `object.method`.
+    pub path: String,
+    /// Its signature.
+    pub signature: Signature,
+    /// What the host said of it (description and docstring).
+    pub doc: String,
+    /// What is searched besides: the object's type and description, the parameters' names.
+    context: String,
+}
+
+impl ToolEntry {
+    /// The entry as a search result shows it: the call with its signature, then its doc.
+    pub fn shown(&self) -> String {
+        let mut out = format!("{}{}", self.path, self.signature);
+        let doc = self.doc.trim();
+        if !doc.is_empty() {
+            let (doc, cut) = crate::shorten(doc, MAX_SHOWN_DOC);
+            for line in doc.lines() {
+                let _ = write!(out, "\n    {line}");
+            }
+            if cut {
+                let _ = write!(out, " … (help({}) shows the rest)", self.path);
+            }
+        }
+        out
+    }
+}
+
+/// Every function and method a registry holds, as searchable entries (hidden ones left out).
+pub(crate) fn tool_entries<'a>(
+    entries: impl IntoIterator<Item = &'a crate::Entry>,
+) -> Vec<ToolEntry> {
+    let mut out = Vec::new();
+    for entry in entries {
+        match &entry.resource {
+            Resource::Function(f) if !f.hidden => {
+                let doc = [f.description.as_deref(), f.doc.as_deref()]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                out.push(ToolEntry {
+                    path: entry.name.clone(),
+                    context: param_names(&f.signature),
+                    signature: f.signature.clone(),
+                    doc,
+                });
+            }
+            Resource::Object(o) => {
+                let object = format!(
+                    "{} {} {}",
+                    entry.name,
+                    o.object.type_name(),
+                    o.description.as_deref().unwrap_or("")
+                );
+                for m in o.object.methods() {
+                    out.push(ToolEntry {
+                        path: format!("{}.{}", entry.name, m.name),
+                        context: format!("{object} {}", param_names(&m.signature)),
+                        signature: m.signature,
+                        doc: m.doc.unwrap_or_default(),
+                    });
+                }
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
+fn param_names(signature: &Signature) -> String {
+    signature
+        .params
+        .iter()
+        .map(|p| p.name.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// BM25 over the entries' names (weighted up), docs and context.
+#[derive(Debug)]
+pub struct ToolIndex {
+    entries: Vec<ToolEntry>,
+    /// Per term, the entries holding it and how often (weighted).
+    postings: HashMap<String, Vec<(usize, f32)>>,
+    lengths: Vec<f32>,
+    average: f32,
+}
+
+/// BM25's saturation and length normalisation.
+const K1: f32 = 1.2;
+const B: f32 = 0.75;
+/// A term in a tool's name counts as this many occurrences.
+const NAME_WEIGHT: f32 = 3.0;
+
+impl ToolIndex {
+    /// An index of `entries`.
+    pub fn new(entries: Vec<ToolEntry>) -> Self {
+        let mut postings: HashMap<String, Vec<(usize, f32)>> = HashMap::new();
+        let mut lengths = Vec::with_capacity(entries.len());
+        for (i, entry) in entries.iter().enumerate() {
+            let mut counts: HashMap<String, f32> = HashMap::new();
+            let name = entry.path.rsplit('.').next().unwrap_or(&entry.path);
+            for term in terms(name) {
+                *counts.entry(term).or_default() += NAME_WEIGHT;
+            }
+            for text in [entry.doc.as_str(), entry.context.as_str()] {
+                for term in terms(text) {
+                    *counts.entry(term).or_default() += 1.0;
+                }
+            }
+            lengths.push(counts.values().sum());
+            for (term, n) in counts {
+                postings.entry(term).or_default().push((i, n));
+            }
+        }
+        let average = if lengths.is_empty() {
+            1.0
+        } else {
+            (lengths.iter().sum::<f32>() / lengths.len() as f32).max(1.0)
+        };
+        Self {
+            entries,
+            postings,
+            lengths,
+            average,
+        }
+    }
+
+    /// The entries indexed.
+    pub fn entries(&self) -> &[ToolEntry] {
+        &self.entries
+    }
+
+    /// The best `limit` matches for `query`, best first, with their scores (none that share no
+    /// term with it).
+    pub fn search(&self, query: &str, limit: usize) -> Vec<(&ToolEntry, f32)> {
+        let (query, _) = crate::shorten(query, MAX_QUERY);
+        let mut query_terms = terms(query);
+        query_terms.sort();
+        query_terms.dedup();
+        let n = self.entries.len() as f32;
+        let mut scores: HashMap<usize, f32> = HashMap::new();
+        for term in &query_terms {
+            let Some(posting) = self.postings.get(term) else {
+                continue;
+            };
+            let df = posting.len() as f32;
+            let idf = ((n - df + 0.5) / (df + 0.5) + 1.0).ln();
+            for &(i, tf) in posting {
+                let norm = K1 * (1.0 - B + B * self.lengths[i] / self.average);
+                *scores.entry(i).or_default() += idf * tf * (K1 + 1.0) / (tf + norm);
+            }
+        }
+        let mut ranked: Vec<(usize, f32)> = scores.into_iter().collect();
+        // Ties in the order the host registered them.
+        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        ranked
+            .into_iter()
+            .take(limit.min(MAX_SEARCH_RESULTS))
+            .map(|(i, score)| (&self.entries[i], score))
+            .collect()
+    }
+
+    /// What `search_tools` returns: the matches, shown, or what to do when there are none.
+    pub fn answer(&self, query: &str, limit: usize) -> String {
+        let found = self.search(query, limit);
+        if found.is_empty() {
+            return crate::prompt::no_tools_found(query, self.entries.len());
+        }
+        found
+            .iter()
+            .map(|(entry, _)| entry.shown())
+            .collect::<Vec<_>>()
+            .join("\n\n")
+    }
+}
+
+/// Words that say nothing of what a tool does.
+const STOP_WORDS: &[&str] = &[
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "get",
+    "given", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of",
+    "on", "or", "please", "return", "returns", "set", "that", "the", "their", "them", "then",
+    "this", "to", "tool", "use", "using", "want", "was", "what", "when", "which", "with", "you",
+    "your", "none", "optional", "str", "int", "float", "bool", "dict", "list", "mcp", "server",
+];
+
+/// The terms of a text: words split at non-alphanumerics, `snake_case` and `camelCase`
+/// boundaries, lowercased, stemmed, stop words left out.
+pub(crate) fn terms(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut word = String::new();
+    let mut previous: Option<char> = None;
+    let flush = |word: &mut String, out: &mut Vec<String>| {
+        if !word.is_empty() {
+            let lower = word.to_lowercase();
+            if !STOP_WORDS.contains(&lower.as_str()) {
+                out.push(stem(&lower));
+            }
+            word.clear();
+        }
+    };
+    for c in text.chars() {
+        if !c.is_alphanumeric() {
+            flush(&mut word, &mut out);
+            previous = None;
+            continue;
+        }
+        if let Some(p) = previous
+            && ((p.is_lowercase() && c.is_uppercase()) || (p.is_alphabetic() != c.is_alphabetic()))
+        {
+            flush(&mut word, &mut out);
+        }
+        word.push(c);
+        previous = Some(c);
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
+/// A light suffix stemmer (English): enough that `forecasts`, `forecasting` and `forecast`
+/// meet, not a linguist's.
+fn stem(word: &str) -> String {
+    if word.len() <= 3 || !word.is_ascii() {
+        return word.to_owned();
+    }
+    let mut w = word.to_owned();
+    for (suffix, replacement) in [
+        ("ies", "y"),
+        ("sses", "ss"),
+        ("ing", ""),
+        ("edly", ""),
+        ("ed", ""),
+        ("es", ""),
+        ("s", ""),
+    ] {
+        if w.len() > suffix.len() + 2 && w.ends_with(suffix) && !w.ends_with("ss") {
+            w.truncate(w.len() - suffix.len());
+            w.push_str(replacement);
+            break;
+        }
+    }
+    for (suffix, replacement) in [
+        ("ation", "ate"),
+        ("ization", "ize"),
+        ("ment", ""),
+        ("ness", ""),
+        ("ly", ""),
+        ("er", ""),
+        ("e", ""),
+    ] {
+        if w.len() > suffix.len() + 3 && w.ends_with(suffix) {
+            w.truncate(w.len() - suffix.len());
+            w.push_str(replacement);
+            break;
+        }
+    }
+    w
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Param, Signature};
+
+    fn entry(path: &str, params: &[&str], doc: &str) -> ToolEntry {
+        ToolEntry {
+            path: path.to_owned(),
+            signature: Signature::new(params.iter().map(|p| Param::new(*p))),
+            doc: doc.to_owned(),
+            context: params.join(" "),
+        }
+    }
+
+    #[test]
+    fn terms_split_names_and_meet_across_forms() {
+        assert_eq!(terms("getWeatherForecast"), terms("weather forecast"));
+        assert_eq!(terms("getWeatherForecast").len(), 2, "'get' says nothing");
+        assert_eq!(terms("list_open_issues"), terms("List open issue"));
+        assert_eq!(
+            terms("Forecasting the forecasts"),
+            terms("forecast forecast")
+        );
+        assert_eq!(terms("utf8 v2api"), ["utf", "8", "v", "2", "api"]);
+        assert!(terms("").is_empty());
+    }
+
+    #[test]
+    fn the_tool_that_says_it_does_it_comes_first() {
+        let index = ToolIndex::new(vec![
+            entry(
+                "srv.send_email",
+                &["to", "subject", "body"],
+                "Sends an email message.",
+            ),
+            entry(
+                "srv.weather_forecast",
+                &["city", "days"],
+                "Forecast of the weather for a city.",
+            ),
+            entry(
+                "srv.convert_temperature",
+                &["value", "unit"],
+                "Converts a temperature between Celsius and Fahrenheit.",
+            ),
+            entry(
+                "srv.list_issues",
+                &["repo"],
+                "Lists the open issues of a repository.",
+            ),
+        ]);
+        let top = |q: &str| index.search(q, 1).first().map(|(e, _)| e.path.clone());
+        assert_eq!(
+            top("what will the weather be in Paris"),
+            Some("srv.weather_forecast".into())
+        );
+        assert_eq!(
+            top("fahrenheit to celsius"),
+            Some("srv.convert_temperature".into())
+        );
+        assert_eq!(top("mail someone"), None, "no shared term, no match");
+        assert_eq!(top("open issues in a repo"), Some("srv.list_issues".into()));
+        assert_eq!(index.search("temperature weather", 5).len(), 2);
+        assert!(index.search("", 5).is_empty());
+        let answer = index.answer("email", 5);
+        assert!(
+            answer.starts_with("srv.send_email(to, subject, body)\n    Sends an email message."),
+            "{answer}"
+        );
+        assert!(index.answer("zebra", 5).contains("zebra"));
+    }
+
+    #[test]
+    fn hostile_queries_are_bounded() {
+        let index = ToolIndex::new(vec![entry("f", &[], "does f")]);
+        let long = "f ".repeat(1_000_000);
+        assert_eq!(index.search(&long, usize::MAX).len(), 1);
+        assert_eq!("auto".parse::<ToolSearch>().unwrap().to_string(), "auto");
+        assert!("sometimes".parse::<ToolSearch>().is_err());
+    }
+}
