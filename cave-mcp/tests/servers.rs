@@ -43,7 +43,7 @@ async fn signatures_and_docs_come_from_the_tools() {
             )
         })
         .collect();
-    assert_eq!(params, ["a: int false", "b: Optional[int] true"]);
+    assert_eq!(params, ["a: int false", "b: int true"]);
     let stats = methods.iter().find(|m| m.name == "word_stats").unwrap();
     let doc = stats.doc.as_deref().unwrap();
     assert!(doc.starts_with("Counts the words of a text"), "{doc}");
