@@ -24,6 +24,20 @@ fn cell_output(events: &[Json]) -> &str {
         .unwrap_or_else(|| panic!("no cell ran: {events:?}"))
 }
 
+/// `cave run --json --runtime RUNTIME --mcp SPEC PROMPT` against `server`, which must succeed:
+/// its events.
+fn run_with(server: &TestServer, runtime: &str, spec: &str, prompt: &str) -> Vec<Json> {
+    let out = command(
+        Some(server),
+        &["run", "--json", "--runtime", runtime, "--mcp", spec, prompt],
+    )
+    .output()
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
+    events(&out)
+}
+
 /// `--approve calls` asks before each tool call (answered on stdin), `--audit` records the
 /// calls, and the tools' results reach the cell; on both runtimes.
 #[tokio::test(flavor = "multi_thread")]
@@ -321,24 +335,7 @@ async fn a_changed_tool_list_is_taken_before_the_next_cell() {
             answer("Done.", 8, "stop"),
         ])
         .await;
-        let spec = edge_spec(&venv);
-        let out = command(
-            Some(&server),
-            &[
-                "run",
-                "--json",
-                "--runtime",
-                runtime,
-                "--mcp",
-                &spec,
-                "Grow.",
-            ],
-        )
-        .output()
-        .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
-        let events = events(&out);
+        let events = run_with(&server, runtime, &edge_spec(&venv), "Grow.");
         let outputs: Vec<&str> = events
             .iter()
             .filter(|e| e["type"] == "execution_result")
@@ -436,23 +433,7 @@ print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
         let server =
             TestServer::start([answer(&block(code), 8, "stop"), answer("Done.", 8, "stop")]).await;
         server.record(true);
-        let out = command(
-            Some(&server),
-            &[
-                "run",
-                "--json",
-                "--runtime",
-                runtime,
-                "--mcp",
-                &spec,
-                "Convert.",
-            ],
-        )
-        .output()
-        .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
-        let events = events(&out);
+        let events = run_with(&server, runtime, &spec, "Convert.");
         let output = cell_output(&events);
         assert!(
             output.starts_with("many.fahrenheit(celsius: float) -> float\n    Converts a temperature from degrees Celsius to degrees Fahrenheit."),

@@ -291,7 +291,42 @@ impl Registry {
 
     /// Every function and method registered, for `search_tools` (hidden ones left out).
     pub fn tool_entries(&self) -> Vec<crate::ToolEntry> {
-        crate::tool_search::tool_entries(&self.entries)
+        let mut out = Vec::new();
+        for entry in &self.entries {
+            match &entry.resource {
+                Resource::Function(f) if !f.hidden => {
+                    let doc = [f.description.as_deref(), f.doc.as_deref()]
+                        .into_iter()
+                        .flatten()
+                        .collect::<Vec<_>>()
+                        .join("\n");
+                    out.push(crate::ToolEntry::new(
+                        entry.name.clone(),
+                        f.signature.clone(),
+                        doc,
+                        String::new(),
+                    ));
+                }
+                Resource::Object(o) => {
+                    let object = format!(
+                        "{} {} {}",
+                        entry.name,
+                        o.object.type_name(),
+                        o.description.as_deref().unwrap_or("")
+                    );
+                    for m in o.object.methods() {
+                        out.push(crate::ToolEntry::new(
+                            format!("{}.{}", entry.name, m.name),
+                            m.signature,
+                            m.doc.unwrap_or_default(),
+                            object.clone(),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        out
     }
 
     /// The registered resources as prompt text, with tool search: each object named with its
@@ -299,6 +334,15 @@ impl Registry {
     /// at most [`COMPACT_FUNCTIONS`] functions, a line each, without their docs. Variables and
     /// record and enum types are as [`describe`](Self::describe) shows them.
     pub fn describe_compact(&self) -> Description {
+        self.describe_as(true)
+    }
+
+    /// The registered resources as prompt text.
+    pub fn describe(&self) -> Description {
+        self.describe_as(false)
+    }
+
+    fn describe_as(&self, compact: bool) -> Description {
         let mut functions = Vec::new();
         let mut more_functions = 0usize;
         let mut variables = Vec::new();
@@ -307,28 +351,35 @@ impl Registry {
             variables.extend(variable_line(entry));
             match &entry.resource {
                 Resource::Function(f) if !f.hidden => {
-                    if functions.len() < COMPACT_FUNCTIONS {
-                        functions.push(format!(
-                            "- function: {}{}{}",
-                            if f.is_async { "async " } else { "" },
-                            entry.name,
-                            f.signature
-                        ));
+                    if !compact {
+                        functions.push(describe_function(&entry.name, f));
+                    } else if functions.len() < COMPACT_FUNCTIONS {
+                        functions.push(function_line(&entry.name, f));
                     } else {
                         more_functions += 1;
                     }
                 }
                 Resource::Object(o) => {
-                    let summary = o
-                        .object
-                        .doc()
-                        .and_then(|d| d.trim().lines().next().map(str::to_owned))
-                        .unwrap_or_default();
-                    let text = crate::prompt::compact_object(
-                        o.object.type_name(),
-                        &summary,
-                        o.object.methods().len(),
-                    );
+                    let text = if compact {
+                        let summary = o
+                            .object
+                            .doc()
+                            .and_then(|d| d.trim().lines().next().map(str::to_owned))
+                            .unwrap_or_default();
+                        crate::prompt::compact_object(
+                            o.object.type_name(),
+                            &summary,
+                            o.object.methods().len(),
+                        )
+                    } else {
+                        describe_type(&TypeSchema {
+                            name: o.object.type_name().to_owned(),
+                            doc: o.object.doc(),
+                            description: None,
+                            shape: TypeShape::Methods(o.object.methods()),
+                            hidden: false,
+                        })
+                    };
                     if !types.contains(&text) {
                         types.push(text);
                     }
@@ -339,37 +390,6 @@ impl Registry {
         }
         if more_functions > 0 {
             functions.push(crate::prompt::more_functions(more_functions));
-        }
-        sections(functions, variables, types)
-    }
-
-    /// The registered resources as prompt text.
-    pub fn describe(&self) -> Description {
-        let mut functions = Vec::new();
-        let mut variables = Vec::new();
-        let mut types = Vec::new();
-        for entry in &self.entries {
-            variables.extend(variable_line(entry));
-            match &entry.resource {
-                Resource::Function(f) if !f.hidden => {
-                    functions.push(describe_function(&entry.name, f))
-                }
-                Resource::Object(o) => {
-                    let schema = TypeSchema {
-                        name: o.object.type_name().to_owned(),
-                        doc: o.object.doc(),
-                        description: None,
-                        shape: TypeShape::Methods(o.object.methods()),
-                        hidden: false,
-                    };
-                    let text = describe_type(&schema);
-                    if !types.contains(&text) {
-                        types.push(text);
-                    }
-                }
-                Resource::Type(t) if !t.hidden => types.push(describe_type(t)),
-                _ => {}
-            }
         }
         sections(functions, variables, types)
     }
@@ -507,12 +527,17 @@ fn push_doc(out: &mut String, indent: &str, doc: &str) {
     }
 }
 
-fn describe_function(name: &str, f: &Function) -> String {
-    let mut out = format!(
+/// A function's first line: its name and signature.
+fn function_line(name: &str, f: &Function) -> String {
+    format!(
         "- function: {}{name}{}",
         if f.is_async { "async " } else { "" },
         f.signature
-    );
+    )
+}
+
+fn describe_function(name: &str, f: &Function) -> String {
+    let mut out = function_line(name, f);
     if let Some(d) = &f.description {
         let _ = write!(out, "\n  description: {d}");
     }

@@ -7,7 +7,7 @@
 //! No model call, no network: the index is built from the registry, again whenever what it
 //! holds changed (a server's tool list included), and the prompt stays as it was.
 
-use crate::{Resource, Signature};
+use crate::Signature;
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -79,6 +79,18 @@ pub struct ToolEntry {
 }
 
 impl ToolEntry {
+    /// An entry; `context` is searched besides its doc and its parameters' names (the
+    /// object's name, type and description for a method).
+    pub(crate) fn new(path: String, signature: Signature, doc: String, context: String) -> Self {
+        let context = format!("{context} {}", param_names(&signature));
+        Self {
+            path,
+            signature,
+            doc,
+            context,
+        }
+    }
+
     /// The entry as a search result shows it: the call with its signature, then its doc.
     pub fn shown(&self) -> String {
         let mut out = format!("{}{}", self.path, self.signature);
@@ -94,48 +106,6 @@ impl ToolEntry {
         }
         out
     }
-}
-
-/// Every function and method a registry holds, as searchable entries (hidden ones left out).
-pub(crate) fn tool_entries<'a>(
-    entries: impl IntoIterator<Item = &'a crate::Entry>,
-) -> Vec<ToolEntry> {
-    let mut out = Vec::new();
-    for entry in entries {
-        match &entry.resource {
-            Resource::Function(f) if !f.hidden => {
-                let doc = [f.description.as_deref(), f.doc.as_deref()]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join("\n");
-                out.push(ToolEntry {
-                    path: entry.name.clone(),
-                    context: param_names(&f.signature),
-                    signature: f.signature.clone(),
-                    doc,
-                });
-            }
-            Resource::Object(o) => {
-                let object = format!(
-                    "{} {} {}",
-                    entry.name,
-                    o.object.type_name(),
-                    o.description.as_deref().unwrap_or("")
-                );
-                for m in o.object.methods() {
-                    out.push(ToolEntry {
-                        path: format!("{}.{}", entry.name, m.name),
-                        context: format!("{object} {}", param_names(&m.signature)),
-                        signature: m.signature,
-                        doc: m.doc.unwrap_or_default(),
-                    });
-                }
-            }
-            _ => {}
-        }
-    }
-    out
 }
 
 fn param_names(signature: &Signature) -> String {
@@ -248,11 +218,10 @@ impl ToolIndex {
 
 /// Words that say nothing of what a tool does.
 const STOP_WORDS: &[&str] = &[
-    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "get",
-    "given", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of",
-    "on", "or", "please", "return", "returns", "set", "that", "the", "their", "them", "then",
-    "this", "to", "tool", "use", "using", "want", "was", "what", "when", "which", "with", "you",
-    "your", "none", "optional", "str", "int", "float", "bool", "dict", "list", "mcp", "server",
+    "a", "an", "and", "are", "as", "at", "be", "by", "can", "do", "does", "for", "from", "given",
+    "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "of", "on", "or",
+    "please", "that", "the", "their", "them", "then", "this", "to", "want", "was", "what", "when",
+    "which", "with", "you", "your",
 ];
 
 /// The terms of a text: words split at non-alphanumerics, `snake_case` and `camelCase`
@@ -334,18 +303,18 @@ mod tests {
     use crate::{Param, Signature};
 
     fn entry(path: &str, params: &[&str], doc: &str) -> ToolEntry {
-        ToolEntry {
-            path: path.to_owned(),
-            signature: Signature::new(params.iter().map(|p| Param::new(*p))),
-            doc: doc.to_owned(),
-            context: params.join(" "),
-        }
+        ToolEntry::new(
+            path.to_owned(),
+            Signature::new(params.iter().map(|p| Param::new(*p))),
+            doc.to_owned(),
+            String::new(),
+        )
     }
 
     #[test]
     fn terms_split_names_and_meet_across_forms() {
-        assert_eq!(terms("getWeatherForecast"), terms("weather forecast"));
-        assert_eq!(terms("getWeatherForecast").len(), 2, "'get' says nothing");
+        assert_eq!(terms("getWeatherForecast"), terms("get weather forecast"));
+        assert_eq!(terms("the weather of Paris"), terms("weather Paris"));
         assert_eq!(terms("list_open_issues"), terms("List open issue"));
         assert_eq!(
             terms("Forecasting the forecasts"),

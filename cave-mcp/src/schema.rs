@@ -152,11 +152,10 @@ pub(crate) fn tool_method(
     };
     let mut signature = Signature::new(signature);
     let wrapped = output_schema.and_then(wrapped_result);
+    // MCP output schemas are objects: a dict, unless it is the SDKs' wrapping.
     let returns = match (output_schema, wrapped) {
         (_, Some(result)) => annotation(result, 0),
-        (Some(schema), None) => {
-            Some(annotation(&Json::Object(schema.clone()), 0).unwrap_or_else(|| "dict".to_owned()))
-        }
+        (Some(_), None) => Some("dict".to_owned()),
         (None, None) => None,
     };
     if let Some(returns) = returns {

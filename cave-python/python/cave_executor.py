@@ -44,8 +44,6 @@ _TOP_LEVEL_AWAIT = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
 _loops = threading.local()
 # Threads a cell's event loop lends to blocking calls (`asyncio.to_thread`, host calls' `aio`).
 _LOOP_THREADS = 64
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=lambda: _forget_loop())
 
 
 class _RoutedBinary:
@@ -479,6 +477,9 @@ def _forget_loop():
     """In a forked copy of this process the loop's threads are gone and its selector is shared
     with the parent's: the next cell that awaits makes a loop of its own."""
     _loops.loop = None
+
+
+os.register_at_fork(after_in_child=_forget_loop)
 
 
 def _evaluate(code, namespace):

@@ -289,17 +289,22 @@ class _Jupyter:
         if wake:
             # Another thread's prompt is open without this frame: the host answers it at once
             # when told, and the next prompt carries the frame.
-            cls.kernel.session.send(
-                cls.kernel.iopub_socket,
-                "stream",
-                {"name": "stdout", "text": ""},
-                parent=cls.kernel.get_parent("shell"),
-                metadata={"cave_wake": True},
-            )
+            cls.stream("", {"cave_wake": True})
+
+    @classmethod
+    def stream(cls, text, metadata):
+        """A `stream` message on IOPub (output, or a wake), marked with `metadata`."""
+        kernel = cls.kernel
+        kernel.session.send(
+            kernel.iopub_socket,
+            "stream",
+            {"name": "stdout", "text": text},
+            parent=kernel.get_parent("shell"),
+            metadata=metadata,
+        )
 
     @classmethod
     def publish(cls, execution, text):
-        kernel = cls.kernel
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
@@ -308,13 +313,7 @@ class _Jupyter:
             text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
         with cls.lock:
             cls.published[execution] = cls.published.get(execution, 0) + len(text)
-        kernel.session.send(
-            kernel.iopub_socket,
-            "stream",
-            {"name": "stdout", "text": text},
-            parent=kernel.get_parent("shell"),
-            metadata={"cave_execution": execution},
-        )
+        cls.stream(text, {"cave_execution": execution})
 
     @classmethod
     def exchange(cls, now=False):
@@ -1333,7 +1332,6 @@ def _next_message(until, main):
                 if main:
                     _Reader.main_waiting = False
     while True:
-        message = None
         try:
             if until is None:
                 waited = time.perf_counter()
@@ -1341,11 +1339,12 @@ def _next_message(until, main):
                 _State.burst = time.perf_counter() - waited < _BURST_SECONDS
             else:
                 message = _read_frame(spin=True)
-        finally:
+        except BaseException:
+            # Interrupted while reading (nothing was lost: the inbox keeps a partial frame).
             with cond:
-                if message is None:
-                    _Reader.reading = False
-                    cond.notify_all()
+                _Reader.reading = False
+                cond.notify_all()
+            raise
         with cond:
             if message[0] == "return":
                 call = message[1]

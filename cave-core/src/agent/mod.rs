@@ -237,11 +237,11 @@ impl Agent {
     /// Whether the next run's prompt names objects only, and the model finds functions and
     /// methods with `search_tools` ([`AgentBuilder::tool_search`]).
     pub fn searches_tools(&self) -> bool {
-        self.describe().1
+        self.description().1
     }
 
     /// What the prompt describes, and whether it does so with tool search.
-    fn describe(&self) -> (crate::Description, bool) {
+    fn description(&self) -> (crate::Description, bool) {
         let c = &self.config;
         let compact = || (self.runtime.describe_compact(), true);
         match c.tool_search {
@@ -264,7 +264,13 @@ impl Agent {
 
     /// The system prompt as the next run will send it.
     pub fn system_prompt(&self) -> String {
-        let (description, searching) = self.describe();
+        self.rendered_system_prompt().0
+    }
+
+    /// The system prompt, and whether it has the model search for tools (a run binds
+    /// `search_tools` then).
+    fn rendered_system_prompt(&self) -> (String, bool) {
+        let (description, searching) = self.description();
         let now = prompt::utc_hour_now();
         let c = &self.config;
         let mut system_instructions = c.system_instructions.clone();
@@ -290,10 +296,11 @@ impl Agent {
             ("current_time", now.as_str()),
         ];
         // The template was checked when the agent was built; rendering cannot fail here.
-        prompt::render_template(&c.prompt_template, &values).unwrap_or_else(|e| {
+        let rendered = prompt::render_template(&c.prompt_template, &values).unwrap_or_else(|e| {
             tracing::error!(error = %e, "system prompt template failed after validation");
             c.prompt_template.clone()
-        })
+        });
+        (rendered, searching)
     }
 }
 

@@ -201,12 +201,6 @@ impl<'a> Run<'a> {
 
     async fn body(&mut self, prompt: String) -> Result<StopReason, Failure> {
         self.register_sub_agents().await?;
-        if !self.agent.tool_search_registered && self.agent.searches_tools() {
-            crate::agent::search::register(&self.agent.runtime)
-                .await
-                .map_err(Failure::Runtime)?;
-            self.agent.tool_search_registered = true;
-        }
         let isolation = self.agent.runtime.isolation();
         if !isolation.is_empty() && isolation != self.agent.isolation {
             let layers = isolation.iter().map(ToString::to_string).collect();
@@ -215,7 +209,14 @@ impl<'a> Run<'a> {
                 .emit(Event::Status(Status::Isolation { layers }))
                 .await;
         }
-        let system = self.agent.system_prompt();
+        // Rendered before `search_tools` is bound: it is hidden, so the prompt is the same.
+        let (system, searching) = self.agent.rendered_system_prompt();
+        if searching && !self.agent.tool_search_registered {
+            crate::agent::search::register(&self.agent.runtime)
+                .await
+                .map_err(Failure::Runtime)?;
+            self.agent.tool_search_registered = true;
+        }
         let history = &mut self.agent.history;
         match history.first_mut() {
             Some(Message::System { content }) => *content = system,
