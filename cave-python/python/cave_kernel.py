@@ -1137,6 +1137,8 @@ def _become_branch(sock, handover, shadow, stderr, directory, source):
     _capture_descriptors()
     threading.Thread(target=_watch_host, name="cave-host-watch", daemon=True).start()
     _ready()
+    # This process serves from here, not from inside the request that forked it.
+    _Reader.main_serving = []
     _serve()
 
 
@@ -1202,7 +1204,19 @@ def _execute(request_id, code, number, display_limit=None):
         _State.running.pop()
         if not _State.running:
             _State.pending_interrupt = False
+    _answering(request_id)
     send(("done", request_id, raised))
+
+
+def _answering(request_id):
+    """The main thread is about to answer `request_id` (or is done with it): from now on a
+    request another thread reads is the main thread's (`_Reader`)."""
+    if threading.get_ident() != _State.main_thread:
+        return
+    with _Reader.cond:
+        serving = _Reader.main_serving
+        if serving and serving[-1] == request_id:
+            serving.pop()
 
 
 def _get(name):
@@ -1215,6 +1229,7 @@ def _get(name):
 
 
 def _reply(request_id, status, payload):
+    _answering(request_id)
     try:
         send(("reply", request_id, status, payload))
     except FrameTooLarge as error:
@@ -1292,16 +1307,21 @@ class _Reader:
     reader is not the main thread for goes to the main thread when it waits here (between
     cells, or in a host call of its own), so that cells run where SIGINT reaches them;
     otherwise (a request nested in a host call while the main thread runs the cell) the
-    thread that read it serves it."""
+    thread that read it serves it. Whether the main thread runs a request is `main_serving`,
+    the ids of the requests it has taken and not yet answered, kept under `cond`: the host
+    sends the next cell as soon as a cell's answer reaches it, and a thread of that cell may
+    read it before the main thread is back here to wait; it is still the main thread's."""
 
     cond = threading.Condition()
     reading = False
     main_waiting = False
+    main_serving = []
     for_main = []
 
 
 def _fresh_reader():
-    """After a fork: no thread of the old worker reads, or waits, in this process."""
+    """After a fork: no thread of the old worker reads, or waits, in this process (the main
+    thread's `main_serving` stays: it is inside the request that forked)."""
     _Reader.cond = threading.Condition()
     _Reader.reading = False
     _Reader.main_waiting = False
@@ -1320,7 +1340,9 @@ def _next_message(until, main):
             if until is not None and until in _State.replies:
                 return True, _State.replies.pop(until)
             if main and _Reader.for_main:
-                return False, _Reader.for_main.pop(0)
+                message = _Reader.for_main.pop(0)
+                _Reader.main_serving.append(message[1])
+                return False, message
             if not _Reader.reading:
                 _Reader.reading = True
                 break
@@ -1358,10 +1380,12 @@ def _next_message(until, main):
                     _State.replies[call] = (message[2], message[3])
                     cond.notify_all()
                 continue
-            if not main and _Reader.main_waiting:
+            if not main and (_Reader.main_waiting or not _Reader.main_serving):
                 _Reader.for_main.append(message)
                 cond.notify_all()
                 continue
+            if main:
+                _Reader.main_serving.append(message[1])
             _Reader.reading = False
             cond.notify_all()
             return False, message
@@ -1381,6 +1405,9 @@ def _serve(until=None):
             _handle(message)
         except Exception as error:  # a request that failed here must not end the process
             _reply(message[1], "failed", f"{type(error).__name__}: {error}")
+        finally:
+            if main:
+                _answering(message[1])
 
 
 def _forked():
