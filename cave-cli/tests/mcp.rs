@@ -26,13 +26,15 @@ fn cell_output(events: &[Json]) -> &str {
 
 /// `cave run --json --runtime RUNTIME --mcp SPEC PROMPT` against `server`, which must succeed:
 /// its events.
+/// `runtime` `jupyter` runs on the test gateway.
 fn run_with(server: &TestServer, runtime: &str, spec: &str, prompt: &str) -> Vec<Json> {
-    let out = command(
-        Some(server),
-        &["run", "--json", "--runtime", runtime, "--mcp", spec, prompt],
-    )
-    .output()
-    .unwrap();
+    let mut run = command(Some(server), &["run", "--json", "--runtime", runtime]);
+    if runtime == "jupyter" {
+        let gateway = crate::jupyter::gateway::gateway().expect("the caller checked");
+        run.args(["--jupyter-url", &gateway.url])
+            .env("JUPYTER_TOKEN", &gateway.token);
+    }
+    let out = run.args(["--mcp", spec, prompt]).output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{runtime}: {stderr}");
     events(&out)
@@ -419,7 +421,8 @@ async fn a_tool_that_never_answers_is_stopped_at_the_time_limit() {
 /// A server of 500 tools: the first request names the server in a line instead of listing
 /// every tool, the model's code finds the tool with `search_tools`, a number comes back as a
 /// number (not the SDK's `{'result': ...}`), and ten calls of a slow tool made with
-/// `asyncio.gather` over `.aio` are all answered; on both local runtimes.
+/// `asyncio.gather` over `.aio` are all answered, and the next request's system prompt is the
+/// first one's, byte for byte; on both local runtimes and through the Jupyter transport.
 #[tokio::test(flavor = "multi_thread")]
 async fn five_hundred_tools_are_found_from_the_runtime() {
     let Some(venv) = servers::venv() else { return };
@@ -429,7 +432,8 @@ async fn five_hundred_tools_are_found_from_the_runtime() {
 print(many.fahrenheit(100))
 import asyncio
 print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
-    for runtime in ["inproc", "kernel"] {
+    let jupyter = crate::jupyter::gateway::gateway().map(|_| "jupyter");
+    for runtime in ["inproc", "kernel"].into_iter().chain(jupyter) {
         let server =
             TestServer::start([answer(&block(code), 8, "stop"), answer("Done.", 8, "stop")]).await;
         server.record(true);
@@ -454,6 +458,11 @@ print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
         assert!(
             !messages.contains("list_invoice"),
             "{runtime}: tools are not listed"
+        );
+        let second = &server.received()[1].body;
+        assert_eq!(
+            first["messages"][0], second["messages"][0],
+            "{runtime}: the system prompt is kept as it was"
         );
     }
 }

@@ -43,6 +43,13 @@ pub trait Runtime: Send + Sync {
     /// What is registered: the one record the derived operations read ([`RuntimeExt`]).
     fn registry(&self) -> &Mutex<Registry>;
 
+    /// The [`registry`](Runtime::registry) as a handle that lives as long as the runtime,
+    /// whoever holds the runtime: a host function the runtime holds keeps a `Weak` of it to
+    /// read what is registered (`search_tools`). `None`: the runtime has no such handle.
+    fn shared_registry(&self) -> Option<std::sync::Arc<Mutex<Registry>>> {
+        None
+    }
+
     /// Replaces the value of a registered variable.
     async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError>;
 
@@ -633,6 +640,9 @@ macro_rules! forward_runtime {
             }
             fn registry(&self) -> &Mutex<Registry> {
                 (**self).registry()
+            }
+            fn shared_registry(&self) -> Option<std::sync::Arc<Mutex<Registry>>> {
+                (**self).shared_registry()
             }
             async fn update(&self, name: &str, value: Value) -> Result<(), RuntimeError> {
                 (**self).update(name, value).await

@@ -127,9 +127,12 @@ pub struct ToolIndex {
     average: f32,
 }
 
-/// BM25's saturation and length normalisation.
+/// BM25's saturation and length normalisation (less than the usual 0.75: tool docs are
+/// short, and their lengths say little of what they are about).
 const K1: f32 = 1.2;
-const B: f32 = 0.75;
+const B: f32 = 0.3;
+/// Scores whose logarithms fall in one band of this width (about 5 %) rank as ties.
+const TIE_BAND: f32 = 0.05;
 /// A term in a tool's name counts as this many occurrences.
 const NAME_WEIGHT: f32 = 3.0;
 
@@ -193,8 +196,11 @@ impl ToolIndex {
             }
         }
         let mut ranked: Vec<(usize, f32)> = scores.into_iter().collect();
-        // Ties in the order the host registered them.
-        ranked.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+        // Scores within a few percent are ties, in the order the host registered them: for
+        // short docs that match the same words, BM25's length normalisation is noise, and a
+        // server lists its main operations first.
+        let band = |score: f32| (score.max(f32::MIN_POSITIVE).ln() / TIE_BAND).floor() as i64;
+        ranked.sort_by(|a, b| band(b.1).cmp(&band(a.1)).then(a.0.cmp(&b.0)));
         ranked
             .into_iter()
             .take(limit.min(MAX_SEARCH_RESULTS))
@@ -224,18 +230,119 @@ const STOP_WORDS: &[&str] = &[
     "which", "with", "you", "your",
 ];
 
+/// Words that mean one thing to a tool, each group said as its first word. Tools share a
+/// small vocabulary of operations (get, list, create, delete ...) that people and models say
+/// in many words ("remove", "fetch", "sign off"), and of the things business and developer
+/// tools work on ("client" for "customer", "repo" for "repository"); a lexical ranker knows
+/// no synonyms but these.
+const SYNONYMS: &[&[&str]] = &[
+    &[
+        "create", "add", "new", "insert", "register", "raise", "submit", "book",
+    ],
+    &["update", "edit", "modify", "alter", "amend", "rename"],
+    &[
+        "delete", "remove", "erase", "destroy", "purge", "cancel", "drop",
+    ],
+    &["get", "fetch", "retrieve", "lookup", "view", "inspect"],
+    &["list", "all", "browse", "enumerate"],
+    &["search", "find", "query", "look", "seek", "mention"],
+    &["count", "number", "tally"],
+    &["summarize", "summarise", "total", "sum", "aggregate"],
+    &["export", "download", "dump"],
+    &["import", "upload", "load", "ingest"],
+    &["assign", "give", "hand", "allocate", "delegate"],
+    &["tag", "label", "categorize", "categorise"],
+    &["comment", "note", "annotate", "remark", "reply"],
+    &["approve", "accept", "confirm", "authorize", "authorise"],
+    &["reject", "decline", "deny", "refuse", "dismiss"],
+    &["duplicate", "copy", "clone"],
+    &["merge", "combine", "join", "fold", "consolidate", "unify"],
+    &["history", "log", "changelog", "audit", "timeline"],
+    &["archive", "retire", "shelve"],
+    &[
+        "restore",
+        "unarchive",
+        "recover",
+        "reinstate",
+        "undelete",
+        "revive",
+    ],
+    &["id", "identifier"],
+    &["customer", "client", "buyer"],
+    &["supplier", "vendor"],
+    &["lead", "prospect"],
+    &["invoice", "bill"],
+    &["ticket", "issue"],
+    &["employee", "staff", "worker", "teammate", "colleague"],
+    &["document", "doc"],
+    &["email", "mail"],
+    &["repository", "repo"],
+    &["directory", "folder"],
+    &["image", "picture", "photo"],
+];
+
+/// Two words that say one operation: `(first, second, the operation)`.
+const PHRASES: &[(&str, &str, &str)] = &[
+    ("how", "many", "count"),
+    ("look", "up", "get"),
+    ("sign", "off", "approve"),
+    ("turn", "down", "reject"),
+    ("bring", "back", "restore"),
+];
+
+/// A stemmed word → its [`SYNONYMS`] group's stemmed first word.
+fn synonym(stemmed: &str) -> Option<&'static str> {
+    static GROUPS: std::sync::LazyLock<HashMap<String, String>> = std::sync::LazyLock::new(|| {
+        let mut map = HashMap::new();
+        for group in SYNONYMS {
+            for word in *group {
+                map.insert(stem(word), stem(group[0]));
+            }
+        }
+        map
+    });
+    GROUPS.get(stemmed).map(String::as_str)
+}
+
 /// The terms of a text: words split at non-alphanumerics, `snake_case` and `camelCase`
-/// boundaries, lowercased, stemmed, stop words left out.
+/// boundaries, lowercased, stemmed, stop words left out, synonyms and phrases made one.
 pub(crate) fn terms(text: &str) -> Vec<String> {
+    let words = words(text);
+    let mut out = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        let phrase = words.get(i + 1).and_then(|next| {
+            PHRASES
+                .iter()
+                .find(|(a, b, _)| *a == words[i] && b == next)
+                .map(|(_, _, meaning)| *meaning)
+        });
+        let word = match phrase {
+            Some(meaning) => {
+                i += 1;
+                meaning
+            }
+            None => words[i].as_str(),
+        };
+        i += 1;
+        if STOP_WORDS.contains(&word) {
+            continue;
+        }
+        let stemmed = stem(word);
+        out.push(synonym(&stemmed).map_or(stemmed, str::to_owned));
+    }
+    out
+}
+
+/// The words of a text, lowercased: split at non-alphanumerics, `snake_case` and `camelCase`
+/// boundaries and between letters and digits.
+fn words(text: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut word = String::new();
     let mut previous: Option<char> = None;
     let flush = |word: &mut String, out: &mut Vec<String>| {
         if !word.is_empty() {
-            let lower = word.to_lowercase();
-            if !STOP_WORDS.contains(&lower.as_str()) {
-                out.push(stem(&lower));
-            }
+            out.push(word.to_lowercase());
             word.clear();
         }
     };
@@ -357,7 +464,8 @@ mod tests {
             top("fahrenheit to celsius"),
             Some("srv.convert_temperature".into())
         );
-        assert_eq!(top("mail someone"), None, "no shared term, no match");
+        assert_eq!(top("mail someone"), Some("srv.send_email".into()));
+        assert_eq!(top("zebra crossing"), None, "no shared term, no match");
         assert_eq!(top("open issues in a repo"), Some("srv.list_issues".into()));
         assert_eq!(index.search("temperature weather", 5).len(), 2);
         assert!(index.search("", 5).is_empty());
@@ -367,6 +475,39 @@ mod tests {
             "{answer}"
         );
         assert!(index.answer("zebra", 5).contains("zebra"));
+    }
+
+    #[test]
+    fn synonyms_and_phrases_meet() {
+        assert_eq!(terms("Remove a client"), terms("delete customer"));
+        assert_eq!(terms("how many vendors"), terms("count suppliers"));
+        assert_eq!(
+            terms("look up the bill by id"),
+            terms("get invoice identifier")
+        );
+        assert_eq!(terms("bring back"), terms("restore"));
+        assert_eq!(
+            terms("how"),
+            Vec::<String>::new(),
+            "half a phrase is itself"
+        );
+        assert_eq!(terms("up"), ["up"]);
+    }
+
+    #[test]
+    fn near_ties_keep_the_hosts_order() {
+        // Same words, docs of a little different lengths: the host's order decides.
+        let index = ToolIndex::new(vec![
+            entry("get_parcel", &[], "Fetches one parcel."),
+            entry("list_parcel", &[], "Lists every parcel, newest first."),
+            entry("drop_parcel", &[], "Drops a parcel."),
+        ]);
+        let order: Vec<_> = index
+            .search("parcel", 3)
+            .iter()
+            .map(|(e, _)| e.path.as_str())
+            .collect();
+        assert_eq!(order, ["get_parcel", "list_parcel", "drop_parcel"]);
     }
 
     #[test]

@@ -46,7 +46,7 @@ struct Inner {
     /// Where the executor sends the items a cell shows.
     show: Py<PyAny>,
     output: Arc<Mutex<Outputs>>,
-    registry: Mutex<Registry>,
+    registry: Arc<Mutex<Registry>>,
     state: Mutex<State>,
     interrupt: Arc<CellInterrupt>,
     executions: AtomicU64,
@@ -242,7 +242,7 @@ impl InProcRuntime {
                 write,
                 show,
                 output,
-                registry: Mutex::new(Registry::new()),
+                registry: Arc::new(Mutex::new(Registry::new())),
                 state: Mutex::new(State::default()),
                 interrupt,
                 executions: AtomicU64::new(0),
@@ -387,6 +387,10 @@ impl Runtime for InProcRuntime {
 
     fn registry(&self) -> &Mutex<Registry> {
         &self.inner.registry
+    }
+
+    fn shared_registry(&self) -> Option<Arc<Mutex<Registry>>> {
+        Some(self.inner.registry.clone())
     }
 
     async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError> {

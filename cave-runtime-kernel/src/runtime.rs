@@ -46,7 +46,7 @@ pub(crate) struct Inner {
     transport: Box<dyn Transport>,
     /// Where fresh workers come from instead, when the runtime was made from a pool.
     pool: Option<Arc<crate::pool::PoolInner>>,
-    pub(crate) registry: Mutex<Registry>,
+    pub(crate) registry: Arc<Mutex<Registry>>,
     pub(crate) callables: Callables,
     /// The handle of each host function and host object, by name.
     pub(crate) handles: Mutex<HashMap<String, u64>>,
@@ -110,7 +110,7 @@ impl KernelRuntime {
             inner: Arc::new(Inner {
                 transport,
                 pool: None,
-                registry: Mutex::new(Registry::new()),
+                registry: Arc::new(Mutex::new(Registry::new())),
                 callables: Arc::new(Mutex::new(HashMap::new())),
                 handles: Mutex::new(HashMap::new()),
                 next_handle: AtomicU64::new(1),
@@ -689,6 +689,10 @@ impl Runtime for KernelRuntime {
 
     fn registry(&self) -> &Mutex<Registry> {
         &self.inner.registry
+    }
+
+    fn shared_registry(&self) -> Option<Arc<Mutex<Registry>>> {
+        Some(self.inner.registry.clone())
     }
 
     async fn object_bound(&self, name: &str) -> Result<bool, RuntimeError> {

@@ -306,11 +306,15 @@ fn peer_figures(root: &Path, python: &Path, quick: bool) -> Result<Peer, String>
     Peer::parse(&stdout)
 }
 
-/// The tables measurements write under `target/tmp` (cave-agent's `benches/load.rs`,
-/// cave-runtime-kernel's `benches/jupyter.rs` and `benches/fork.rs`), with their titles in the
-/// report.
-const LOAD_TABLES: [(&str, &str); 3] = [
+/// The tables measurements write under `target/tmp` (cave-agent's `benches/load.rs` and
+/// `benches/code_mode.rs`, cave-runtime-kernel's `benches/jupyter.rs` and `benches/fork.rs`),
+/// with their titles in the report.
+const LOAD_TABLES: [(&str, &str); 4] = [
     ("fork-table.md", "Branches of a live session (fork)"),
+    (
+        "code-mode-table.md",
+        "Code mode at scale: an MCP server of 500 tools",
+    ),
     (
         "load-table.md",
         "Load: concurrent agent sessions on the kernel runtime",
@@ -352,6 +356,8 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
     }
     // The Jupyter transport's benchmark runs against a local Kernel Gateway (skipped without).
     let mut bench_env = crate::test_env::jupyter(root);
+    // The code-mode benchmark's server of 500 tools runs on the MCP SDK.
+    bench_env.extend(crate::test_env::mcp(root));
     // The fork benchmark's pandas rows need an interpreter with pandas.
     if let Some(python) = crate::test_env::pandas_python(root) {
         bench_env.push((

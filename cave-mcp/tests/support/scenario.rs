@@ -22,6 +22,17 @@ pub async fn stdio_tools(name: &str, command: &StdioServer, timeout: Duration) -
     Arc::new(McpTools::new(Arc::new(server), timeout).await.unwrap())
 }
 
+/// The server of 500 tools (`many_tools_server.py`) as the object `many`.
+pub async fn many(venv: &std::path::Path) -> Arc<McpTools> {
+    let (program, args) = super::servers::many_command(venv);
+    stdio_tools(
+        "many",
+        &StdioServer::new(program, args),
+        Duration::from_secs(60),
+    )
+    .await
+}
+
 pub async fn edge(venv: &std::path::Path, timeout: Duration) -> Arc<McpTools> {
     stdio_tools("edge", &edge_server(venv), timeout).await
 }
