@@ -1,6 +1,7 @@
 //! Tool search through the library: an agent whose runtime holds an MCP server of 500 tools
 //! (`many_tools_server.py`, on the official Python SDK) lists none of them in its prompt, and
-//! its code finds them with `search_tools`, calls one, and gathers ten slow calls, on both
+//! its code finds them with `search_tools`, calls them (a structured result's keys are in its
+//! doc), and gathers ten slow calls, on both
 //! local runtimes and in a Jupyter kernel; `search_tools` finds the tool each query of
 //! `tool_queries.jsonl` was written for among its first five answers, nine times in ten.
 
@@ -76,6 +77,9 @@ async fn tools_are_found_and_called_on_every_runtime() {
     let tools = scenario::many(&venv).await;
     let code = "print(search_tools('degrees celsius into fahrenheit', limit=1))
 print(many.fahrenheit(celsius=37.5))
+print(search_tools('weather expected tomorrow in a city', limit=1))
+f = many.forecast('Paris')
+print(f['celsius'], f['summary'])
 import asyncio
 print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
     let mut runtimes: Vec<(&str, Box<dyn Runtime>)> = vec![
@@ -107,7 +111,15 @@ print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
             "{name}: {out}"
         );
         assert!(
-            out.contains("99.5\n[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"),
+            out.contains("many.forecast(city: str) -> dict\n")
+                && out.contains(
+                    "Returns a dict: celsius: float, city: str, summary?: Optional[str]."
+                ),
+            "{name}: {out}"
+        );
+        assert!(out.contains("99.5\n"), "{name}: {out}");
+        assert!(
+            out.contains("18.5 clouds\n[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"),
             "{name}: {out}"
         );
         let requests = model.requests();

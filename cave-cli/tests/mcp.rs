@@ -420,7 +420,8 @@ async fn a_tool_that_never_answers_is_stopped_at_the_time_limit() {
 
 /// A server of 500 tools: the first request names the server in a line instead of listing
 /// every tool, the model's code finds the tool with `search_tools`, a number comes back as a
-/// number (not the SDK's `{'result': ...}`), and ten calls of a slow tool made with
+/// number (not the SDK's `{'result': ...}`), a structured result comes back as the dict its schema describes,
+/// and ten calls of a slow tool made with
 /// `asyncio.gather` over `.aio` are all answered, and the next request's system prompt is the
 /// first one's, byte for byte; on both local runtimes and through the Jupyter transport.
 #[tokio::test(flavor = "multi_thread")]
@@ -430,6 +431,8 @@ async fn five_hundred_tools_are_found_from_the_runtime() {
     let spec = format!("many={program} {}", args.join(" "));
     let code = "print(search_tools('temperature in degrees fahrenheit', limit=2))
 print(many.fahrenheit(100))
+f = many.forecast('Paris')
+print(f['celsius'], f['summary'])
 import asyncio
 print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
     let jupyter = crate::jupyter::gateway::gateway().map(|_| "jupyter");
@@ -444,7 +447,7 @@ print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
             "{runtime}: {output}"
         );
         assert!(
-            output.ends_with("212.0\n[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"),
+            output.ends_with("212.0\n18.5 clouds\n[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]\n"),
             "{runtime}: {output}"
         );
         let first = &server.received()[0].body;

@@ -9,6 +9,9 @@ use std::collections::HashSet;
 /// How deep an annotation is read into nested schemas (`list[list[dict]]`).
 const MAX_DEPTH: usize = 4;
 
+/// The most keys of an output schema the method's doc lists.
+const MAX_SHOWN_KEYS: usize = 64;
+
 /// The most values an `enum` is shown with as a `Literal[...]`; a longer one is shown as its
 /// type (the description still says what it takes).
 const MAX_LITERALS: usize = 24;
@@ -152,7 +155,8 @@ pub(crate) fn tool_method(
     };
     let mut signature = Signature::new(signature);
     let wrapped = output_schema.and_then(wrapped_result);
-    // MCP output schemas are objects: a dict, unless it is the SDKs' wrapping.
+    // MCP output schemas are objects: a dict, whose keys the doc lists, unless it is the SDKs'
+    // wrapping.
     let returns = match (output_schema, wrapped) {
         (_, Some(result)) => annotation(result, 0),
         (Some(_), None) => Some("dict".to_owned()),
@@ -160,6 +164,12 @@ pub(crate) fn tool_method(
     };
     if let Some(returns) = returns {
         signature = signature.returns(returns);
+    }
+    if let Some(keys) = output_schema
+        .filter(|_| wrapped.is_none())
+        .and_then(result_keys)
+    {
+        doc.push_str(&format!("\n\nReturns a dict: {keys}."));
     }
     let mut method = Method::new(&python, signature);
     method.doc = Some(doc);
@@ -170,6 +180,41 @@ pub(crate) fn tool_method(
         method,
         unwrap: wrapped.is_some(),
     }
+}
+
+/// The keys of an object output schema with their annotations, those it may leave out marked:
+/// `city: str, celsius: float, summary?: Optional[str]`. None without properties, or with
+/// more than the doc lists.
+fn result_keys(output: &serde_json::Map<String, Json>) -> Option<String> {
+    let properties = output.get("properties")?.as_object()?;
+    if properties.is_empty() || properties.len() > MAX_SHOWN_KEYS {
+        return None;
+    }
+    let required: Vec<&str> = output
+        .get("required")
+        .and_then(Json::as_array)
+        .map(|r| r.iter().filter_map(Json::as_str).collect())
+        .unwrap_or_default();
+    let keys: Vec<String> = properties
+        .iter()
+        .map(|(key, schema)| {
+            // The key as the server spells it, quoted when it is not a plain word.
+            let valid = validate_name(cave_core::NameKind::Variable, key).is_ok_and(|n| n == *key);
+            let shown = if valid && is_identifier(key) {
+                key.clone()
+            } else {
+                format!("{key:?}")
+            };
+            let optional = if required.contains(&key.as_str()) {
+                ""
+            } else {
+                "?"
+            };
+            let annotation = annotation(schema, 0).unwrap_or_else(|| "object".to_owned());
+            format!("{shown}{optional}: {annotation}")
+        })
+        .collect();
+    Some(keys.join(", "))
 }
 
 /// The schema of the value inside the official SDKs' wrapping, when `output` is one: an
@@ -455,6 +500,25 @@ mod tests {
         let m = tool_method("t", None, &input, &HashSet::new(), "srv", Some(&record));
         assert!(!m.unwrap);
         assert_eq!(m.method.signature.returns.as_deref(), Some("dict"));
+        let doc = m.method.doc.clone().unwrap_or_default();
+        assert!(
+            doc.contains("\n\nReturns a dict: result: float, unit?: str."),
+            "{doc}"
+        );
+        // Keys that are not plain words are quoted, as the result spells them.
+        let Json::Object(odd) = json!({
+            "type": "object",
+            "properties": {"first-name": {"type": "string"}, "class": {"type": "string"}},
+            "required": ["class"]
+        }) else {
+            panic!()
+        };
+        let m = tool_method("t", None, &input, &HashSet::new(), "srv", Some(&odd));
+        let doc = m.method.doc.clone().unwrap_or_default();
+        assert!(
+            doc.contains("Returns a dict: \"class\": str, \"first-name\"?: str."),
+            "{doc}"
+        );
         let m = tool_method("t", None, &input, &HashSet::new(), "srv", None);
         assert_eq!(m.method.signature.returns, None);
     }

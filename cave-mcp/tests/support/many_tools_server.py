@@ -1,7 +1,8 @@
 """An MCP server of 500 tools on the official Python SDK, for the tests and benchmarks of tool
 search: a catalogue of operations on the records of a small business (each tool one verb on one
 kind of record, described in its own words), plus a few tools with something to show: a number
-result (`fahrenheit`), an enum parameter (`convert_distance`) and a slow tool (`slow`).
+result (`fahrenheit`), an enum parameter (`convert_distance`), a structured result
+(`forecast`, a model the SDK describes with an output schema) and a slow tool (`slow`).
 
 `python many_tools_server.py --list` prints the tools as JSON lines (name, description) instead
 of serving: the recall data is written from them."""
@@ -13,6 +14,7 @@ import anyio
 from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
+from pydantic import BaseModel
 
 server = MCPServer("cave-many")
 
@@ -81,7 +83,7 @@ def _operation(verb, record, text, noun):
 
 for record, noun in RECORDS:
     for verb, text in VERBS:
-        if len(server._tool_manager._tools) >= 497:
+        if len(server._tool_manager._tools) >= 496:
             break
         server.add_tool(_operation(verb, record, text, noun), structured_output=False)
 
@@ -96,6 +98,20 @@ def fahrenheit(celsius: float) -> float:
 def convert_distance(value: float, unit: Literal["km", "mi"] = "km") -> float:
     """Converts a distance into the other unit: kilometres to miles, or miles to kilometres."""
     return value / 1.609344 if unit == "km" else value * 1.609344
+
+
+class Forecast(BaseModel):
+    """Tomorrow's weather in a city."""
+
+    city: str
+    celsius: float
+    summary: str | None = None
+
+
+@server.tool()
+def forecast(city: str) -> Forecast:
+    """Tells the weather expected tomorrow in a city."""
+    return Forecast(city=city, celsius=18.5, summary="clouds")
 
 
 @server.tool()
