@@ -350,8 +350,12 @@ impl CellOutput {
     /// Adds a piece of output.
     pub fn push(&mut self, text: &str) {
         if let Some(live) = &self.live {
-            if text.len() <= self.live_left {
-                self.live_left -= text.len();
+            // Charged what it takes while queued, not only its text: `print` writes a line in
+            // several pieces of a few bytes, and a consumer slower than the cell would
+            // otherwise hold several times the cap.
+            let cost = text.len() + LIVE_PIECE_COST;
+            if cost <= self.live_left {
+                self.live_left -= cost;
                 let _ = live.send(LiveOutput::Text(text.to_owned()));
             } else {
                 // Once, and nothing live after it: what follows is in the result's end.
@@ -442,6 +446,10 @@ impl CellOutput {
         (text, spooled)
     }
 }
+
+/// What one live piece takes besides its text while it waits to be taken: the string's
+/// allocation (header and rounding) and its slot in the channel.
+const LIVE_PIECE_COST: usize = 64;
 
 /// Room kept in the live cap for the note that live output stops.
 const LIVE_NOTE_ROOM: usize = 256;
@@ -644,6 +652,25 @@ mod tests {
         assert!(shown.ends_with(&prompt::live_output_stopped(1000)));
         assert!(shown.len() < 880, "live stopped before the end");
         assert_eq!(out.finish().0.len(), 880, "all of it held: within the cap");
+    }
+
+    #[test]
+    fn tiny_pieces_are_charged_what_they_take() {
+        let (live, mut received) = tokio::sync::mpsc::unbounded_channel();
+        let mut out = CellOutput::new(100_000, Some(live));
+        for _ in 0..100_000 {
+            out.push("x");
+        }
+        let mut pieces = 0;
+        while let Ok(LiveOutput::Text(_)) = received.try_recv() {
+            pieces += 1;
+        }
+        // Each piece is charged its text and LIVE_PIECE_COST; then the note.
+        assert_eq!(
+            pieces,
+            (100_000 - LIVE_NOTE_ROOM) / (1 + LIVE_PIECE_COST) + 1
+        );
+        assert_eq!(out.finish().0.len(), 100_000, "all of it held");
     }
 
     #[test]
