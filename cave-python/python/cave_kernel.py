@@ -552,7 +552,7 @@ def host_call(handle, method, bound):
         ok, payload = _serve(until=call)
     except BaseException:
         # Interrupted while waiting: the reply, when it comes, has nobody to go to.
-        with _Reader.cond:
+        with _reader.lock:
             if _State.replies.pop(call, None) is None:
                 _State.abandoned.add(call)
         raise
@@ -1138,7 +1138,7 @@ def _become_branch(sock, handover, shadow, stderr, directory, source):
     threading.Thread(target=_watch_host, name="cave-host-watch", daemon=True).start()
     _ready()
     # This process serves from here, not from inside the request that forked it.
-    _Reader.main_serving = []
+    _reader.main_serving = []
     _serve()
 
 
@@ -1213,8 +1213,8 @@ def _answering(request_id):
     request another thread reads is the main thread's (`_Reader`)."""
     if threading.get_ident() != _State.main_thread:
         return
-    with _Reader.cond:
-        serving = _Reader.main_serving
+    with _reader.lock:
+        serving = _reader.main_serving
         if serving and serving[-1] == request_id:
             serving.pop()
 
@@ -1312,20 +1312,31 @@ class _Reader:
     sends the next cell as soon as a cell's answer reaches it, and a thread of that cell may
     read it before the main thread is back here to wait; it is still the main thread's."""
 
-    cond = threading.Condition()
-    reading = False
-    main_waiting = False
-    main_serving = []
-    for_main = []
+    # One instance, `_reader`: attributes of an instance are cheap to set, a class's are not
+    # (setting one invalidates the type's attribute cache). `cond` waits on `lock`, a plain
+    # lock taken alone (`with lock`, in C) on the path of every host call, and `cond` is
+    # notified only when some thread waits (`waiting`): a call costs about what it cost when
+    # one thread read.
+    __slots__ = ("lock", "cond", "waiting", "reading", "main_waiting", "main_serving", "for_main")
+
+    def __init__(self, main_serving=()):
+        self.lock = threading.Lock()
+        self.cond = threading.Condition(self.lock)
+        self.waiting = 0
+        self.reading = False
+        self.main_waiting = False
+        self.main_serving = list(main_serving)
+        self.for_main = []
+
+
+_reader = _Reader()
 
 
 def _fresh_reader():
     """After a fork: no thread of the old worker reads, or waits, in this process (the main
     thread's `main_serving` stays: it is inside the request that forked)."""
-    _Reader.cond = threading.Condition()
-    _Reader.reading = False
-    _Reader.main_waiting = False
-    _Reader.for_main = []
+    global _reader
+    _reader = _Reader(_reader.main_serving)
     _State.inbox = bytearray()
     _State.replies = {}
     _State.abandoned = set()
@@ -1334,25 +1345,27 @@ def _fresh_reader():
 def _next_message(until, main):
     """The reply to host call `until` as `(True, reply)`, or a request to serve as
     `(False, message)`."""
-    cond = _Reader.cond
-    with cond:
+    reader = _reader
+    with reader.lock:
         while True:
             if until is not None and until in _State.replies:
                 return True, _State.replies.pop(until)
-            if main and _Reader.for_main:
-                message = _Reader.for_main.pop(0)
-                _Reader.main_serving.append(message[1])
+            if main and reader.for_main:
+                message = reader.for_main.pop(0)
+                reader.main_serving.append(message[1])
                 return False, message
-            if not _Reader.reading:
-                _Reader.reading = True
+            if not reader.reading:
+                reader.reading = True
                 break
             if main:
-                _Reader.main_waiting = True
+                reader.main_waiting = True
+            reader.waiting += 1
             try:
-                cond.wait()
+                reader.cond.wait()
             finally:
+                reader.waiting -= 1
                 if main:
-                    _Reader.main_waiting = False
+                    reader.main_waiting = False
     while True:
         try:
             if until is None:
@@ -1363,31 +1376,37 @@ def _next_message(until, main):
                 message = _read_frame(spin=True)
         except BaseException:
             # Interrupted while reading (nothing was lost: the inbox keeps a partial frame).
-            with cond:
-                _Reader.reading = False
-                cond.notify_all()
+            with reader.lock:
+                reader.reading = False
+                if reader.waiting:
+                    reader.cond.notify_all()
             raise
-        with cond:
+        with reader.lock:
             if message[0] == "return":
                 call = message[1]
                 if call == until:
-                    _Reader.reading = False
-                    cond.notify_all()
+                    reader.reading = False
+                    if reader.waiting:
+                        reader.cond.notify_all()
                     return True, (message[2], message[3])
                 if call in _State.abandoned:
                     _State.abandoned.discard(call)
+                elif reader.waiting:
+                    _State.replies[call] = (message[2], message[3])
+                    reader.cond.notify_all()
                 else:
                     _State.replies[call] = (message[2], message[3])
-                    cond.notify_all()
                 continue
-            if not main and (_Reader.main_waiting or not _Reader.main_serving):
-                _Reader.for_main.append(message)
-                cond.notify_all()
+            if not main and (reader.main_waiting or not reader.main_serving):
+                reader.for_main.append(message)
+                if reader.waiting:
+                    reader.cond.notify_all()
                 continue
             if main:
-                _Reader.main_serving.append(message[1])
-            _Reader.reading = False
-            cond.notify_all()
+                reader.main_serving.append(message[1])
+            reader.reading = False
+            if reader.waiting:
+                reader.cond.notify_all()
             return False, message
 
 
