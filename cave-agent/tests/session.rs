@@ -384,10 +384,13 @@ async fn a_program_resumes_and_saves_a_session_in_two_calls() {
     let mut agent = builder.build().unwrap();
     let response = agent.run("Keep a total.").await;
     assert!(response.completed() && !response.state_lost, "{response}");
+    assert_eq!(agent.ledger().cells, 1);
     session
-        .save_turn(agent.history(), &runtime, response.state_lost)
+        .save_turn(&agent, response.state_lost)
         .await
         .unwrap();
+    let first_ledger = agent.ledger().clone();
+    assert_eq!(session.load().unwrap().unwrap().ledger, first_ledger);
 
     // The next start: a fresh runtime, the same two calls.
     let model = ScriptedModel::new([block("print(total + 1)"), Reply::text("42.")]);
@@ -403,6 +406,12 @@ async fn a_program_resumes_and_saves_a_session_in_two_calls() {
     );
     let response = agent.run("One more.").await;
     assert!(response.completed(), "{response}");
+    // The ledger went on from the first process's.
+    let ledger = agent.ledger();
+    assert_eq!(ledger.cells, 2, "{ledger:?}");
+    assert_eq!(ledger.model_calls, 4, "{ledger:?}");
+    assert!(ledger.tokens.total_tokens > first_ledger.tokens.total_tokens);
+    assert!(ledger.cell_seconds > first_ledger.cell_seconds);
     assert!(
         agent.history().iter().any(
             |m| matches!(m, Message::ExecutionResult { content, .. } if content.contains("42"))
@@ -412,13 +421,10 @@ async fn a_program_resumes_and_saves_a_session_in_two_calls() {
     );
 
     // A run whose runtime lost its state: the emptied namespace replaces nothing.
-    let emptied = KernelRuntime::new().unwrap();
-    session
-        .save_turn(agent.history(), &emptied, true)
-        .await
-        .unwrap();
+    session.save_turn(&agent, true).await.unwrap();
     let loaded = session.load().unwrap().expect("saved");
     assert_eq!(loaded.history.len(), agent.history().len());
+    assert_eq!(&loaded.ledger, agent.ledger());
     let fresh = KernelRuntime::new().unwrap();
     let restored = session.restore(&loaded, &fresh).await.unwrap();
     assert_eq!(

@@ -118,6 +118,28 @@ print(await asyncio.gather(*(many.slow.aio(i) for i in range(10))))";
             "{name}: {out}"
         );
         assert!(out.contains("99.5\n"), "{name}: {out}");
+        // The ledger counts the server's tools apart from the host's own functions.
+        let ledger = agent.ledger();
+        assert_eq!(
+            (
+                ledger.mcp_calls.get("many.fahrenheit"),
+                ledger.mcp_calls.get("many.forecast"),
+                ledger.mcp_calls.get("many.slow"),
+            ),
+            (Some(&1), Some(&1), Some(&10)),
+            "{name}: {ledger:?}"
+        );
+        assert_eq!(
+            ledger.host_calls.get("search_tools"),
+            Some(&2),
+            "{name}: {ledger:?}"
+        );
+        // A Jupyter kernel's processor time is the server's to know.
+        assert_eq!(
+            ledger.cpu_seconds.is_some(),
+            name != "jupyter",
+            "{name}: {ledger:?}"
+        );
         assert!(
             out.contains("18.5 clouds\n[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]"),
             "{name}: {out}"

@@ -29,22 +29,52 @@ fn host_call_span(cell: &tracing::Span, name: &str) -> tracing::Span {
     )
 }
 
-/// Runs a host call the way a runtime does around each call a cell makes: inside its span
-/// (`execute_tool NAME` after the OpenTelemetry GenAI conventions, a child of `cell`, the
-/// cell's span from [`CellOutput::span`](crate::CellOutput::span); `name` is the function's
-/// or `object.method`; the error's Python type is recorded when it raises), with
-/// [`show_from_host`] reaching `show`. A function that panics fails its call with a
-/// `RuntimeError` naming it, instead of taking down whatever runs the call.
+/// The cell a host call is made for, as [`run_host_call`] takes it.
+#[derive(Clone)]
+pub struct HostCallCell {
+    /// The cell's span ([`CellOutput::span`](crate::CellOutput::span)), the parent of the
+    /// call's.
+    pub span: tracing::Span,
+    /// Where what the call shows goes (see [`show_from_host`]).
+    pub show: std::sync::Arc<dyn Fn(DisplayItem) + Send + Sync>,
+    /// What counts the cell's calls and refuses those past the budget
+    /// ([`CellOutput::host_calls`](crate::CellOutput::host_calls)).
+    pub meter: Option<std::sync::Arc<cave_core::HostCallMeter>>,
+}
+
+impl std::fmt::Debug for HostCallCell {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostCallCell")
+            .field("span", &self.span)
+            .field("meter", &self.meter)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs a host call the way a runtime does around each call a cell makes: admitted by the
+/// cell's meter first (counted; refused with the meter's error past the session's budget, the
+/// function not called), then inside its span (`execute_tool NAME` after the OpenTelemetry
+/// GenAI conventions, a child of the cell's span; `name` is the function's or
+/// `object.method`, `mcp` whether it is an MCP server's tool; the error's Python type is
+/// recorded when it raises), with [`show_from_host`] reaching the cell's `show`. A function
+/// that panics fails its call with a `RuntimeError` naming it, instead of taking down whatever
+/// runs the call.
 pub async fn run_host_call<F>(
-    cell: &tracing::Span,
+    cell: HostCallCell,
     name: &str,
-    show: std::sync::Arc<dyn Fn(DisplayItem) + Send + Sync>,
+    mcp: bool,
     call: F,
 ) -> Result<cave_core::Value, cave_core::HostError>
 where
     F: std::future::Future<Output = Result<cave_core::Value, cave_core::HostError>>,
 {
-    let span = host_call_span(cell, name);
+    if let Some(meter) = &cell.meter {
+        meter.admit(name, mcp)?;
+    }
+    let HostCallCell {
+        span: cell, show, ..
+    } = cell;
+    let span = host_call_span(&cell, name);
     let call = futures_util::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(call));
     let result = tracing::Instrument::instrument(HOST_DISPLAY.scope(show, call), span.clone())
         .await

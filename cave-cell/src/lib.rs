@@ -29,7 +29,7 @@ mod host_call;
 mod limits;
 mod output;
 
-pub use host_call::{run_host_call, show_from_host};
+pub use host_call::{HostCallCell, run_host_call, show_from_host};
 pub use limits::CellLimits;
 pub use output::{
     CappedOutput, CellOutput, DEFAULT_MAX_CELL_OUTPUT, OutputSpool, STRAY_OUTPUT_CAP, StrayOutput,

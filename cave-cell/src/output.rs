@@ -290,6 +290,8 @@ pub struct CellOutput {
     displays_left_out: usize,
     /// The cell's span, the parent of its host calls' spans.
     span: tracing::Span,
+    /// What the cell's host calls are counted by (the agent's sink gives one).
+    host_calls: Option<std::sync::Arc<cave_core::HostCallMeter>>,
 }
 
 impl CellOutput {
@@ -311,7 +313,24 @@ impl CellOutput {
             display_bytes: 0,
             displays_left_out: 0,
             span: tracing::Span::current(),
+            host_calls: None,
         }
+    }
+
+    /// Counts the cell's host calls with `meter` (what the sink the cell writes to gives:
+    /// [`OutputSink::host_calls`](cave_core::OutputSink::host_calls)).
+    pub fn with_host_calls(
+        mut self,
+        meter: Option<std::sync::Arc<cave_core::HostCallMeter>>,
+    ) -> Self {
+        self.host_calls = meter;
+        self
+    }
+
+    /// The meter the cell's host calls are counted by, if any: what
+    /// [`run_host_call`](crate::run_host_call) takes.
+    pub fn host_calls(&self) -> Option<std::sync::Arc<cave_core::HostCallMeter>> {
+        self.host_calls.clone()
     }
 
     /// Keeps the whole output, past the cap, in a file of `spool`'s.

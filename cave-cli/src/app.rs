@@ -251,6 +251,89 @@ struct Session {
 struct Persisted {
     session: cave_agent::session::Session,
     saved: Option<cave_agent::session::Saved>,
+    /// `events.jsonl` in the directory: every event of the session, for `cave view DIR`.
+    events: EventLog,
+}
+
+/// The name of a session directory's event log.
+pub(crate) const SESSION_EVENTS: &str = "events.jsonl";
+
+/// A session directory's event log: each event appended as one JSON line as it happens
+/// (redacted as printed, shown files' paths made absolute), so that `cave view DIR` follows a
+/// session while a run still writes it. A failure to write is said once; the run goes on.
+struct EventLog {
+    file: Option<std::fs::File>,
+    path: std::path::PathBuf,
+}
+
+impl EventLog {
+    fn open(dir: &std::path::Path) -> Self {
+        let path = dir.join(SESSION_EVENTS);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path);
+        let file = match file {
+            Ok(file) => Some(file),
+            Err(e) => {
+                eprintln!(
+                    "cave: {} cannot be written ({e}); the session is saved without its event log",
+                    path.display()
+                );
+                None
+            }
+        };
+        Self { file, path }
+    }
+
+    fn append(&mut self, event: &Event, redactor: &SecretRedactor) {
+        use std::io::Write as _;
+        let Some(file) = &mut self.file else { return };
+        let Some(mut json) = redacted_json(event, redactor) else {
+            return;
+        };
+        absolute_display_paths(&mut json);
+        let mut line = json.to_string();
+        line.push('\n');
+        // One write of the whole line: a reader never sees half of it as a line.
+        if let Err(e) = file.write_all(line.as_bytes()) {
+            eprintln!(
+                "cave: {} could not be written further: {e}",
+                self.path.display()
+            );
+            self.file = None;
+        }
+    }
+}
+
+/// `event` as printed: its JSON with the key removed.
+fn redacted_json(event: &Event, redactor: &SecretRedactor) -> Option<serde_json::Value> {
+    let text = serde_json::to_string(event).ok()?;
+    serde_json::from_str(&redactor.redact(&text)).ok()
+}
+
+/// Makes the paths of the files a `display` event names (inside any `sub_agent` wrappers)
+/// absolute, so that a viewer started elsewhere finds them.
+fn absolute_display_paths(event: &mut serde_json::Value) {
+    let mut inner = event;
+    // Sub-agents nest a few levels; the bound is the viewer's.
+    for _ in 0..64 {
+        if inner["type"] != "sub_agent" {
+            break;
+        }
+        inner = &mut inner["event"];
+    }
+    if let Some(files) = inner.get_mut("files").and_then(|f| f.as_object_mut()) {
+        for path in files.values_mut() {
+            if let Some(absolute) = path
+                .as_str()
+                .and_then(|p| std::path::absolute(p).ok())
+                .map(|p| p.display().to_string())
+            {
+                *path = serde_json::Value::String(absolute);
+            }
+        }
+    }
 }
 
 impl Persisted {
@@ -315,6 +398,7 @@ impl Persisted {
             "mcp_header": runtime.mcp_headers,
         });
         Ok(Some(Self {
+            events: EventLog::open(session.dir()),
             session: session.registration(registration),
             saved,
         }))
@@ -344,12 +428,11 @@ impl LiveView {
 
     /// Shows `event` on the page, as it is printed (the key removed).
     fn show(&self, event: &Event) {
-        let Ok(text) = serde_json::to_string(event) else {
-            return;
-        };
-        match serde_json::from_str(&self.redactor.redact(&text)) {
-            Ok(json) => self.feed.push(json),
-            Err(e) => self.feed.push_note(self.feed.len() + 1, &e.to_string()),
+        match redacted_json(event, &self.redactor) {
+            Some(json) => self.feed.push(json),
+            None => self
+                .feed
+                .push_note(self.feed.len() + 1, "the event could not be read back"),
         }
     }
 
@@ -553,10 +636,7 @@ impl Session {
                 "cave: the runtime lost its state this turn; the session keeps the values saved before it"
             );
         }
-        let saved = persisted
-            .session
-            .save_turn(self.agent.history(), self.runtime.runtime(), state_lost)
-            .await;
+        let saved = persisted.session.save_turn(&self.agent, state_lost).await;
         match saved {
             Ok(report) if report.skipped.is_empty() => {}
             Ok(report) => eprintln!(
@@ -635,6 +715,9 @@ impl Session {
             state_lost |= event.lost_state();
             if let Some(view) = &self.view {
                 view.show(&event);
+            }
+            if let Some(persisted) = &mut self.persisted {
+                persisted.events.append(&event, &self.redactor);
             }
             if let Err(e) = self.output.event(&event) {
                 result = Err(e);
@@ -1127,10 +1210,24 @@ async fn serve_http(
     Ok(())
 }
 
-/// `cave view FILE`: serves the session in FILE, following it as it grows, until Ctrl-C.
+/// `cave view FILE|DIR`: serves the session in FILE (or a `--session` directory's event log),
+/// following it as it grows, until Ctrl-C.
 async fn view_command(args: &crate::args::ViewArgs) -> Exit {
-    let feed = crate::view::Feed::new(crate::view::base_of(&args.file));
-    if let Err(e) = crate::view::follow(&args.file, feed.clone()) {
+    let file = if args.file.is_dir() {
+        let log = args.file.join(SESSION_EVENTS);
+        if !log.is_file() {
+            eprintln!(
+                "cave: {} holds no {SESSION_EVENTS}: give a file `cave run --json` wrote, or a directory `cave run --session` keeps (it writes its events there as they happen)",
+                args.file.display()
+            );
+            return Exit::Usage;
+        }
+        log
+    } else {
+        args.file.clone()
+    };
+    let feed = crate::view::Feed::new(crate::view::base_of(&file));
+    if let Err(e) = crate::view::follow(&file, feed.clone()) {
         eprintln!("cave: {e}");
         return Exit::Usage;
     }

@@ -92,8 +92,9 @@ pub struct ServeArgs {
 /// `cave view`.
 #[derive(Debug, Args)]
 pub struct ViewArgs {
-    /// The session's events (JSON Lines, as `cave run --json` prints them).
-    #[arg(value_name = "FILE")]
+    /// The session's events (JSON Lines, as `cave run --json` prints them), or a directory
+    /// `--session` keeps (its events.jsonl, written as the session runs).
+    #[arg(value_name = "FILE|DIR")]
     pub file: PathBuf,
     /// Where to serve the page: a loopback address and port (port 0: any free one).
     #[arg(long, value_name = "ADDR", default_value_t = crate::view::DEFAULT_ADDR)]
@@ -323,6 +324,24 @@ pub struct CommonArgs {
     /// Completion tokens per run.
     #[arg(long, help_heading = "Limits")]
     pub max_output_tokens: Option<u64>,
+    /// Money the session may spend on the model, in US dollars (e.g. 0.50): what the server
+    /// reports (a LiteLLM proxy), else what --price computes. Checked before each step and
+    /// cell; with --session it counts the runs before too.
+    #[arg(long, value_name = "USD", value_parser = units::parse_usd, help_heading = "Limits")]
+    pub max_cost: Option<f64>,
+    /// Processor time the session's cells may use (seconds, or 30s, 2m): a cell still running
+    /// when it runs out is stopped, and so is the run.
+    #[arg(long, value_name = "DURATION", value_parser = units::parse_seconds, help_heading = "Limits")]
+    pub max_cpu: Option<f64>,
+    /// Calls of host functions and MCP tools the session may make: a call past it raises
+    /// PermissionError in the cell, and the run stops.
+    #[arg(long, value_name = "N", help_heading = "Limits")]
+    pub max_host_calls: Option<u64>,
+    /// The model's price in US dollars per million tokens, IN,OUT or IN,OUT,CACHED (prompt
+    /// tokens read from the provider's cache), e.g. 2.5,10: the ledger's cost of the calls the
+    /// server reports no cost for.
+    #[arg(long, value_name = "IN,OUT[,CACHED]", value_parser = units::parse_price, help_heading = "Limits")]
+    pub price: Option<cave_agent::Price>,
     /// Each cell's time and inline output.
     #[command(flatten)]
     pub cells: CellLimitArgs,

@@ -87,6 +87,14 @@ pub struct AgentSettings {
     pub max_input_tokens: Option<u64>,
     /// `--max-output-tokens`.
     pub max_output_tokens: Option<u64>,
+    /// `--max-cost`.
+    pub max_cost: Option<f64>,
+    /// `--max-cpu`.
+    pub max_cpu: Option<Duration>,
+    /// `--max-host-calls`.
+    pub max_host_calls: Option<u64>,
+    /// `--price`.
+    pub price: Option<cave_agent::Price>,
     /// `--max-exec-timeout`.
     pub max_exec_timeout: Option<Duration>,
     /// `--max-exec-output`.
@@ -122,6 +130,18 @@ impl AgentSettings {
         }
         if let Some(v) = self.max_output_tokens {
             builder.max_output_tokens(v);
+        }
+        if let Some(v) = self.max_cost {
+            builder.max_cost(v);
+        }
+        if let Some(v) = self.max_cpu {
+            builder.max_cpu_time(v);
+        }
+        if let Some(v) = self.max_host_calls {
+            builder.max_host_calls(v);
+        }
+        if let Some(v) = self.price {
+            builder.price(v);
         }
         if let Some(v) = self.max_exec_timeout {
             builder.max_exec_timeout(v);
@@ -424,6 +444,12 @@ pub fn resolve(
             args.context_window
         );
     }
+    if args.max_cost.is_some() && args.price.is_none() && args.provider != Provider::Litellm {
+        // Not refused: a server may report its costs all the same (OpenRouter does).
+        eprintln!(
+            "cave: warning: --max-cost counts what the server reports a call cost, and an OpenAI-compatible server usually reports nothing: give the model's price with --price IN,OUT"
+        );
+    }
     let agent = AgentSettings {
         max_steps: args.max_steps,
         max_run_time: args
@@ -433,6 +459,10 @@ pub fn resolve(
         max_total_tokens: args.max_total_tokens,
         max_input_tokens: args.max_input_tokens,
         max_output_tokens: args.max_output_tokens,
+        max_cost: args.max_cost,
+        max_cpu: args.max_cpu.map(|s| seconds("--max-cpu", s)).transpose()?,
+        max_host_calls: args.max_host_calls,
+        price: args.price,
         max_exec_timeout: args
             .cells
             .max_exec_timeout

@@ -569,8 +569,12 @@ impl<W: Write> Output for Human<W> {
                 elapsed,
                 usage,
                 error,
+                ledger,
                 ..
-            } => self.stopped(*stop_reason, *steps, *elapsed, usage, error.as_ref())?,
+            } => {
+                self.stopped(*stop_reason, *steps, *elapsed, usage, error.as_ref())?;
+                self.ledger(ledger)?;
+            }
             _ => {}
         }
         Ok(())
@@ -798,6 +802,15 @@ impl<W: Write> Human<W> {
     }
 
     /// The closing line: why the run stopped, its steps, tokens and time; its error.
+    /// The session's account so far, under the run's closing line (when a model was asked).
+    fn ledger(&mut self, ledger: &cave_agent::Ledger) -> io::Result<()> {
+        if ledger.model_calls == 0 {
+            return Ok(());
+        }
+        let line = format!("session · {}", ledger.summary_parts().join(" · "));
+        writeln!(self.out, "{}", self.paint(DIM, &line))
+    }
+
     fn stopped(
         &mut self,
         stop_reason: StopReason,

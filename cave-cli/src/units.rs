@@ -50,6 +50,39 @@ pub fn parse_seconds(text: &str) -> Result<f64, String> {
     Ok(number * scale)
 }
 
+/// An amount of US dollars: `0.50`, `$0.50`, `12`.
+pub fn parse_usd(text: &str) -> Result<f64, String> {
+    let number = text.trim().trim_start_matches('$');
+    match number.parse::<f64>() {
+        Ok(usd) if usd.is_finite() && usd >= 0.0 => Ok(usd),
+        _ => Err(format!(
+            "{text:?} is not an amount of US dollars: write a number such as 0.50"
+        )),
+    }
+}
+
+/// A model's price in US dollars per million tokens: `IN,OUT`, or `IN,OUT,CACHED` with the
+/// price of prompt tokens read from the provider's cache (`2.5,10,1.25`).
+pub fn parse_price(text: &str) -> Result<cave_agent::Price, String> {
+    let wrong = || {
+        format!(
+            "{text:?} is not a price: write dollars per million tokens as IN,OUT or IN,OUT,CACHED (e.g. 2.5,10)"
+        )
+    };
+    let parts: Vec<f64> = text
+        .split(',')
+        .map(|p| parse_usd(p).map_err(|_| wrong()))
+        .collect::<Result<_, _>>()?;
+    let price = match parts[..] {
+        [input, output] => cave_agent::Price::per_million(input, output),
+        [input, output, cached] => {
+            cave_agent::Price::per_million(input, output).and_then(|p| p.with_cached_input(cached))
+        }
+        _ => None,
+    };
+    price.ok_or_else(wrong)
+}
+
 /// `"512M"` → `(512.0, "M")`: the leading number and what follows it.
 fn number_and_unit(text: &str) -> Option<(f64, &str)> {
     let trimmed = text.trim();
@@ -63,6 +96,24 @@ fn number_and_unit(text: &str) -> Option<(f64, &str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn prices_and_dollars_read_as_written() {
+        assert_eq!(parse_usd("$0.50"), Ok(0.5));
+        assert!(parse_usd("-1").is_err());
+        assert!(parse_usd("ten").is_err());
+        let price = parse_price("2.5,10").unwrap();
+        assert_eq!(
+            (price.input, price.output, price.cached_input),
+            (2.5, 10.0, None)
+        );
+        let cached = parse_price("2.5, 10, 1.25").unwrap();
+        assert_eq!(cached.cached_input, Some(1.25));
+        for bad in ["2.5", "1,2,3,4", "a,b", "1,-2", ""] {
+            let error = parse_price(bad).unwrap_err();
+            assert!(error.contains("IN,OUT"), "{bad}: {error}");
+        }
+    }
 
     #[test]
     fn sizes_and_durations_take_units() {

@@ -295,6 +295,8 @@ async fn a_recorded_run_replays_offline() {
                         "duration_ms",
                         "model_seconds",
                         "execution_seconds",
+                        // Timings, processor time and memory, which differ between runs.
+                        "ledger",
                     ] {
                         o.remove(timing);
                     }
@@ -1368,4 +1370,171 @@ async fn with_images_sixel_a_figure_is_drawn_as_sixel() {
         );
     }
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A streamed code answer whose usage gives every kind of token and, as a LiteLLM proxy with
+/// `include_cost_in_streaming_usage` or OpenRouter does, its cost.
+fn code_with_cost(code: &str, cost: f64) -> Reply {
+    use crate::support::{Part, finish, text};
+    Reply::Sse(vec![
+        text(&block(code)),
+        finish("stop"),
+        Part::Data(json!({"choices": [], "usage": {
+            "prompt_tokens": 100, "completion_tokens": 20, "total_tokens": 120,
+            "prompt_tokens_details": {"cached_tokens": 64},
+            "completion_tokens_details": {"reasoning_tokens": 7},
+            "cost": cost
+        }})),
+        Part::Done,
+    ])
+}
+
+/// A whole (not streamed) answer whose cost is in LiteLLM's header.
+fn answer_with_cost_header(content: &str, cost: &str) -> Reply {
+    status_with(
+        200,
+        &[("x-litellm-response-cost", cost)],
+        json!({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+               "usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55}}),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stopped_event_carries_the_session_ledger() {
+    let first = server([
+        code_with_cost("x = sum(range(10))\nprint(x)", 0.01),
+        answer_with_cost_header("Done.", "0.002"),
+    ])
+    .await;
+    let out = cave(
+        Some(&first),
+        &[
+            "run",
+            "--json",
+            "--runtime",
+            "kernel",
+            "--price",
+            "1,2",
+            "Sum.",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = events(&out);
+    let stopped = said.iter().find(|e| e["type"] == "stopped").unwrap();
+    let ledger = &stopped["ledger"];
+    assert_eq!(
+        ledger["tokens"],
+        json!({"prompt_tokens": 150, "completion_tokens": 25, "total_tokens": 175,
+               "estimated": false, "cached_tokens": 64, "reasoning_tokens": 7})
+    );
+    assert_eq!(stopped["usage"]["cached_tokens"], 64);
+    // Both calls reported their cost: the price computes nothing.
+    let cost = &ledger["cost"];
+    assert!(
+        (cost["usd"].as_f64().unwrap() - 0.012).abs() < 1e-12,
+        "{cost}"
+    );
+    assert_eq!(
+        (cost["computed"].as_f64(), cost["unpriced_calls"].as_u64()),
+        (Some(0.0), Some(0))
+    );
+    assert_eq!(
+        (ledger["model_calls"].as_u64(), ledger["cells"].as_u64()),
+        (Some(2), Some(1))
+    );
+    assert!(
+        ledger["cpu_seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "{ledger}"
+    );
+    assert!(
+        ledger["peak_memory"].as_u64().is_some_and(|b| b > 1 << 20),
+        "{ledger}"
+    );
+
+    // For people: the session's line under the run's.
+    let second = server([
+        code_with_cost("print(1)", 0.01),
+        answer_with_cost_header("Done.", "0.002"),
+    ])
+    .await;
+    let out = cave(Some(&second), &["run", "--runtime", "kernel", "Sum."]);
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        shown.contains(
+            "session · 175 tokens · 64 cached · 7 reasoning · $0.012 reported · 1 cell · "
+        ),
+        "{shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn budgets_given_on_the_command_line_stop_the_run() {
+    let costly = server([
+        code_with_cost("print(1)", 0.01),
+        code_with_cost("print(2)", 0.01),
+    ])
+    .await;
+    let out = cave(
+        Some(&costly),
+        &["run", "--json", "--max-cost", "$0.005", "Count."],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let said = events(&out);
+    let stopped = said.iter().find(|e| e["type"] == "stopped").unwrap();
+    assert_eq!(stopped["stop_reason"], "budget_exhausted");
+    assert_eq!(stopped["error"]["kind"], "max_cost");
+    assert_eq!(stopped["steps"], 1, "{stopped}");
+    // No price and an OpenAI-compatible server: cave says the budget may count nothing.
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("give the model's price with --price IN,OUT")
+    );
+
+    let spinning = server([code_with_cost("x = 0\nwhile True:\n    x += 1", 0.0)]).await;
+    let out = cave(
+        Some(&spinning),
+        &[
+            "run",
+            "--json",
+            "--runtime",
+            "kernel",
+            "--max-cpu",
+            "300ms",
+            "Spin.",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = events(&out);
+    let stopped = said.iter().find(|e| e["type"] == "stopped").unwrap();
+    assert_eq!(stopped["error"]["kind"], "max_cpu_time", "{stopped}");
+    assert!(stopped["ledger"]["cpu_seconds"].as_f64().unwrap() >= 0.3);
+    let result = said
+        .iter()
+        .find(|e| e["type"] == "execution_result")
+        .unwrap();
+    assert!(
+        result["output"]
+            .as_str()
+            .unwrap()
+            .contains("budget of 0.3 seconds of processor time is spent"),
+        "{result}"
+    );
+
+    for bad in [
+        ["--max-cost", "-1"],
+        ["--price", "2"],
+        ["--max-cpu", "soon"],
+    ] {
+        let out = cave(None, &["run", bad[0], bad[1], "x"]);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
 }

@@ -156,7 +156,7 @@ async fn usage_reported_after_the_block_is_the_steps() {
     let steps = of_type(&events, "step");
     assert_eq!(
         steps[0]["usage"],
-        json!({"prompt_tokens": 321, "completion_tokens": 17, "total_tokens": 338, "estimated": false}),
+        json!({"prompt_tokens": 321, "completion_tokens": 17, "total_tokens": 338, "estimated": false, "cached_tokens": 0, "reasoning_tokens": 0}),
         "{events:?}"
     );
     let stopped = events.last().unwrap();

@@ -641,6 +641,20 @@ async fn allow_net_lets_cells_reach_the_listed_hosts_only() {
                 .any(|c| c["allowed"] == false && c["host"] == "127.0.0.9"),
         "{told:?}"
     );
+    // The ledger adds them up: what was let through and refused, and the bytes both ways.
+    let stopped = &events[at("stopped").expect("a stopped event")];
+    let ledger = &stopped["ledger"]["egress"];
+    let sum = |field: &str| -> u64 { told.iter().filter_map(|c| c[field].as_u64()).sum() };
+    assert_eq!(
+        ledger["received"].as_u64(),
+        Some(sum("received")),
+        "{ledger}"
+    );
+    assert_eq!(ledger["sent"].as_u64(), Some(sum("sent")), "{ledger}");
+    assert!(
+        ledger["connections"].as_u64() >= Some(1) && ledger["refused"].as_u64() >= Some(1),
+        "{ledger}"
+    );
     let trail = std::fs::read_to_string(&audit).unwrap_or_default();
     let egress: Vec<Json> = trail
         .lines()

@@ -22,6 +22,17 @@ fn litellm() -> Option<PathBuf> {
     local.is_file().then_some(local)
 }
 
+/// The proxy's program, or `None` after saying the test skips.
+fn litellm_or_skip() -> Option<PathBuf> {
+    let program = litellm();
+    if program.is_none() {
+        eprintln!(
+            "skipped: the LiteLLM proxy is not installed (cargo xtask test installs it in target/litellm-venv; or set CAVE_LITELLM)"
+        );
+    }
+    program
+}
+
 /// A running proxy, killed when dropped.
 struct Proxy {
     child: Child,
@@ -136,10 +147,7 @@ fn stopped(events: &[Json]) -> &Json {
 
 #[test]
 fn cave_against_a_real_litellm_proxy() {
-    let Some(program) = litellm() else {
-        eprintln!(
-            "skipped: the LiteLLM proxy is not installed (cargo xtask test installs it in target/litellm-venv; or set CAVE_LITELLM)"
-        );
+    let Some(program) = litellm_or_skip() else {
         return;
     };
     let proxy = Proxy::start(&program);
@@ -240,16 +248,57 @@ fn cave_against_a_real_litellm_proxy() {
     assert_eq!(result["output"], "42\n");
 }
 
+/// A priced model behind a proxy that puts each call's cost in the streamed usage: the ledger
+/// takes the proxy's figure as reported, not the price given on the command line.
+#[test]
+fn the_proxy_reports_what_a_call_cost() {
+    let Some(program) = litellm_or_skip() else {
+        return;
+    };
+    let proxy = Proxy::with_models(
+        &program,
+        "  - model_name: mock-priced\n    litellm_params:\n      model: openai/mock-priced\n      api_key: fake\n      mock_response: \"The answer is 42.\"\n    model_info:\n      input_cost_per_token: 0.000002\n      output_cost_per_token: 0.00001\nlitellm_settings:\n  include_cost_in_streaming_usage: true\n",
+    );
+    let out = cave(
+        &proxy,
+        MASTER_KEY,
+        &[
+            "--provider",
+            "litellm",
+            "--model",
+            "mock-priced",
+            "--price",
+            "1000,1000",
+            "What is it?",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let events = events(&out);
+    let stop = stopped(&events);
+    let usage = &stop["usage"];
+    let cost = &stop["ledger"]["cost"];
+    let expected = usage["prompt_tokens"].as_f64().unwrap() * 2e-6
+        + usage["completion_tokens"].as_f64().unwrap() * 1e-5;
+    let reported = cost["reported"].as_f64().unwrap();
+    assert!(
+        expected > 0.0 && (reported - expected).abs() < 1e-9,
+        "{stop}"
+    );
+    assert_eq!(cost["computed"].as_f64(), Some(0.0), "{stop}");
+}
+
 /// A failure upstream after part of the answer streamed: the proxy reports it inside the
 /// stream. `cave` classifies the provider's message, drops the half answer, asks again from
 /// the start, and the answer it shows is the second one alone.
 #[test]
 fn an_upstream_failure_mid_stream_through_the_proxy_is_asked_again() {
     use crate::support::{Part, Reply, TestServer, answer, text};
-    let Some(program) = litellm() else {
-        eprintln!(
-            "skipped: the LiteLLM proxy is not installed (cargo xtask test installs it in target/litellm-venv; or set CAVE_LITELLM)"
-        );
+    let Some(program) = litellm_or_skip() else {
         return;
     };
     let runtime = tokio::runtime::Runtime::new().unwrap();

@@ -99,6 +99,7 @@ fn transcript() -> Vec<Event> {
                 elapsed: 0.5,
                 usage: Usage::new(10, 5),
                 error: None,
+                ledger: Default::default(),
             }),
         },
         Event::ExecutionResult {
@@ -145,6 +146,7 @@ fn transcript() -> Vec<Event> {
             elapsed: 2.345,
             usage: Usage::new(1200, 34).estimate(),
             error: None,
+            ledger: Default::default(),
         },
     ]
 }

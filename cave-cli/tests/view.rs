@@ -192,13 +192,32 @@ impl Drop for Browser {
     }
 }
 
+/// A cell that prints, waits until `go_on` exists, and prints again.
+fn cell_waiting_for(go_on: &Path) -> String {
+    format!(
+        "import os, time\nprint('first part', flush=True)\nwhile not os.path.exists({:?}):\n    time.sleep(0.05)\nprint('second part')",
+        go_on.display().to_string()
+    )
+}
+
+/// The page's footer holds the session's ledger, of one cell.
+async fn assert_footer_has_one_cell(browser: &Browser) {
+    let footer = browser.texts("#ledger").await;
+    assert!(
+        footer.len() == 1 && footer[0].starts_with("session · ") && footer[0].contains("1 cell"),
+        "{footer:?}"
+    );
+}
+
 /// HTML a cell shows that tries to run script: in its own frame, on the page's elements, and
 /// through an event handler.
 const HOSTILE_HTML: &str = r#"<p id="hostile">inert</p><script>document.body.setAttribute('data-ran', 'yes'); try { parent.document.body.setAttribute('data-ran', 'yes'); parent.document.title = 'owned'; } catch (e) {}</script><img src="nothing.png" onerror="document.body.setAttribute('data-ran', 'yes')">"#;
 
 /// A recorded session (`cave run --json` into a file) with a table, a chart and hostile HTML:
-/// the page shows the chart decoded, the table's cells, the code highlighted and each step's
-/// cost, and the HTML's script runs nowhere.
+/// the page shows the chart decoded, the table's cells in a frame sized to them, the code
+/// highlighted, the model's prose and answer as Markdown, each step's cost and the ledger in
+/// the footer; the cell's output does not repeat what the table and chart show; the HTML's
+/// script runs nowhere.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recorded_session_shows_its_chart_and_table_and_runs_no_cell_script() {
     let Some(browser) = Browser::start().await else {
@@ -209,8 +228,12 @@ async fn a_recorded_session_shows_its_chart_and_table_and_runs_no_cell_script() 
         "import pandas as pd\nimport matplotlib.pyplot as plt\ndf = pd.DataFrame({{'month': ['May', 'June'], 'sales': [120, 340]}})\ndisplay(df)\nplt.bar(df['month'], df['sales'])\nplt.show()\ndisplay({{'text/html': {HOSTILE_HTML:?}, 'text/plain': 'hostile'}}, raw=True)"
     );
     let server = TestServer::start([
-        answer(&block(&code), 8, "stop"),
-        answer("June sold best.", 8, "stop"),
+        answer(
+            &format!("Let me look at **the sales**.\n\n{}", block(&code)),
+            8,
+            "stop",
+        ),
+        answer("June sold **best**: <b>340</b>.", 8, "stop"),
     ])
     .await;
     let events = std::fs::File::create(dir.join("run.jsonl")).unwrap();
@@ -264,20 +287,51 @@ async fn a_recorded_session_shows_its_chart_and_table_and_runs_no_cell_script() 
             && costs[0].contains("cell "),
         "{costs:?}"
     );
-    assert_eq!(browser.texts(".answer").await, ["June sold best."]);
+    // Markdown, written as HTML by the server; the model's own HTML stays text.
+    assert_eq!(
+        browser.texts(".answer").await,
+        ["June sold best: <b>340</b>."]
+    );
+    assert_eq!(browser.texts(".answer.markdown strong").await, ["best"]);
+    assert_eq!(browser.texts(".text.markdown strong").await, ["the sales"]);
+    assert_eq!(
+        browser
+            .eval("return document.querySelectorAll('.answer b, .answer script').length")
+            .await,
+        json!(0)
+    );
+    // The cell printed the table's and the chart's text forms: shown once, as the table and
+    // the chart.
+    let outputs = browser.texts("pre.output").await;
+    assert!(
+        outputs
+            .iter()
+            .all(|o| !o.contains("340") && !o.contains("Figure")),
+        "{outputs:?}"
+    );
+    // The ledger, in the footer.
+    assert_footer_has_one_cell(&browser).await;
     assert!(
         browser.texts(".stopped").await[0].starts_with("completed after 2 steps"),
         "{:?}",
         browser.texts(".stopped").await
     );
 
-    // The table, in a frame of its own.
+    // The table, in a frame of its own (no script in it), as tall as the table.
     assert_eq!(
         browser
-            .eval("return document.querySelectorAll('figure.display iframe[sandbox=\"\"]').length")
+            .eval("return document.querySelectorAll('figure.display iframe[sandbox=\"allow-same-origin\"]').length")
             .await,
         json!(2)
     );
+    browser
+        .until(
+            "const f = document.querySelector('figure.display iframe'); const d = f.contentDocument; \
+             return d !== null && d.querySelectorAll('td').length >= 4 && \
+             Math.abs(f.getBoundingClientRect().height - (d.documentElement.scrollHeight + 4)) <= 3",
+            "the table's frame sized to the table",
+        )
+        .await;
     let client = browser.client();
     client.enter_frame(Some(0)).await.unwrap();
     browser
@@ -333,10 +387,7 @@ async fn a_running_session_updates_its_page_live() {
     };
     let dir = temp_dir("live");
     let go_on = dir.join("go-on");
-    let code = format!(
-        "import os, time\nprint('first part', flush=True)\nwhile not os.path.exists({:?}):\n    time.sleep(0.05)\nprint('second part')",
-        go_on.display().to_string()
-    );
+    let code = cell_waiting_for(&go_on);
     let server = TestServer::start([
         answer(&block(&code), 8, "stop"),
         answer("Finished.", 8, "stop"),
@@ -489,7 +540,9 @@ fn the_viewer_serves_only_this_machine_and_the_sessions_files() {
     assert_eq!(status, "HTTP/1.1 200 OK", "{image}");
     assert!(image.contains("content-type: image/png"), "{image}");
     assert!(
-        image.contains("content-security-policy: sandbox"),
+        image.contains(
+            "content-security-policy: sandbox allow-same-origin; default-src 'none'; script-src 'none'"
+        ),
         "{image}"
     );
     for missing in [
@@ -541,5 +594,136 @@ fn bad_view_arguments_exit_2() {
         stderr.contains("--view: 192.0.2.1:80 is not a loopback"),
         "{stderr}"
     );
+    // A directory that is not a session's.
+    let out = cave(None).arg("view").arg(&dir).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("holds no events.jsonl"), "{stderr}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// `cave view DIR` on a `--session DIR` that a run is still writing: the page shows the running
+/// cell's output, then the end of the run and the session's ledger in the footer.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_session_directory_is_viewed_while_a_run_writes_it() {
+    let Some(browser) = Browser::start().await else {
+        return;
+    };
+    let dir = temp_dir("session-dir");
+    let session = dir.join("session");
+    let go_on = dir.join("go-on");
+    let code = cell_waiting_for(&go_on);
+    let server = TestServer::start([
+        answer(&block(&code), 8, "stop"),
+        answer("**Finished.**", 8, "stop"),
+    ])
+    .await;
+    let mut run = cave(Some(&server));
+    run.args(["run", "--session"])
+        .arg(&session)
+        .arg("Wait for the file.")
+        .stdout(Stdio::null());
+    let mut running = Running::start(run);
+    let log = session.join("events.jsonl");
+    let started = std::time::Instant::now();
+    while !std::fs::read_to_string(&log).is_ok_and(|t| t.contains("first part")) {
+        assert!(started.elapsed() < PATIENCE, "the run wrote no events");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut view = cave(None);
+    view.arg("view").arg(&session);
+    let mut viewer = Running::start(view);
+    let url = viewer.url();
+    browser.client().goto(&url).await.unwrap();
+    browser
+        .until(
+            "const live = document.querySelector('pre.output.live'); return live !== null && live.textContent.includes('first part') && document.querySelector('.stopped') === null",
+            "the running cell's output",
+        )
+        .await;
+    std::fs::write(&go_on, "").unwrap();
+    browser
+        .until(
+            "const s = document.querySelector('.stopped'); return s !== null && s.textContent.startsWith('completed')",
+            "the end of the run",
+        )
+        .await;
+    assert_eq!(
+        browser.texts(".answer.markdown strong").await,
+        ["Finished."]
+    );
+    assert_footer_has_one_cell(&browser).await;
+    let status = running.child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", running.seen);
+    browser.close().await;
+    drop(viewer);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The screenshot in docs/viewer.png: a data-analysis session (a table, a chart, a Markdown
+/// answer) in the viewer. Run it to make the picture again:
+/// `cargo xtask test -p cave-cli --test tests -- --ignored write_viewer_screenshot`.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "writes docs/viewer.png; run by hand when the viewer changes"]
+async fn write_viewer_screenshot() {
+    let Some(browser) = Browser::start().await else {
+        panic!("the screenshot needs Chromium and chromedriver");
+    };
+    let dir = temp_dir("screenshot");
+    let code = "import pandas as pd\nimport matplotlib.pyplot as plt\nsales = pd.DataFrame({'month': ['March', 'April', 'May', 'June'], 'units': [96, 118, 120, 340], 'returns': [4, 6, 3, 9]})\nsales['net'] = sales['units'] - sales['returns']\ndisplay(sales)\nfig, ax = plt.subplots(figsize=(6, 3))\nax.bar(sales['month'], sales['net'], color='#2f6fdd')\nax.set_title('Net units sold')\nplt.show()";
+    let server = TestServer::start([
+        answer(
+            &format!(
+                "I'll load the monthly figures into a **DataFrame**, net out the returns, and chart them.\n\n{}",
+                block(code)
+            ),
+            8,
+            "stop",
+        ),
+        answer(
+            "**June** sold best: *331* net units, nearly three times May's.\n\n| month | net |\n|---|---:|\n| May | 117 |\n| June | 331 |\n\nReturns stayed under 3 % every month.",
+            8,
+            "stop",
+        ),
+    ])
+    .await;
+    let events = std::fs::File::create(dir.join("run.jsonl")).unwrap();
+    let out = cave(Some(&server))
+        .args(["run", "--json", "--price", "2.5,10", "--display-dir"])
+        .arg(dir.join("shown"))
+        .arg("Which month sold best, net of returns? Show the table and a chart.")
+        .stdout(events)
+        .output()
+        .expect("cave runs");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut view = cave(None);
+    view.arg("view").arg(dir.join("run.jsonl"));
+    let mut viewer = Running::start(view);
+    let url = viewer.url();
+    let client = browser.client();
+    client.set_window_size(1100, 1500).await.unwrap();
+    client.goto(&url).await.unwrap();
+    browser
+        .until(
+            "const img = document.querySelector('figure.display img'); const f = document.querySelector('figure.display iframe'); \
+             return document.querySelector('#ledger:not([hidden])') !== null && img !== null && img.complete && img.naturalWidth > 100 && \
+             f !== null && f.contentDocument !== null && f.contentDocument.querySelectorAll('td').length >= 16",
+            "the whole session",
+        )
+        .await;
+    // The frame's height is set when its document loads.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let png = client.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG");
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/viewer.png");
+    std::fs::write(&path, png).unwrap();
+    eprintln!("wrote {}", path.display());
+    browser.close().await;
+    drop(viewer);
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -15,7 +15,8 @@ pub enum StopReason {
     MaxSteps,
     /// The run-time limit was reached (checked between steps).
     Timeout,
-    /// A token budget was spent (checked between steps).
+    /// A budget was spent: tokens (checked between steps), money, processor time or host
+    /// calls (checked before each step and cell; see the error's kind).
     BudgetExhausted,
     /// The run was cancelled.
     Cancelled,
@@ -151,6 +152,12 @@ pub enum StopErrorKind {
     MaxInputTokens,
     /// `max_output_tokens` was spent.
     MaxOutputTokens,
+    /// `max_cost` was spent.
+    MaxCost,
+    /// `max_cpu_time` was spent.
+    MaxCpuTime,
+    /// `max_host_calls` were made.
+    MaxHostCalls,
 }
 
 impl StopErrorKind {
@@ -164,6 +171,9 @@ impl StopErrorKind {
                 | Self::MaxTotalTokens
                 | Self::MaxInputTokens
                 | Self::MaxOutputTokens
+                | Self::MaxCost
+                | Self::MaxCpuTime
+                | Self::MaxHostCalls
         )
     }
 }
@@ -307,7 +317,8 @@ pub enum Event {
         /// What is asked about.
         request: crate::ApprovalRequest,
     },
-    /// The host's approver refused the cell; nothing ran, and the model is told.
+    /// The host refused the cell (its approver, or a budget of the session that is spent);
+    /// nothing ran, and the model is told.
     ExecutionRefused {
         /// The reason given, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -379,6 +390,9 @@ pub enum Event {
         /// secrets).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<StopError>,
+        /// What the session has cost so far, this run included (see [`Ledger`](crate::Ledger)).
+        #[serde(default)]
+        ledger: Box<crate::Ledger>,
     },
 }
 impl Event {
@@ -527,6 +541,7 @@ impl fmt::Display for Event {
                 elapsed,
                 usage,
                 error,
+                ledger,
                 ..
             } => {
                 write!(
@@ -535,6 +550,9 @@ impl fmt::Display for Event {
                     if *steps == 1 { "" } else { "s" },
                     usage.total_tokens
                 )?;
+                if ledger.cost.usd > 0.0 {
+                    write!(f, "; session ${}", crate::format_usd(ledger.cost.usd))?;
+                }
                 match error {
                     Some(error) => writeln!(f, ": {error}]"),
                     None => writeln!(f, "]"),

@@ -43,6 +43,7 @@ mod compact;
 mod display;
 mod error;
 mod event;
+mod ledger;
 mod message;
 mod model;
 mod parser;
@@ -77,6 +78,9 @@ pub use error::{RuntimeError, error_chain};
 pub use event::{
     EVENT_FORMAT_VERSION, Event, EventObserver, Status, StopError, StopErrorKind, StopReason,
 };
+pub use ledger::{
+    Cost, EgressTotals, HostCallMeter, Ledger, MAX_LEDGER_TOOLS, OTHER_TOOLS, Price, format_usd,
+};
 pub use message::{
     ChatMessage, ChatRole, HISTORY_FORMAT_VERSION, HistoryError, ImagePart, Message, MessageKind,
     PersistedOutput, SavedHistory,
@@ -93,12 +97,13 @@ pub use registry::{COMPACT_FUNCTIONS, Description, Entry, Registry, unique_prefi
 pub use resource::{
     Args, Field, Function, FunctionBody, HostError, HostFunction, HostObject, Method, NameError,
     NameKind, NameProblem, ObjectBinding, Param, ParamDefault, ParamKind, Resource, Resources,
-    Signature, TypeSchema, TypeShape, Variable, is_identifier, normalize_name, validate_name,
+    Signature, TypeSchema, TypeShape, Variable, calls_mcp, is_identifier, normalize_name,
+    validate_name,
 };
 pub use runtime::{
     BoundName, Connection, Connections, DEFAULT_MAX_HELD_OUTPUT, DiscardOutput, Execution,
-    ExecutionError, Interrupt, Interruption, Layer, LayerState, LiveOutput, OutputSink, Runtime,
-    RuntimeExt, downcast_object,
+    ExecutionError, Interrupt, Interruption, Layer, LayerState, LiveOutput, OutputSink,
+    ResourceUsage, Runtime, RuntimeExt, downcast_object,
 };
 pub use shape::{
     Persisted, highest_persisted_index, persist_output, persisted_marker, strip_persisted_preview,

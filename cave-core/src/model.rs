@@ -137,6 +137,10 @@ pub struct Delta {
     pub finish_reason: Option<FinishReason>,
     /// Set when the provider reports usage (usually on the terminal delta).
     pub usage: Option<Usage>,
+    /// What the provider says the call cost, in US dollars (a LiteLLM proxy's
+    /// `x-litellm-response-cost`, a `cost` in the usage), when it says: the ledger takes it in
+    /// place of a computed price.
+    pub reported_cost: Option<f64>,
     /// The model is waiting this long before retrying a failed connection: the agent's idle
     /// watchdog extends its deadline by it.
     pub backoff: Option<Duration>,
@@ -230,6 +234,11 @@ impl Delta {
     /// Adds usage to this delta.
     pub fn with_usage(mut self, usage: Usage) -> Self {
         self.usage = Some(usage);
+        self
+    }
+    /// Adds the cost the provider reported for the call, in US dollars.
+    pub fn with_reported_cost(mut self, usd: f64) -> Self {
+        self.reported_cost = Some(usd);
         self
     }
     /// A delta with pieces of tool calls.

@@ -150,6 +150,21 @@ pub fn execution_timeout(seconds: f64) -> String {
     )
 }
 
+/// What the model reads when a cell was stopped because the session's processor-time
+/// budget of `seconds` ran out while it ran.
+pub fn cpu_budget_spent(seconds: f64) -> String {
+    format!(
+        "The execution was stopped: the session's budget of {} seconds of processor time is spent. No more code can run in this session.",
+        py_float(seconds)
+    )
+}
+
+/// What the model reads when a cell was not run because a budget of the session is spent
+/// (`why` says which, and how much was used).
+pub fn budget_spent(why: &str) -> String {
+    format!("Nothing ran: {why}. No more code can run in this session.")
+}
+
 /// Put between the beginning and the end of a cell's output when its middle was dropped
 /// (`bytes` and `lines` of it) because the output passed `cap` bytes.
 pub fn output_dropped(bytes: u64, lines: u64, cap: usize) -> String {

@@ -135,6 +135,14 @@ pub trait Runtime: Send + Sync {
         false
     }
 
+    /// What the runtime's code has used of the machine so far, read now (cheaply: the loop
+    /// reads it before and after each cell, and while one runs when a processor-time budget
+    /// is set). The reading may start again from zero when the runtime's process is replaced;
+    /// `None` when the runtime cannot measure it (the default).
+    fn resource_usage(&self) -> Option<ResourceUsage> {
+        None
+    }
+
     /// A branch of this session: an independent runtime whose namespace is a copy of this
     /// one's (values, imports, what is registered), each going on from here on its own. A
     /// runtime that cannot copy a live namespace refuses with
@@ -368,6 +376,27 @@ impl fmt::Display for Layer {
     }
 }
 
+/// What a runtime's code has used of the machine since its process (or control group)
+/// started: [`Runtime::resource_usage`].
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub struct ResourceUsage {
+    /// Processor time, user and system, in seconds.
+    pub cpu_seconds: f64,
+    /// The most memory it has held, in bytes, when the runtime can tell.
+    pub peak_memory: Option<u64>,
+}
+
+impl ResourceUsage {
+    /// A reading of `cpu_seconds` and, when known, the peak memory.
+    pub fn new(cpu_seconds: f64, peak_memory: Option<u64>) -> Self {
+        Self {
+            cpu_seconds,
+            peak_memory,
+        }
+    }
+}
+
 /// What one cell execution produced.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -550,6 +579,11 @@ pub trait OutputSink: Send + Sync {
     fn display(&self, item: crate::DisplayItem) {
         let _ = item;
     }
+    /// The meter the cell's host calls are counted by and checked against (the agent's, for
+    /// its ledger and its host-call budget). Default: none, nothing counted.
+    fn host_calls(&self) -> Option<Arc<crate::HostCallMeter>> {
+        None
+    }
 }
 
 /// The output of one cell a runtime holds in the host's memory by default: 8 MiB, its first
@@ -676,6 +710,9 @@ macro_rules! forward_runtime {
             }
             fn can_fork(&self) -> bool {
                 (**self).can_fork()
+            }
+            fn resource_usage(&self) -> Option<ResourceUsage> {
+                (**self).resource_usage()
             }
             async fn fork(&self) -> Result<Arc<dyn Runtime>, RuntimeError> {
                 (**self).fork().await

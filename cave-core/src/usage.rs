@@ -17,6 +17,14 @@ pub struct Usage {
     /// servers often report none when streaming).
     #[serde(default)]
     pub estimated: bool,
+    /// Of the prompt tokens, those the provider read from its prompt cache (OpenAI's
+    /// `prompt_tokens_details.cached_tokens`), when it said.
+    #[serde(default)]
+    pub cached_tokens: u64,
+    /// Of the completion tokens, those spent reasoning (OpenAI's
+    /// `completion_tokens_details.reasoning_tokens`), when the provider said.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
 }
 
 impl Usage {
@@ -27,6 +35,38 @@ impl Usage {
             completion_tokens,
             total_tokens: prompt_tokens + completion_tokens,
             estimated: false,
+            cached_tokens: 0,
+            reasoning_tokens: 0,
+        }
+    }
+
+    /// The same counts, `tokens` of the prompt's read from the provider's cache.
+    pub fn with_cached(self, tokens: u64) -> Self {
+        Self {
+            cached_tokens: tokens,
+            ..self
+        }
+    }
+
+    /// The same counts, `tokens` of the completion's spent reasoning.
+    pub fn with_reasoning(self, tokens: u64) -> Self {
+        Self {
+            reasoning_tokens: tokens,
+            ..self
+        }
+    }
+
+    /// These counts less `other`'s, none below zero (the estimate a later report replaces).
+    pub fn saturating_sub(self, other: Usage) -> Usage {
+        Usage {
+            prompt_tokens: self.prompt_tokens.saturating_sub(other.prompt_tokens),
+            completion_tokens: self
+                .completion_tokens
+                .saturating_sub(other.completion_tokens),
+            total_tokens: self.total_tokens.saturating_sub(other.total_tokens),
+            estimated: self.estimated,
+            cached_tokens: self.cached_tokens.saturating_sub(other.cached_tokens),
+            reasoning_tokens: self.reasoning_tokens.saturating_sub(other.reasoning_tokens),
         }
     }
 
@@ -56,6 +96,8 @@ impl Add for Usage {
             completion_tokens: self.completion_tokens + rhs.completion_tokens,
             total_tokens: self.total_tokens + rhs.total_tokens,
             estimated: self.estimated || rhs.estimated,
+            cached_tokens: self.cached_tokens + rhs.cached_tokens,
+            reasoning_tokens: self.reasoning_tokens + rhs.reasoning_tokens,
         }
     }
 }

@@ -1761,8 +1761,9 @@ async fn events_serialize_to_the_wire_format() {
                 elapsed: 0.5,
                 usage,
                 error: None,
+                ledger: Default::default(),
             },
-            r#"{"type":"stopped","content":"a","stop_reason":"budget_exhausted","steps":2,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"estimated":false}}"#,
+            r#"{"type":"stopped","content":"a","stop_reason":"budget_exhausted","steps":2,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"estimated":false,"cached_tokens":0,"reasoning_tokens":0},"ledger":{"tokens":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,"estimated":false,"cached_tokens":0,"reasoning_tokens":0},"model_calls":0,"model_seconds":0.0,"cost":{"usd":0.0,"reported":0.0,"computed":0.0,"unpriced_calls":0},"cells":0,"cell_seconds":0.0,"cpu_seconds":null,"peak_memory":null,"host_calls":{},"mcp_calls":{},"refused_host_calls":0,"egress":{"connections":0,"refused":0,"sent":0,"received":0}}}"#,
         ),
         (
             Event::Stopped {
@@ -1772,14 +1773,26 @@ async fn events_serialize_to_the_wire_format() {
                 elapsed: 0.5,
                 usage,
                 error: Some(StopError::new(StopErrorKind::BillingExhausted, "no credit")),
+                ledger: Default::default(),
             },
-            r#"{"type":"stopped","content":"","stop_reason":"model_error","steps":1,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"estimated":false},"error":{"kind":"billing_exhausted","message":"no credit"}}"#,
+            r#"{"type":"stopped","content":"","stop_reason":"model_error","steps":1,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"estimated":false,"cached_tokens":0,"reasoning_tokens":0},"error":{"kind":"billing_exhausted","message":"no credit"},"ledger":{"tokens":{"prompt_tokens":0,"completion_tokens":0,"total_tokens":0,"estimated":false,"cached_tokens":0,"reasoning_tokens":0},"model_calls":0,"model_seconds":0.0,"cost":{"usd":0.0,"reported":0.0,"computed":0.0,"unpriced_calls":0},"cells":0,"cell_seconds":0.0,"cpu_seconds":null,"peak_memory":null,"host_calls":{},"mcp_calls":{},"refused_host_calls":0,"egress":{"connections":0,"refused":0,"sent":0,"received":0}}}"#,
         ),
     ];
     for (event, json) in cases {
         assert_eq!(serde_json::to_string(&event).unwrap(), json);
         assert_eq!(serde_json::from_str::<Event>(json).unwrap(), event);
     }
+    // A stream written before the ledger (no `ledger`, no token kinds) still reads.
+    let old = r#"{"type":"stopped","content":"a","stop_reason":"budget_exhausted","steps":2,"elapsed":0.5,"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"estimated":false}}"#;
+    let Event::Stopped {
+        ledger,
+        usage: read,
+        ..
+    } = serde_json::from_str::<Event>(old).unwrap()
+    else {
+        panic!("not a stopped event");
+    };
+    assert_eq!((*ledger, read), (cave_core::Ledger::new(), usage));
     let history = vec![
         Message::user("q"),
         Message::code("c"),
@@ -1950,5 +1963,37 @@ async fn events_print_as_a_transcript() {
     assert_eq!(
         egress.to_string(),
         "[network: pypi.org:443, 512 B sent, 4 KiB received]\n[network: evil.test:443 refused: not in the allowlist]\n[network: 2 more connections]\n"
+    );
+}
+
+/// The connections a cell made through the runtime's egress proxy add up in the ledger: those
+/// let through and refused, the bytes both ways, and those past a cell's account counted.
+#[tokio::test]
+async fn the_ledger_adds_up_the_cells_connections() {
+    let model = ScriptedModel::new([
+        Reply::text(block("connect()")),
+        Reply::text(block("connect()")),
+        Reply::text("Done."),
+    ]);
+    let mut agent = AgentBuilder::new(model, FakeRuntime::new())
+        .build()
+        .unwrap();
+    let response = agent.run("Fetch.").await;
+    assert!(response.completed(), "{response:?}");
+    let egress = response.ledger.egress;
+    assert_eq!(
+        (
+            egress.connections,
+            egress.refused,
+            egress.sent,
+            egress.received
+        ),
+        (2 + 6, 2, 2 * 517, 2 * 4096)
+    );
+    assert_eq!(response.ledger.cells, 2);
+    // A runtime that measures nothing: no processor time, no memory, rather than zeros.
+    assert_eq!(
+        (response.ledger.cpu_seconds, response.ledger.peak_memory),
+        (None, None)
     );
 }

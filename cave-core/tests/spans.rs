@@ -152,3 +152,30 @@ fn a_failed_model_call_marks_its_span_and_the_run() {
     assert_eq!(failed[0].fields["error.type"], "auth");
     assert_eq!(failed[0].fields["otel.status_code"], "ERROR");
 }
+
+/// A model call's cached and reasoning tokens and its cost are on its span after the GenAI
+/// conventions; the session's ledger on the run's.
+#[test]
+fn token_kinds_cost_and_the_ledger_are_on_the_spans() {
+    let spans = spans_with(
+        false,
+        Reply::text("Done.")
+            .usage(Usage::new(200, 5).with_cached(128).with_reasoning(3))
+            .cost(0.0042),
+    );
+    let chat = spans
+        .values()
+        .rfind(|s| s.name == "chat")
+        .expect("a model call");
+    assert_eq!(chat.fields["gen_ai.usage.cache_read.input_tokens"], "128");
+    assert_eq!(chat.fields["gen_ai.usage.reasoning.output_tokens"], "3");
+    assert_eq!(chat.fields["cave.cost.usd"], "0.0042");
+    assert_eq!(chat.fields["cave.cost.source"], "reported");
+    let run = spans
+        .values()
+        .find(|s| s.name == "invoke_agent")
+        .expect("the run");
+    assert_eq!(run.fields["cave.ledger.cells"], "1");
+    assert_eq!(run.fields["cave.ledger.cost_usd"], "0.0042");
+    assert_eq!(run.fields["gen_ai.usage.cache_read.input_tokens"], "128");
+}

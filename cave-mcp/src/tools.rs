@@ -164,6 +164,10 @@ impl HostObject for McpTools {
         tools.iter().map(|t| t.method.clone()).collect()
     }
 
+    fn mcp_server(&self) -> Option<&str> {
+        Some(self.server.name())
+    }
+
     fn doc(&self) -> Option<String> {
         Some(format!(
             "The tools of the MCP server `{}`: each call is a `tools/call` to it, and returns its structured result as a value, else its text.",

@@ -92,6 +92,8 @@ struct StreamState {
     /// The finish reason arrived: only usage may follow.
     finished: bool,
     done: bool,
+    /// The cost a LiteLLM proxy put in the response's headers, told with the usage.
+    header_cost: Option<f64>,
     pending: VecDeque<Delta>,
 }
 
@@ -107,13 +109,17 @@ impl StreamState {
             content_seen: false,
             finished: false,
             done: false,
+            header_cost: None,
             pending: VecDeque::new(),
         }
     }
 
     /// Opens the stream. Takes the parts it reads, not `self`: a stream being read is not
     /// `Sync`, and the future must be `Send`.
-    async fn connect(client: &Client, request: &ChatRequest) -> Result<Chunks, ModelError> {
+    async fn connect(
+        client: &Client,
+        request: &ChatRequest,
+    ) -> Result<(Chunks, Option<f64>), ModelError> {
         let body = RequestBody {
             model: &client.model,
             messages: &request.messages,
@@ -122,11 +128,12 @@ impl StreamState {
             send_reasoning: client.send_reasoning,
             extra: &client.extra,
         };
-        client
-            .api
-            .stream(&body)
+        let cost = crate::transport::ResponseCost::default();
+        let chunks = crate::transport::RESPONSE_COST
+            .scope(cost.clone(), client.api.stream(&body))
             .await
-            .map_err(|e| client.transport.model_error(e))
+            .map_err(|e| client.transport.model_error(e))?;
+        Ok((chunks, cost.get()))
     }
 
     async fn next(&mut self) -> Option<Result<Delta, ModelError>> {
@@ -142,7 +149,10 @@ impl StreamState {
                     tokio::time::sleep(delay).await;
                 }
                 match Self::connect(&self.client, &self.request).await {
-                    Ok(chunks) => self.chunks = Some(chunks),
+                    Ok((chunks, cost)) => {
+                        self.chunks = Some(chunks);
+                        self.header_cost = cost;
+                    }
                     Err(error) if self.refuses_stream_options(&error) => {
                         tracing::info!(error = %error, "the server refuses stream_options; asking again without (usage will be estimated)");
                         self.client.stream_usage.store(false, Ordering::Relaxed);
@@ -235,8 +245,14 @@ impl StreamState {
         }
         out.usage = chunk
             .usage
+            .as_ref()
             .map(|u| u.to_usage())
             .filter(|u| u.total_tokens > 0);
+        out.reported_cost = chunk
+            .usage
+            .as_ref()
+            .and_then(|u| u.cost())
+            .or_else(|| out.usage.and(self.header_cost.take()));
         self.content_seen |= !(out.text.is_empty()
             && out.reasoning.is_empty()
             && out.refusal.is_empty()

@@ -51,6 +51,8 @@ struct RecordedDelta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     usage: Option<Usage>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    reported_cost: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     backoff_ms: Option<u64>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     tool_calls: Vec<RecordedToolCall>,
@@ -91,6 +93,7 @@ impl From<&Delta> for RecordedDelta {
                 _ => "other".to_owned(),
             }),
             usage: d.usage,
+            reported_cost: d.reported_cost,
             backoff_ms: d.backoff.map(|b| b.as_millis() as u64),
             tool_calls: d
                 .tool_calls
@@ -113,6 +116,7 @@ impl From<RecordedDelta> for Delta {
         d.refusal = r.refusal;
         d.finish_reason = r.finish_reason.as_deref().map(FinishReason::from_provider);
         d.usage = r.usage;
+        d.reported_cost = r.reported_cost;
         d.backoff = r.backoff_ms.map(Duration::from_millis);
         d.tool_calls = r
             .tool_calls

@@ -27,6 +27,31 @@ const RELEASE_BYTES: usize = 64 << 10;
 /// How long a request waits for the last stream's end before it opens a connection of its own.
 const RELEASE_BEFORE_NEXT: Duration = Duration::from_millis(50);
 
+/// The header a LiteLLM proxy says a response's cost in, US dollars (zero while a stream has
+/// not ended: its cost then comes in the usage, with the proxy's
+/// `include_cost_in_streaming_usage`).
+const LITELLM_COST: &str = "x-litellm-response-cost";
+
+/// Where a response's reported cost goes on its way from the transport, under async-openai,
+/// back to the stream that sent the request (the request is sent within the caller's task).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ResponseCost(Arc<std::sync::Mutex<Option<f64>>>);
+
+impl ResponseCost {
+    fn set(&self, usd: f64) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(usd);
+    }
+    /// The cost the response reported, if it did.
+    pub(crate) fn get(&self) -> Option<f64> {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+tokio::task_local! {
+    /// The slot of the request being sent (see [`ResponseCost`]).
+    pub(crate) static RESPONSE_COST: ResponseCost;
+}
+
 /// What async-openai's client sends its requests through (installed with
 /// `Client::with_http_service`); cheap to clone, one per model.
 #[derive(Clone, Debug)]
@@ -160,6 +185,16 @@ impl Transport {
                 retry_after,
             };
             return Err(classified(classify_response(&failure, &redact)));
+        }
+        // Read while the headers are at hand, for the stream that asked (`RESPONSE_COST`).
+        if let Some(cost) = response
+            .headers()
+            .get(LITELLM_COST)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|c| c.is_finite() && *c > 0.0)
+        {
+            let _ = RESPONSE_COST.try_with(|slot| slot.set(cost));
         }
         // The content type decides how the body is read.
         let content_type = response

@@ -213,7 +213,7 @@ pub(crate) fn tool_call_deltas(calls: Option<Vec<WireToolCall>>) -> Vec<cave_cor
         .collect()
 }
 
-#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[derive(Clone, Debug, Default, Deserialize)]
 pub(crate) struct WireUsage {
     #[serde(default)]
     pub(crate) prompt_tokens: Option<u64>,
@@ -221,18 +221,49 @@ pub(crate) struct WireUsage {
     pub(crate) completion_tokens: Option<u64>,
     #[serde(default)]
     pub(crate) total_tokens: Option<u64>,
+    /// OpenAI's breakdown of the prompt: `cached_tokens`.
+    #[serde(default)]
+    pub(crate) prompt_tokens_details: Option<serde_json::Value>,
+    /// OpenAI's breakdown of the completion: `reasoning_tokens`.
+    #[serde(default)]
+    pub(crate) completion_tokens_details: Option<serde_json::Value>,
+    /// The call's cost in US dollars, where the server says (OpenRouter; a LiteLLM proxy with
+    /// `include_cost_in_streaming_usage`).
+    #[serde(default)]
+    pub(crate) cost: Option<serde_json::Value>,
 }
 
 impl WireUsage {
     /// Usage with a total: the provider's if it reported a non-zero one, else the sum.
-    pub(crate) fn to_usage(self) -> cave_core::Usage {
+    pub(crate) fn to_usage(&self) -> cave_core::Usage {
         let prompt = self.prompt_tokens.unwrap_or(0);
         let completion = self.completion_tokens.unwrap_or(0);
         let total = match self.total_tokens {
             Some(t) if t != 0 => t,
             _ => prompt + completion,
         };
-        cave_core::Usage::new(prompt, completion).with_total(total)
+        // Read leniently: a field of another type is no breakdown, not a broken chunk.
+        let detail = |details: &Option<serde_json::Value>, key: &str| {
+            details
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        cave_core::Usage::new(prompt, completion)
+            .with_total(total)
+            .with_cached(detail(&self.prompt_tokens_details, "cached_tokens"))
+            .with_reasoning(detail(&self.completion_tokens_details, "reasoning_tokens"))
+    }
+
+    /// The cost the server reported in the usage, when it is a number of dollars.
+    pub(crate) fn cost(&self) -> Option<f64> {
+        let cost = match self.cost.as_ref()? {
+            serde_json::Value::Number(n) => n.as_f64()?,
+            serde_json::Value::String(s) => s.trim().parse().ok()?,
+            _ => return None,
+        };
+        (cost.is_finite() && cost >= 0.0).then_some(cost)
     }
 }
 

@@ -558,6 +558,8 @@ async fn a_recorded_run_replays_to_the_same_events() {
                     elapsed: 0.0,
                     usage: *usage,
                     error: error.clone(),
+                    // Timings differ between the runs.
+                    ledger: Default::default(),
                 },
                 Event::Backoff { .. } => Event::Backoff {
                     delay: 0.0,

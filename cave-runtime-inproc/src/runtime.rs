@@ -70,15 +70,29 @@ struct HostCell {
     output: std::sync::Weak<Mutex<Outputs>>,
     /// Whose interrupt ends a call in flight.
     interrupt: Arc<CellInterrupt>,
+    /// The calls are an MCP server's tools.
+    mcp: bool,
 }
 
 impl HostCell {
-    /// The running cell's span (none between cells).
-    fn span(&self) -> tracing::Span {
-        self.output
+    /// The running cell as a host call needs it: its span (none between cells), where what
+    /// the call shows goes, and its meter.
+    fn call_cell(&self) -> cave_cell::HostCallCell {
+        let (span, meter) = self
+            .output
             .upgrade()
-            .and_then(|output| lock(&output).cell.as_ref().map(CellOutput::span))
-            .unwrap_or_else(tracing::Span::none)
+            .and_then(|output| {
+                lock(&output)
+                    .cell
+                    .as_ref()
+                    .map(|cell| (cell.span(), cell.host_calls()))
+            })
+            .unwrap_or_else(|| (tracing::Span::none(), None));
+        cave_cell::HostCallCell {
+            span,
+            show: self.show.clone(),
+            meter,
+        }
     }
 }
 
@@ -357,10 +371,10 @@ impl Runtime for InProcRuntime {
         // The cell runs on the interpreter's thread: its span, the parent of its host calls',
         // is the caller's.
         let span = tracing::Span::current();
-        let job = self
-            .inner
-            .worker
-            .run("execute", move |py| inner.run_cell(py, &code, live, span));
+        let meter = output.host_calls();
+        let job = self.inner.worker.run("execute", move |py| {
+            inner.run_cell(py, &code, live, span, meter)
+        });
         tokio::pin!(job);
         let result = loop {
             tokio::select! {
@@ -383,6 +397,13 @@ impl Runtime for InProcRuntime {
                 inner.bind_batch(py, &entries, HashMap::new())
             })
             .await?
+    }
+
+    /// The runtime's thread's processor time (threads a cell starts are not counted), and the
+    /// host process's peak resident memory (the interpreter lives in the host).
+    fn resource_usage(&self) -> Option<cave_core::ResourceUsage> {
+        let cpu = self.inner.worker.cpu_seconds()?;
+        Some(cave_core::ResourceUsage::new(cpu, process_peak_memory()))
     }
 
     fn registry(&self) -> &Mutex<Registry> {
@@ -656,6 +677,7 @@ impl Inner {
         code: &str,
         live: UnboundedSender<LiveOutput>,
         span: tracing::Span,
+        meter: Option<Arc<cave_core::HostCallMeter>>,
     ) -> Result<Execution, RuntimeError> {
         let executor = executor(py).map_err(|e| RuntimeError::Backend {
             operation: "execute",
@@ -669,7 +691,8 @@ impl Inner {
             let spool = OutputSpool::new(std::env::temp_dir(), limit).unlinked();
             let mut cell = CellOutput::new(cap, Some(live))
                 .with_span(span)
-                .with_spool(spool);
+                .with_spool(spool)
+                .with_host_calls(meter);
             // What threads of earlier cells wrote meanwhile comes first.
             if let Some(between) = outputs.between.take() {
                 cell.push(&between);
@@ -965,7 +988,7 @@ impl Inner {
             FunctionBody::Host(host) => {
                 let host = host.clone();
                 let handle = self.handle.clone();
-                let shown = self.host_display();
+                let shown = self.host_display(false);
                 let function = name.to_owned();
                 let call = PyCFunction::new_closure(
                     py,
@@ -1002,7 +1025,7 @@ impl Inner {
 
     /// Where items a host call shows go (the running cell's output, see
     /// [`cave_cell::show_from_host`]), and the span its calls are children of.
-    fn host_display(&self) -> HostCell {
+    fn host_display(&self, mcp: bool) -> HostCell {
         let output = Arc::downgrade(&self.output);
         let shown = output.clone();
         HostCell {
@@ -1013,6 +1036,7 @@ impl Inner {
             }),
             output,
             interrupt: self.interrupt.clone(),
+            mcp,
         }
     }
 
@@ -1020,7 +1044,7 @@ impl Inner {
         let object = o.object.clone();
         let object_name = o.name.clone();
         let handle = self.handle.clone();
-        let shown = self.host_display();
+        let shown = self.host_display(cave_core::calls_mcp(&o.object));
         let call = PyCFunction::new_closure(
             py,
             None,
@@ -1164,13 +1188,13 @@ where
         values.push((name, value));
     }
     let args = Args::new(values);
-    let span = cell.span();
+    let call_cell = cell.call_cell();
     let interrupted = cell.interrupt.host_calls();
     let result = py.detach(|| {
         handle.block_on(async {
             tokio::select! {
                 biased;
-                result = cave_cell::run_host_call(&span, name, cell.show.clone(), call(args)) => Some(result),
+                result = cave_cell::run_host_call(call_cell, name, cell.mcp, call(args)) => Some(result),
                 // The cell was interrupted (its time limit, Ctrl-C): the call's future is
                 // dropped here, and the cell gets what an interrupted cell gets.
                 () = interrupted.cancelled() => None,
@@ -1202,4 +1226,17 @@ where
             }
         }
     }
+}
+
+/// The host process's peak resident memory, in bytes.
+fn process_peak_memory() -> Option<u64> {
+    // SAFETY: an all-zero rusage is valid, and getrusage only writes it.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    let read = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
+    // Linux reports kibibytes.
+    (read == 0).then(|| {
+        u64::try_from(usage.ru_maxrss)
+            .unwrap_or(0)
+            .saturating_mul(1024)
+    })
 }

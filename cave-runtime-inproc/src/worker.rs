@@ -21,6 +21,9 @@ type Job = Box<dyn for<'py> FnOnce(Python<'py>) + Send>;
 pub(crate) struct Worker {
     jobs: mpsc::Sender<Job>,
     thread: std::thread::ThreadId,
+    /// The thread's processor-time clock (it lives as long as `jobs`: the thread ends only
+    /// when its queue is closed).
+    cpu_clock: Option<libc::clockid_t>,
 }
 
 impl Worker {
@@ -52,10 +55,31 @@ impl Worker {
                     }
                 })
             })?;
+        let cpu_clock = {
+            use std::os::unix::thread::JoinHandleExt;
+            let mut clock: libc::clockid_t = 0;
+            // SAFETY: the thread is running (it ends only when `jobs` is dropped, with self).
+            let found = unsafe { libc::pthread_getcpuclockid(handle.as_pthread_t(), &mut clock) };
+            (found == 0).then_some(clock)
+        };
         Ok(Self {
             jobs,
             thread: handle.thread().id(),
+            cpu_clock,
         })
+    }
+
+    /// Processor time the runtime's thread has used, in seconds (the cells it ran, and the
+    /// brief spins between jobs).
+    pub(crate) fn cpu_seconds(&self) -> Option<f64> {
+        let clock = self.cpu_clock?;
+        let mut now = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: the clock is the live thread's (see `cpu_clock`); `now` is a valid out-pointer.
+        let read = unsafe { libc::clock_gettime(clock, &mut now) };
+        (read == 0).then(|| now.tv_sec as f64 + now.tv_nsec as f64 / 1e9)
     }
 
     /// Runs `f` on the thread and returns its result.

@@ -77,7 +77,12 @@ impl ChildGroup {
                     })?;
                     parents.push((*controller, parent));
                 }
-                Self::make(1, &parents, &name)?
+                let mut group = Self::make(1, &parents, &name)?;
+                // For the ledger's processor time; a group without it still limits.
+                if let Some(parent) = v1_parent(&mounts, &own, "cpuacct") {
+                    group.add_optional("cpuacct", &parent, &name);
+                }
+                group
             }
         };
         group.limit(wanted)?;
@@ -102,6 +107,59 @@ impl ChildGroup {
             group.procs.push(procs);
         }
         Ok(group)
+    }
+
+    /// Adds the group of an optional v1 `controller` under `parent`, when it can be made.
+    fn add_optional(&mut self, controller: &'static str, parent: &Path, name: &str) {
+        sweep_stale_once(parent);
+        let dir = parent.join(name);
+        let Ok(procs) = CString::new(dir.join("cgroup.procs").as_os_str().as_encoded_bytes())
+        else {
+            return;
+        };
+        match std::fs::create_dir(&dir) {
+            Ok(()) => {
+                self.dirs.push((controller, dir));
+                self.procs.push(procs);
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, dir = %dir.display(), "no optional control group")
+            }
+        }
+    }
+
+    /// Processor time the group's processes have used, in seconds (v2's `cpu.stat`, which
+    /// every group has; v1's `cpuacct` hierarchy, when it could be joined).
+    pub(crate) fn cpu_seconds(&self) -> Option<f64> {
+        if self.version == 2 {
+            let stat = std::fs::read_to_string(self.dirs.first()?.1.join("cpu.stat")).ok()?;
+            let usec: u64 = stat
+                .lines()
+                .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())?;
+            return Some(usec as f64 / 1e6);
+        }
+        let (_, dir) = self.dirs.iter().find(|(c, _)| *c == "cpuacct")?;
+        let nanos: u64 = std::fs::read_to_string(dir.join("cpuacct.usage"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()?;
+        Some(nanos as f64 / 1e9)
+    }
+
+    /// The most memory the group has held, in bytes, where the memory controller is on for it.
+    pub(crate) fn peak_memory(&self) -> Option<u64> {
+        let dir = self.dir("memory")?;
+        let file = if self.version == 2 {
+            "memory.peak"
+        } else {
+            "memory.max_usage_in_bytes"
+        };
+        std::fs::read_to_string(dir.join(file))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     fn dir(&self, controller: &str) -> Option<&Path> {

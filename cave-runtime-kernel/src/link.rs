@@ -57,6 +57,11 @@ pub(crate) struct Started {
 /// Acts on one started worker beyond its frames.
 #[async_trait]
 pub(crate) trait Link: Send + Sync + 'static {
+    /// What the worker has used of the machine, read now: its control group's figures, else
+    /// its process's. `None` where the host cannot see it (a kernel behind a server).
+    fn resource_usage(&self) -> Option<cave_core::ResourceUsage> {
+        None
+    }
     /// The id of the local process serving, when the worker is one.
     fn pid(&self) -> Option<u32> {
         None

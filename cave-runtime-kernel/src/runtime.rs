@@ -62,6 +62,8 @@ pub(crate) struct Inner {
     /// A process died outside an execution: the next execution says state was lost.
     unreported_loss: AtomicBool,
     interrupt: Arc<CellInterrupt>,
+    /// The worker's last resource reading (what is said while the worker is being replaced).
+    last_resources: Mutex<Option<cave_core::ResourceUsage>>,
 }
 
 #[derive(Default)]
@@ -122,6 +124,7 @@ impl KernelRuntime {
                 last_index: Mutex::new(HashMap::new()),
                 unreported_loss: AtomicBool::new(false),
                 interrupt,
+                last_resources: Mutex::new(None),
             }),
         }
     }
@@ -578,7 +581,9 @@ impl Runtime for KernelRuntime {
         };
         let held = settings.cell.held();
         let collected = Arc::new(Mutex::new(
-            CellOutput::new(held, Some(live)).with_spool(spool),
+            CellOutput::new(held, Some(live))
+                .with_spool(spool)
+                .with_host_calls(output.host_calls()),
         ));
         if let Some(stray) = process.take_stray_output() {
             lock(&collected).push(&stray);
@@ -731,6 +736,25 @@ impl Runtime for KernelRuntime {
 
     /// The sandbox layers of the running child (none before it starts, or with the sandbox
     /// off).
+    /// The worker's control group (every process its cells started) or, without one, its
+    /// process; zero before the first worker starts. `None` for a kernel behind a Jupyter
+    /// server, which the host cannot see.
+    fn resource_usage(&self) -> Option<cave_core::ResourceUsage> {
+        // Local processes (those that can be copied) are measured; a server's kernel is not.
+        if !self.inner.transport.copies_workers() {
+            return None;
+        }
+        let mut last = lock(&self.inner.last_resources);
+        // The worker is being started or replaced while the lock is held: the last reading.
+        if let Ok(current) = self.inner.current.try_lock() {
+            *last = match current.as_ref() {
+                Some(worker) => worker.link().resource_usage().or(*last),
+                None => last.or(Some(cave_core::ResourceUsage::default())),
+            };
+        }
+        *last
+    }
+
     fn isolation(&self) -> Vec<Layer> {
         match self.inner.current.try_lock() {
             Ok(current) => current

@@ -1069,10 +1069,21 @@ impl Served {
             (Some(Callable::Object(name, _)), Some(method)) => format!("{name}.{method}"),
             _ => "unknown".to_owned(),
         };
+        let mcp =
+            matches!(&callable, Some(Callable::Object(_, object)) if cave_core::calls_mcp(object));
         let newest = newest_cell(&self.shared);
-        let cell = newest
-            .as_ref()
-            .map_or_else(tracing::Span::none, |(_, o)| lock(o).span());
+        let (span, meter) = newest.as_ref().map_or_else(
+            || (tracing::Span::none(), None),
+            |(_, o)| {
+                let o = lock(o);
+                (o.span(), o.host_calls())
+            },
+        );
+        let cell = cave_cell::HostCallCell {
+            span,
+            show: shown,
+            meter,
+        };
         let from = newest.map(|(id, _)| id);
         let dropped = cave_core::CancellationToken::new();
         let dropping = dropped.clone();
@@ -1088,9 +1099,9 @@ impl Served {
                 // A panic fails the call (`run_host_call` catches it), never this reader.
                 None => {
                     let call = cave_cell::run_host_call(
-                        &cell,
+                        cell,
                         &name,
-                        shown,
+                        mcp,
                         host_call(callable, method, args),
                     );
                     tokio::select! {

@@ -162,6 +162,10 @@ struct Manifest {
     /// What the last save could not keep: name and why.
     #[serde(default)]
     skipped: Vec<(String, String)>,
+    /// What the session had cost when it was saved (absent in sessions saved before the
+    /// ledger: an empty one).
+    #[serde(default)]
+    ledger: cave_core::Ledger,
 }
 
 /// A session directory.
@@ -183,6 +187,8 @@ pub struct Saved {
     pub registration: Json,
     /// What the last save could not keep: name and why (said again on restore).
     pub skipped: Vec<(String, String)>,
+    /// What the session had cost when it was saved: the agent built to go on starts from it.
+    pub ledger: cave_core::Ledger,
     namespace: Option<PathBuf>,
 }
 
@@ -350,6 +356,7 @@ impl Session {
             history: history.messages,
             registration: manifest.registration,
             skipped: manifest.skipped,
+            ledger: manifest.ledger,
             namespace,
         }))
     }
@@ -406,8 +413,9 @@ impl Session {
     /// Picks up where the directory's last save left off, for an agent about to be built:
     /// the saved values restored into `runtime` (fresh, the host's own resources registered
     /// again), and the builder given the saved conversation and, last, the line that tells the
-    /// model what came back ([`Restored::line`]). `None` when nothing was saved yet (the
-    /// builder is left as it was). With [`save_turn`](Self::save_turn) after each run, this is
+    /// model what came back ([`Restored::line`]), and the session's ledger, so that its
+    /// figures and budgets go on from there. `None` when nothing was saved yet (the builder is
+    /// left as it was). With [`save_turn`](Self::save_turn) after each run, this is
     /// what `cave run --session DIR` does.
     pub async fn resume(
         &self,
@@ -431,24 +439,26 @@ impl Session {
         let restored = self.restore(&saved, runtime).await?;
         let mut history = saved.history;
         history.push(Message::user(restored.line()));
-        builder.history(history);
+        builder.history(history).ledger(saved.ledger);
         Ok(restored)
     }
 
-    /// Saves after a run: [`save`](Self::save) of `history` and the namespace, or, when the
-    /// run's runtime lost its state ([`AgentResponse::state_lost`](cave_core::AgentResponse),
-    /// or a `state_lost` execution event), [`save_keeping_values`](Self::save_keeping_values),
+    /// Saves `agent` after a run: its conversation, its ledger and its runtime's namespace
+    /// ([`save`](Self::save)), or, when the run's runtime lost its state
+    /// ([`AgentResponse::state_lost`](cave_core::AgentResponse), or a `state_lost` execution
+    /// event), the namespace of the previous save ([`save_keeping_values`](Self::save_keeping_values)),
     /// so that the emptied namespace does not replace the only copy of what the model built.
     pub async fn save_turn(
         &self,
-        history: &[Message],
-        runtime: &dyn Runtime,
+        agent: &cave_core::Agent,
         state_lost: bool,
     ) -> Result<SaveReport, SessionError> {
+        let ledger = Some(agent.ledger());
         if state_lost {
-            self.save_keeping_values(history)
+            self.keep_values(agent.history(), ledger)
         } else {
-            self.save(history, runtime).await
+            self.save_with(agent.history(), &**agent.runtime(), ledger)
+                .await
         }
     }
 
@@ -457,10 +467,22 @@ impl Session {
     /// which are the host's to register again; not a value holding the text of a secret
     /// variable, which is named instead). Atomic: a crash mid-save leaves the previous save
     /// whole.
+    /// The ledger kept is the previous save's ([`save_turn`](Self::save_turn) saves the
+    /// agent's).
     pub async fn save(
         &self,
         history: &[Message],
         runtime: &dyn Runtime,
+    ) -> Result<SaveReport, SessionError> {
+        self.save_with(history, runtime, None).await
+    }
+
+    /// [`save`](Self::save), with `ledger` (or the previous save's).
+    async fn save_with(
+        &self,
+        history: &[Message],
+        runtime: &dyn Runtime,
+        ledger: Option<&cave_core::Ledger>,
     ) -> Result<SaveReport, SessionError> {
         let (registered, secrets): (Vec<String>, Vec<String>) = {
             let registry = lock(runtime.registry());
@@ -513,6 +535,7 @@ impl Session {
             Namespace::Bytes(&payload),
             report.saved,
             report.skipped,
+            ledger,
         )
     }
 
@@ -521,6 +544,16 @@ impl Session {
     /// so that saving the emptied namespace does not destroy the only copy of what the model
     /// had built. The next start restores those values (and says so).
     pub fn save_keeping_values(&self, history: &[Message]) -> Result<SaveReport, SessionError> {
+        self.keep_values(history, None)
+    }
+
+    /// [`save_keeping_values`](Self::save_keeping_values), with `ledger` (or the previous
+    /// save's).
+    fn keep_values(
+        &self,
+        history: &[Message],
+        ledger: Option<&cave_core::Ledger>,
+    ) -> Result<SaveReport, SessionError> {
         let previous = self.current_manifest();
         let generation = previous.as_ref().map_or(1, |m| m.generation + 1);
         let (saved, skipped, namespace) = match previous {
@@ -541,6 +574,7 @@ impl Session {
                 .map_or(Namespace::None, Namespace::File),
             saved,
             skipped,
+            ledger,
         )
     }
 
@@ -553,7 +587,15 @@ impl Session {
         namespace: Namespace<'_>,
         saved: Vec<(String, String)>,
         skipped: Vec<(String, String)>,
+        ledger: Option<&cave_core::Ledger>,
     ) -> Result<SaveReport, SessionError> {
+        let ledger = match ledger {
+            Some(ledger) => ledger.clone(),
+            None => self
+                .current_manifest()
+                .map(|m| m.ledger)
+                .unwrap_or_default(),
+        };
         let history_name = format!("history-{generation}.json");
         write_synced(
             &self.dir.join(&history_name),
@@ -592,6 +634,7 @@ impl Session {
             namespace: bytes.map(|_| namespace_name),
             saved: saved.clone(),
             skipped: skipped.clone(),
+            ledger,
         };
         // serde_json cannot fail on this structure (strings, numbers, JSON).
         let text = serde_json::to_string_pretty(&manifest).unwrap_or_default();

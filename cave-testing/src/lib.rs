@@ -179,6 +179,7 @@ pub struct Reply {
     parts: Vec<Part>,
     finish: Option<FinishReason>,
     usage: Option<Usage>,
+    cost: Option<f64>,
     open_error: Option<ModelError>,
     chunk_size: usize,
 }
@@ -209,6 +210,7 @@ impl Default for Reply {
             parts: Vec::new(),
             finish: Some(FinishReason::Stop),
             usage: None,
+            cost: None,
             open_error: None,
             chunk_size: 13,
         }
@@ -309,6 +311,13 @@ impl Reply {
         self
     }
 
+    /// Reports the call's cost, in US dollars, on the terminal delta (as a LiteLLM proxy
+    /// does).
+    pub fn cost(mut self, usd: f64) -> Self {
+        self.cost = Some(usd);
+        self
+    }
+
     /// Streams text and reasoning in chunks of this many characters (default 13; at least 1).
     pub fn chunk_size(mut self, chars: usize) -> Self {
         self.chunk_size = chars.max(1);
@@ -354,10 +363,11 @@ impl Reply {
                 }
             }
         }
-        if self.finish.is_some() || self.usage.is_some() {
+        if self.finish.is_some() || self.usage.is_some() || self.cost.is_some() {
             let mut terminal = Delta::default();
             terminal.finish_reason = self.finish.clone();
             terminal.usage = self.usage;
+            terminal.reported_cost = self.cost;
             items.push(Item::Delta(terminal));
         }
         items

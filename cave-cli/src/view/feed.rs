@@ -1,5 +1,7 @@
 //! The session a viewer shows: its events in order, each prepared once for the page (code
-//! highlighted, shown files given addresses), and the files those addresses stand for.
+//! highlighted, shown files given addresses, the model's prose and answers written as HTML
+//! from their Markdown, the session's ledger in a line), and the files those addresses stand
+//! for.
 
 use serde_json::{Value as Json, json};
 use std::collections::HashMap;
@@ -42,6 +44,9 @@ struct Log {
     files: HashMap<(usize, String), PathBuf>,
     /// Where relative paths are read from when they are not in the current directory.
     base: Option<PathBuf>,
+    /// The prose streamed since the last code, step or answer, by agent (`""` for the
+    /// session's own, sub-agents by their path): written as HTML on the event that ends it.
+    prose: HashMap<String, String>,
 }
 
 impl Feed {
@@ -90,7 +95,7 @@ impl Feed {
     /// Adds one event (the core's serde form).
     pub fn push(&self, mut event: Json) {
         // Highlighting is done before the log is locked: pages read it meanwhile.
-        let inner = innermost(&mut event);
+        let (inner, _) = innermost(&mut event);
         if inner.get("type").and_then(Json::as_str) == Some("code") {
             let code = inner.get("code").and_then(Json::as_str).unwrap_or("");
             if let Some(spans) = crate::highlight::python_spans(code) {
@@ -103,7 +108,8 @@ impl Feed {
         }
         let mut log = self.lock();
         let index = log.entries.len();
-        let inner = innermost(&mut event);
+        let (inner, agent) = innermost(&mut event);
+        log.prepare_prose(inner, agent);
         if inner.get("type").and_then(Json::as_str) == Some("display") {
             let files: Vec<(String, String)> = inner
                 .get("files")
@@ -172,18 +178,75 @@ impl Feed {
     }
 }
 
-/// The event inside any `sub_agent` wrappers.
-fn innermost(event: &mut Json) -> &mut Json {
+impl Log {
+    /// Keeps the prose `event` streams, and writes what has been kept as HTML on the event
+    /// that ends it (a cell's code, a step's end, the answer, the run's end); the answer's own
+    /// HTML, and the session's ledger in a line on its run's end.
+    fn prepare_prose(&mut self, event: &mut Json, agent: String) {
+        let kind = event
+            .get("type")
+            .and_then(Json::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let kind = kind.as_str();
+        match kind {
+            "user_prompt" => {
+                self.prose.remove(&agent);
+            }
+            "text" => {
+                let prose = self.prose.entry(agent).or_default();
+                // Past what is rendered, nothing more is kept (the page has the text).
+                if prose.len() <= super::prose::MAX_MARKDOWN {
+                    prose.push_str(event.get("content").and_then(Json::as_str).unwrap_or(""));
+                }
+            }
+            "code" | "step" | "final_response" | "stopped" => {
+                let prose = self.prose.remove(&agent).unwrap_or_default();
+                if let Some(html) = Some(prose)
+                    .filter(|p| !p.trim().is_empty())
+                    .and_then(|p| super::prose::to_html(&p))
+                {
+                    event["prose_html"] = Json::String(html);
+                }
+                if kind == "final_response"
+                    && let Some(html) = event
+                        .get("content")
+                        .and_then(Json::as_str)
+                        .and_then(super::prose::to_html)
+                {
+                    event["html"] = Json::String(html);
+                }
+                if kind == "stopped"
+                    && let Some(line) = event
+                        .get("ledger")
+                        .and_then(|l| serde_json::from_value::<cave_agent::Ledger>(l.clone()).ok())
+                        .filter(|l| l.model_calls > 0)
+                        .map(|l| format!("session · {}", l.summary_parts().join(" · ")))
+                {
+                    event["ledger_line"] = Json::String(line);
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// The event inside any `sub_agent` wrappers, and the path of agents it came through (`""`
+/// for the session's own).
+fn innermost(event: &mut Json) -> (&mut Json, String) {
     let mut inner = event;
+    let mut agents = String::new();
     for _ in 0..MAX_NESTING {
         if inner.get("type").and_then(Json::as_str) != Some("sub_agent")
             || inner.get("event").is_none()
         {
             break;
         }
+        agents.push('\u{0}');
+        agents.push_str(inner.get("agent").and_then(Json::as_str).unwrap_or(""));
         inner = &mut inner["event"];
     }
-    inner
+    (inner, agents)
 }
 
 /// `type/subtype` of the characters MIME types are made of.
@@ -234,6 +297,35 @@ mod tests {
         );
         assert_eq!(feed.file(1, "bad mime"), None);
         assert_eq!(feed.file(0, "image/png"), None);
+    }
+
+    #[test]
+    fn prose_is_written_as_html_where_it_ends_and_the_ledger_in_a_line() {
+        let feed = Feed::new(None);
+        feed.push(json!({"type": "user_prompt", "content": "q", "format_version": 1}));
+        feed.push(json!({"type": "text", "content": "Let me **look"}));
+        feed.push(json!({"type": "text", "content": "** first. <b>x</b>\n"}));
+        // A sub-agent's prose is its own.
+        feed.push(json!({"type": "sub_agent", "agent": "a", "event": {"type": "text", "content": "*inner*"}}));
+        feed.push(json!({"type": "code", "code": "x = 1"}));
+        let code = entry(&feed, 4);
+        assert_eq!(
+            code["prose_html"],
+            "<p>Let me <strong>look</strong> first. &lt;b&gt;x&lt;/b&gt;</p>\n"
+        );
+        feed.push(json!({"type": "step", "step": 1}));
+        assert!(entry(&feed, 5).get("prose_html").is_none(), "taken once");
+        feed.push(json!({"type": "sub_agent", "agent": "a", "event": {"type": "final_response", "content": "*inner*"}}));
+        let inner = entry(&feed, 6);
+        assert_eq!(inner["event"]["prose_html"], "<p><em>inner</em></p>\n");
+        assert_eq!(inner["event"]["html"], "<p><em>inner</em></p>\n");
+        let mut ledger = cave_agent::Ledger::new();
+        ledger.model_calls = 2;
+        ledger.cells = 1;
+        feed.push(json!({"type": "stopped", "stop_reason": "completed", "ledger": ledger}));
+        let line = entry(&feed, 7)["ledger_line"].as_str().unwrap().to_owned();
+        assert!(line.starts_with("session · 0 tokens · "), "{line}");
+        assert!(line.contains(" · 1 cell"), "{line}");
     }
 
     #[test]

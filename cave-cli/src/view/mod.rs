@@ -6,6 +6,7 @@
 //! address. The page and its assets are in the binary; nothing is fetched from elsewhere.
 
 mod feed;
+mod prose;
 mod server;
 
 pub use feed::{Feed, base_of};

@@ -28,8 +28,10 @@ const PAGE_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'sel
 
 /// What a cell showed, served in a sandbox with no script at all (the iframe's `sandbox`
 /// attribute says the same; either alone would do), opened directly or framed by the page.
-const DISPLAY_POLICY: &str = "sandbox; default-src 'none'; img-src 'self' data:; \
-     style-src 'unsafe-inline'; font-src data:";
+/// `allow-same-origin` without `allow-scripts` keeps the page's origin, so that the page can
+/// read the content's height and size its frame, and still runs no script of its own.
+const DISPLAY_POLICY: &str = "sandbox allow-same-origin; default-src 'none'; \
+     script-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'; font-src data:";
 
 #[derive(Clone, Debug)]
 struct Served {

@@ -73,6 +73,8 @@ pub struct Agent {
     isolation: Vec<crate::Layer>,
     /// Display items shown so far (their files are numbered by it).
     displays: u64,
+    /// What the session has cost so far.
+    ledger: crate::Ledger,
 }
 
 /// The agent's settings (see [`AgentBuilder`] for each): the builder holds them as given,
@@ -85,6 +87,12 @@ struct Config {
     max_total_tokens: Option<u64>,
     max_input_tokens: Option<u64>,
     max_output_tokens: Option<u64>,
+    /// The session's budgets: money (US dollars), the runtime's processor time, host calls.
+    max_cost: Option<f64>,
+    max_cpu_time: Option<Duration>,
+    max_host_calls: Option<u64>,
+    /// What a million tokens cost, for calls the provider reports no cost for.
+    price: Option<crate::Price>,
     max_exec_timeout: Option<Duration>,
     max_exec_output: usize,
     exec_output_preview_chars: usize,
@@ -216,12 +224,19 @@ impl Agent {
             observer: self.observer.clone(),
             isolation: self.isolation.clone(),
             displays: self.displays,
+            ledger: self.ledger.clone(),
         }
     }
 
     /// The runtime the model's code runs in.
     pub fn runtime(&self) -> &Arc<dyn Runtime> {
         &self.runtime
+    }
+
+    /// What the session has cost so far: every run of this agent, and what the ledger it was
+    /// built with held ([`AgentBuilder::ledger`]). A fork starts with a copy.
+    pub fn ledger(&self) -> &crate::Ledger {
+        &self.ledger
     }
 
     /// The sub-agents its code can drive.
@@ -325,6 +340,7 @@ pub struct AgentBuilder {
     /// The settings as given (checked and completed by `build`).
     config: Config,
     history: Vec<Message>,
+    ledger: crate::Ledger,
     sub_agents: Vec<Arc<SubAgent>>,
     approver: Option<Arc<announce::Announcing>>,
     approve_cells: bool,
@@ -351,6 +367,10 @@ impl AgentBuilder {
                 max_total_tokens: None,
                 max_input_tokens: None,
                 max_output_tokens: None,
+                max_cost: None,
+                max_cpu_time: None,
+                max_host_calls: None,
+                price: None,
                 max_exec_timeout: None,
                 max_exec_output: DEFAULT_MAX_EXEC_OUTPUT,
                 exec_output_preview_chars: DEFAULT_PREVIEW_CHARS,
@@ -368,6 +388,7 @@ impl AgentBuilder {
                 tool_listing_budget: crate::DEFAULT_TOOL_LISTING_BUDGET,
             },
             history: Vec::new(),
+            ledger: crate::Ledger::new(),
             sub_agents: Vec::new(),
             approver: None,
             approve_cells: true,
@@ -503,6 +524,40 @@ impl AgentBuilder {
         self.config.max_output_tokens = Some(tokens);
         self
     }
+    /// Money the session may spend on the model, in US dollars: its [`Ledger`](crate::Ledger)'s
+    /// cost (reported by the provider, or computed with [`price`](Self::price)), checked before
+    /// each step and each cell. Without a price, calls the provider reports no cost for count
+    /// nothing: set one.
+    pub fn max_cost(&mut self, usd: f64) -> &mut Self {
+        self.config.max_cost = Some(usd);
+        self
+    }
+    /// Processor time the session's cells may use in the runtime (its worker's control group
+    /// or process; the runtime's thread in-process), checked before each cell and while one
+    /// runs: a cell still running when it is spent is stopped. Needs a runtime that measures it
+    /// ([`Runtime::resource_usage`]) and can be interrupted.
+    pub fn max_cpu_time(&mut self, limit: Duration) -> &mut Self {
+        self.config.max_cpu_time = Some(limit);
+        self
+    }
+    /// Calls of host functions, methods and MCP tools the session may make, checked before
+    /// each step and at each call: a call past it raises `PermissionError` in the cell.
+    pub fn max_host_calls(&mut self, calls: u64) -> &mut Self {
+        self.config.max_host_calls = Some(calls);
+        self
+    }
+    /// The model's price, for the ledger's cost of calls the provider reports no cost for
+    /// (a LiteLLM proxy reports its own; OpenAI does not).
+    pub fn price(&mut self, price: crate::Price) -> &mut Self {
+        self.config.price = Some(price);
+        self
+    }
+    /// The ledger the session starts from: what an earlier process spent on it (a resumed
+    /// session, `cave run --session`), so that its figures and budgets go on from there.
+    pub fn ledger(&mut self, ledger: crate::Ledger) -> &mut Self {
+        self.ledger = ledger;
+        self
+    }
     /// Time limit per execution; needs a runtime that can be interrupted.
     pub fn max_exec_timeout(&mut self, limit: Duration) -> &mut Self {
         self.config.max_exec_timeout = Some(limit);
@@ -584,6 +639,20 @@ impl AgentBuilder {
         if self.config.max_exec_timeout.is_some_and(|t| t.is_zero()) {
             return Err(BuildError::ZeroExecTimeout);
         }
+        if let Some(usd) = self.config.max_cost.filter(|c| !c.is_finite() || *c < 0.0) {
+            return Err(BuildError::Budget {
+                which: "max_cost",
+                value: usd.to_string(),
+            });
+        }
+        if self.config.max_cpu_time.is_some() {
+            if self.runtime.interrupter().is_none() {
+                return Err(BuildError::CpuBudgetNeedsInterrupt);
+            }
+            if self.runtime.resource_usage().is_none() {
+                return Err(BuildError::CpuBudgetUnmeasured);
+            }
+        }
         let tag = &self.config.python_block_identifier;
         if tag.is_empty() || tag.chars().any(|c| c.is_whitespace() || c == '`') {
             return Err(BuildError::BlockIdentifier {
@@ -649,6 +718,7 @@ impl AgentBuilder {
             observer: self.observer.clone(),
             isolation: Vec::new(),
             displays: 0,
+            ledger: self.ledger.clone(),
         })
     }
 }
@@ -674,6 +744,24 @@ use a runtime whose interrupter() is Some (the kernel runtime, or the in-process
     /// `max_exec_timeout` was zero.
     #[error("max_exec_timeout must be longer than zero")]
     ZeroExecTimeout,
+    /// A budget is negative or not a number.
+    #[error("{which} must be a number of zero or more, not {value}")]
+    Budget {
+        /// Which setting.
+        which: &'static str,
+        /// The value given.
+        value: String,
+    },
+    /// `max_cpu_time` was set but the runtime cannot stop running code.
+    #[error(
+        "max_cpu_time needs a runtime that can stop running code, and this runtime cannot; use the kernel or the in-process runtime, or drop the limit"
+    )]
+    CpuBudgetNeedsInterrupt,
+    /// `max_cpu_time` was set but the runtime does not measure processor time.
+    #[error(
+        "max_cpu_time needs a runtime that measures its processor time, and this one does not (a kernel behind a Jupyter server cannot be measured from the host); use the kernel or the in-process runtime, or drop the limit"
+    )]
+    CpuBudgetUnmeasured,
     /// The persisted-output prefix cannot start a Python identifier.
     #[error(
         "persisted_output_prefix must be able to start a Python identifier, and '{prefix}' cannot: \
@@ -727,6 +815,8 @@ pub struct AgentResponse {
     /// The runtime lost the names the code had bound during the run (its process died or was
     /// ended at a limit): a session saved after it keeps the values saved before.
     pub state_lost: bool,
+    /// What the session has cost, this run included ([`Agent::ledger`] after it).
+    pub ledger: crate::Ledger,
 }
 
 impl AgentResponse {
@@ -754,6 +844,7 @@ impl AgentResponse {
                     elapsed,
                     usage,
                     error,
+                    ledger,
                 } => {
                     return AgentResponse {
                         content,
@@ -765,6 +856,7 @@ impl AgentResponse {
                         displays,
                         error,
                         state_lost,
+                        ledger: *ledger,
                     };
                 }
                 _ => {}
@@ -784,6 +876,7 @@ impl AgentResponse {
                 "the event stream ended without a stopped event",
             )),
             state_lost,
+            ledger: crate::Ledger::new(),
         }
     }
 }

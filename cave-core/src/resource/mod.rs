@@ -803,6 +803,28 @@ pub trait HostObject: Any + Send + Sync {
     fn wrapped(&self) -> Option<Arc<dyn HostObject>> {
         None
     }
+    /// The MCP server whose tools this object's methods call, when it is one (the ledger
+    /// counts those calls apart from host calls).
+    fn mcp_server(&self) -> Option<&str> {
+        None
+    }
+}
+
+/// Returns true if and only if `object`, or the object a wrapper of it forwards to, calls an
+/// MCP server's tools ([`HostObject::mcp_server`]).
+pub fn calls_mcp(object: &Arc<dyn HostObject>) -> bool {
+    let mut object = object.clone();
+    // Bounded: wrappers are few, and a wrapper that returns itself must not loop.
+    for _ in 0..16 {
+        if object.mcp_server().is_some() {
+            return true;
+        }
+        match object.wrapped() {
+            Some(inner) => object = inner,
+            None => return false,
+        }
+    }
+    false
 }
 
 /// A host object registered under a name.

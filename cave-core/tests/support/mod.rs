@@ -104,6 +104,7 @@ impl Runtime for FakeRuntime {
         self.executed.lock().unwrap().push(code.to_owned());
         let mut out = String::new();
         let mut state_lost = false;
+        let mut connections = cave_core::Connections::default();
         for line in code.lines().map(str::trim) {
             if let Some(text) = line
                 .strip_prefix("print(")
@@ -155,9 +156,19 @@ impl Runtime for FakeRuntime {
                 panic!("fake runtime defect");
             } else if line == "lose_state()" {
                 state_lost = true;
+            } else if line == "connect()" {
+                // As a runtime with an egress proxy tells them: one let through, one refused,
+                // and three past what the cell's account lists.
+                let mut reached = cave_core::Connection::new("example.org", 443, true);
+                reached.sent = 517;
+                reached.received = 4096;
+                let refused = cave_core::Connection::new("evil.test", 443, false);
+                connections = cave_core::Connections::new(vec![reached, refused], 3);
             }
         }
-        Ok(Execution::ok(out).with_state_lost(state_lost))
+        Ok(Execution::ok(out)
+            .with_state_lost(state_lost)
+            .with_connections(connections))
     }
 
     async fn register(&self, batch: Resources) -> Result<(), RuntimeError> {

@@ -229,6 +229,21 @@ impl Link for ChildLink {
         Some(self.copies.serving() as u32)
     }
 
+    fn resource_usage(&self) -> Option<cave_core::ResourceUsage> {
+        let serving = self.copies.serving();
+        if let Some(group) = &self.group
+            && let Some(cpu) = group.cpu_seconds()
+        {
+            let peak = group.peak_memory().or_else(|| process_peak_memory(serving));
+            return Some(cave_core::ResourceUsage::new(cpu, peak));
+        }
+        let cpu = process_cpu_seconds(serving)?;
+        Some(cave_core::ResourceUsage::new(
+            cpu,
+            process_peak_memory(serving),
+        ))
+    }
+
     fn shared_dir(&self) -> Option<&Path> {
         Some(&self.spool_dir)
     }
@@ -330,4 +345,38 @@ impl Link for ChildLink {
     fn prepare_branch(&self) -> Result<Box<dyn crate::link::PreparedBranch>, KernelError> {
         Ok(Box::new(Branch::prepare(self)?))
     }
+}
+
+/// Processor time of process `pid` and of the children it has waited for, in seconds, from
+/// `/proc/PID/stat` (where there is no control group to ask).
+fn process_cpu_seconds(pid: i32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The name, in parentheses, may hold spaces and parentheses: the fields follow the last.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 1..)?
+        .split_whitespace()
+        .collect();
+    // utime, stime, cutime, cstime: fields 14 to 17, the 12th to 15th after the name.
+    let ticks: u64 = fields
+        .get(11..15)?
+        .iter()
+        .map(|f| f.parse::<u64>().unwrap_or(0))
+        .sum();
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_second > 0).then(|| ticks as f64 / per_second as f64)
+}
+
+/// The most resident memory process `pid` has held, in bytes (`VmHWM`).
+fn process_peak_memory(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib.saturating_mul(1024))
 }

@@ -1,10 +1,15 @@
 // The session viewer: renders the server's events (docs/FORMATS.md) as they arrive.
-// Everything from the session is set as text (textContent), never parsed as HTML; what a cell
-// showed as HTML is loaded in a sandboxed frame that runs no script.
+// Everything from the session is set as text (textContent), never parsed as HTML, but for the
+// HTML the server itself wrote from the model's Markdown (`prose_html`, `html`: raw HTML in it
+// escaped, links to the web only); what a cell showed as HTML is loaded in a sandboxed frame
+// that runs no script, and sized to its content.
 'use strict';
 
 const main = document.getElementById('session');
 const connection = document.getElementById('connection');
+const footer = document.getElementById('ledger');
+// The tallest a frame grows to fit what a cell showed (it scrolls past that).
+const MAX_FRAME_HEIGHT = 1600;
 const MAX_NESTING = 64;
 let received = 0;
 
@@ -29,7 +34,7 @@ function tokens(usage) {
 const contexts = new Map();
 
 function newContext(box) {
-  return { box, turn: null, step: null, stepNumber: 0, text: null, thinking: null, live: null };
+  return { box, turn: null, step: null, stepNumber: 0, text: null, thinking: null, live: null, shown: [] };
 }
 
 function context(path) {
@@ -72,9 +77,27 @@ function aside(c, text, error) {
   (c.turn || c.box).append(el('p', error ? 'note error' : 'note', text));
 }
 
-function settle(c) {
+// Ends the prose streamed so far: the server wrote it as HTML on the event that ends it.
+function settle(c, e) {
+  if (c.text && e && typeof e.prose_html === 'string') {
+    c.text.innerHTML = e.prose_html;
+    c.text.classList.add('markdown');
+  }
   c.text = null;
   c.thinking = null;
+}
+
+// A frame as tall as what it shows: its document is of this origin (`allow-same-origin`) but
+// runs no script (no `allow-scripts`), so the page reads its height.
+function fitFrame(frame) {
+  try {
+    const doc = frame.contentDocument;
+    if (!doc || !doc.documentElement) return;
+    const height = Math.max(doc.documentElement.scrollHeight, doc.body ? doc.body.scrollHeight : 0);
+    frame.style.height = Math.min(height + 4, MAX_FRAME_HEIGHT) + 'px';
+  } catch (_) {
+    // Not readable: the frame keeps its height and scrolls.
+  }
 }
 
 const IMAGE_TYPES = ['image/png', 'image/jpeg', 'image/gif', 'image/webp', 'image/svg+xml'];
@@ -90,10 +113,12 @@ function display(c, e) {
     figure.append(img);
   } else if (urls['text/html']) {
     const frame = el('iframe');
-    // No token at all: no script, no forms, no same-origin access, no navigation of the page.
-    frame.setAttribute('sandbox', '');
+    // Same origin, so that the page can size it; no `allow-scripts`: no script runs in it, no
+    // forms, no navigation of the page (the server's policy for it says the same).
+    frame.setAttribute('sandbox', 'allow-same-origin');
     frame.setAttribute('referrerpolicy', 'no-referrer');
     frame.title = 'HTML shown by a cell';
+    frame.addEventListener('load', () => fitFrame(frame));
     frame.src = urls['text/html'];
     figure.append(frame);
   } else {
@@ -103,10 +128,26 @@ function display(c, e) {
   const types = (e.mime_types || []).join(', ');
   figure.append(el('figcaption', null, files.length ? files.join(' · ') : types));
   stepOf(c).append(figure);
+  // Its text form is in the cell's output too: shown once, as the figure or table.
+  if ((image || urls['text/html']) && e.text) c.shown.push(String(e.text));
+}
+
+// The cell's output without the text forms of what it showed richly (each once, where it was).
+function withoutShown(c, output) {
+  let text = String(output);
+  for (const shown of c.shown) {
+    const at = text.indexOf(shown);
+    if (at < 0) continue;
+    let end = at + shown.length;
+    if (text[end] === '\n') end += 1;
+    text = text.slice(0, at) + text.slice(end);
+  }
+  c.shown = [];
+  return text;
 }
 
 function code(c, e) {
-  settle(c);
+  settle(c, e);
   const pre = el('pre', 'code');
   if (Array.isArray(e.spans)) {
     for (const [name, text] of e.spans) {
@@ -124,8 +165,11 @@ function code(c, e) {
 function result(c, e) {
   const pre = c.live || el('pre');
   pre.className = e.success ? 'output' : 'output failed';
-  pre.textContent = e.output || '';
+  const output = withoutShown(c, e.output || '');
+  pre.textContent = output;
   if (!c.live) stepOf(c).append(pre);
+  // Nothing left but what the figures and tables show.
+  if (e.success && !output.trim()) pre.remove();
   c.live = null;
   if (e.persisted_variable) note(c, `the whole output is in the variable ${e.persisted_variable}`);
   if (e.state_lost) note(c, "the runtime's state was lost; it starts afresh", true);
@@ -153,7 +197,7 @@ function render(event) {
   const c = context(path);
   switch (e.type) {
     case 'user_prompt': {
-      settle(c);
+      settle(c, e);
       c.turn = el(path.length ? 'div' : 'section', 'turn');
       c.turn.append(el('div', 'prompt', e.content));
       c.box.append(c.turn);
@@ -224,31 +268,45 @@ function render(event) {
     case 'backoff': note(c, `the model call is retried in ${seconds(e.delay)}` + (e.reason ? ` (${e.reason})` : '')); break;
     case 'final_response': {
       // The answer streamed as text: that text becomes the answer, not a copy of it.
-      if (c.text && c.text.textContent.trim() === String(e.content).trim()) {
-        c.text.className = 'answer';
+      let answer = c.text;
+      if (answer && answer.textContent.trim() === String(e.content).trim()) {
+        answer.className = 'answer';
+        c.text = null;
       } else {
-        stepOf(c).append(el('div', 'answer', e.content));
+        settle(c, e);
+        answer = el('div', 'answer', e.content);
+        stepOf(c).append(answer);
+      }
+      if (typeof e.html === 'string') {
+        answer.innerHTML = e.html;
+        answer.classList.add('markdown');
       }
       settle(c);
       break;
     }
     case 'step': {
+      settle(c, e);
       const cost = [`step ${e.step}`, tokens(e.usage), 'model ' + seconds(e.model_seconds)];
       if (typeof e.execution_seconds === 'number') cost.push('cell ' + seconds(e.execution_seconds));
       stepOf(c).append(el('div', 'cost', cost.join(' · ')));
-      settle(c);
+      c.shown = [];
       c.step = null;
       c.live = null;
       break;
     }
     case 'stopped': {
-      settle(c);
+      settle(c, e);
       const failed = e.stop_reason !== 'completed';
       const line = `${e.stop_reason} after ${e.steps} step${e.steps === 1 ? '' : 's'} in ${seconds(e.elapsed)} · ${tokens(e.usage)}`;
       const box = el('div', failed ? 'stopped failed' : 'stopped', line);
       if (e.error) box.append(el('div', null, `${e.error.kind}: ${e.error.message}`));
       (c.turn || c.box).append(box);
       c.step = null;
+      // The session's account so far, in the footer (the session's own runs, not a sub-agent's).
+      if (!path.length && typeof e.ledger_line === 'string') {
+        footer.textContent = e.ledger_line;
+        footer.hidden = false;
+      }
       break;
     }
     case 'unreadable': aside(c, `line ${e.line} is not shown: ${e.message}`, true); break;

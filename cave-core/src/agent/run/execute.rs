@@ -3,8 +3,8 @@
 use super::*;
 use crate::agent::sub::LinkScope;
 use crate::{
-    Approval, ApprovalRequest, DisplayData, DisplayItem, ImagePart, LiveOutput, RuntimeExt,
-    SecretRedactor, StreamRedaction,
+    Approval, ApprovalRequest, DisplayData, DisplayItem, HostCallMeter, ImagePart, LiveOutput,
+    RuntimeExt, SecretRedactor, StreamRedaction,
 };
 
 /// Forwards live output into the run as `ExecutionOutput` events, up to
@@ -17,15 +17,18 @@ pub(super) struct ChannelSink {
     held_back: std::sync::atomic::AtomicU64,
     /// Display items taken (at most `MAX_DISPLAY_ITEMS` a cell, whatever the runtime sends).
     items: std::sync::atomic::AtomicUsize,
+    /// The cell's host calls, for the ledger and the host-call budget.
+    meter: std::sync::Arc<HostCallMeter>,
 }
 
 impl ChannelSink {
-    fn new(sender: mpsc::UnboundedSender<LiveOutput>) -> Self {
+    fn new(sender: mpsc::UnboundedSender<LiveOutput>, meter: HostCallMeter) -> Self {
         Self {
             sender,
             sent: 0.into(),
             held_back: 0.into(),
             items: 0.into(),
+            meter: std::sync::Arc::new(meter),
         }
     }
 
@@ -63,6 +66,36 @@ impl OutputSink for ChannelSink {
             let _ = self.sender.send(LiveOutput::Display(item));
         }
     }
+
+    fn host_calls(&self) -> Option<std::sync::Arc<HostCallMeter>> {
+        Some(self.meter.clone())
+    }
+}
+
+/// How often a running cell's processor time is read against the session's budget.
+const CPU_POLL: Duration = Duration::from_millis(50);
+
+/// Why the wait for a cell ended.
+enum Finished<T> {
+    Ran(T),
+    /// Its time limit (or the run's) came.
+    Deadline,
+    /// The session's processor-time budget ran out while it ran.
+    CpuSpent,
+}
+
+/// Processor seconds used between two readings of a runtime (`None`: unmeasured). A reading
+/// lower than the first means the runtime's process was replaced: the new one's count is
+/// what it used.
+fn cpu_between(
+    start: Option<crate::ResourceUsage>,
+    end: Option<crate::ResourceUsage>,
+) -> Option<f64> {
+    let end = end?;
+    Some(match start {
+        Some(start) if end.cpu_seconds >= start.cpu_seconds => end.cpu_seconds - start.cpu_seconds,
+        _ => end.cpu_seconds,
+    })
 }
 
 impl Run<'_> {
@@ -139,11 +172,38 @@ impl Run<'_> {
         if let Some(refused) = self.ask_approval(code).await {
             return Ok(refused);
         }
+        if let Some(spent) = self.session_budget_error() {
+            // A budget a cell would overrun is spent: nothing runs, and the run stops before
+            // its next step.
+            let message = prompt::budget_spent(&spent.message);
+            return Ok((
+                Event::ExecutionRefused {
+                    reason: Some(spent.message),
+                },
+                Message::execution_result(message),
+            ));
+        }
         let runtime = self.agent.runtime.clone();
         let (sender, mut live) = mpsc::unbounded_channel();
-        let sink = ChannelSink::new(sender);
+        let meter = match self.agent.config.max_host_calls {
+            Some(budget) => HostCallMeter::with_allowance(
+                budget.saturating_sub(self.agent.ledger.total_calls()),
+                budget,
+            ),
+            None => HostCallMeter::new(),
+        };
+        let sink = ChannelSink::new(sender, meter);
         let now = tokio::time::Instant::now();
         let deadline = self.cell_deadline(now);
+        // The processor time the cell may use before it is stopped, when there is a budget.
+        let cpu_left = self
+            .agent
+            .config
+            .max_cpu_time
+            .map(|cap| cap.as_secs_f64() - self.agent.ledger.cpu_seconds.unwrap_or(0.0));
+        let mut cpu_poll = tokio::time::interval(CPU_POLL);
+        cpu_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let resources_before = runtime.resource_usage();
         // Sub-agents the code runs send their events here; they are cancelled when this
         // execution ends, however it ends.
         let (nested_sender, mut nested) = mpsc::unbounded_channel();
@@ -171,18 +231,35 @@ impl Run<'_> {
                 // The deadline before the output: a cell printing without pause always has
                 // output ready, and would otherwise never be stopped.
                 biased;
-                result = &mut execution => break Some(result),
-                () = sleep_until(deadline) => break None,
+                result = &mut execution => break Finished::Ran(result),
+                () = sleep_until(deadline) => break Finished::Deadline,
+                _ = cpu_poll.tick(), if cpu_left.is_some() => {
+                    let used = cpu_between(resources_before, runtime.resource_usage());
+                    if let (Some(left), Some(used)) = (cpu_left, used) && used >= left {
+                        break Finished::CpuSpent;
+                    }
+                }
                 Some(piece) = live.recv() => {
                     self.live_piece(piece, &mut shown, &redactor, &mut item_lines, &mut images).await;
                 }
                 Some(event) = nested.recv() => self.emit.emit(event).await,
             }
         };
-        let Some(result) = finished else {
-            let limit = deadline.map_or(0.0, |d| (d - now).as_secs_f64());
-            return self.timed_out(execution, limit).await;
+        let result = match finished {
+            Finished::Ran(result) => result,
+            Finished::Deadline => {
+                let limit = deadline.map_or(0.0, |d| (d - now).as_secs_f64());
+                let stopped = self.timed_out(execution, limit).await;
+                self.account_cell(now, resources_before, &sink);
+                return stopped;
+            }
+            Finished::CpuSpent => {
+                let stopped = self.cpu_spent(execution).await;
+                self.account_cell(now, resources_before, &sink);
+                return stopped;
+            }
         };
+        self.account_cell(now, resources_before, &sink);
         self.executing = false;
         while let Ok(piece) = live.try_recv() {
             self.live_piece(piece, &mut shown, &redactor, &mut item_lines, &mut images)
@@ -199,6 +276,14 @@ impl Run<'_> {
             self.emit.emit(event).await;
         }
         let mut execution = result.map_err(Failure::Runtime)?;
+        for c in &execution.connections.list {
+            self.agent
+                .ledger
+                .add_connection(c.allowed, c.sent, c.received);
+        }
+        // Connections past a cell's account: counted, their bytes unknown.
+        let omitted = &mut self.agent.ledger.egress.connections;
+        *omitted = omitted.saturating_add(execution.connections.omitted);
         if !execution.connections.is_empty() {
             let mut connections = std::mem::take(&mut execution.connections);
             // A refusal's reason names the host it refused, which is the cell's own text:
@@ -336,13 +421,37 @@ impl Run<'_> {
         (sent, note.into_iter().collect())
     }
 
-    /// The execution ran for `limit` seconds, its `max_exec_timeout` or what was left of the
-    /// run's `max_run_time`: interrupt it and give it a moment to unwind.
-    pub(super) async fn timed_out<F>(
+    /// A cell ended (however it ended): what it cost goes into the ledger (its wall time since
+    /// `started`, the processor time since `before`, the runtime's peak memory, the host calls
+    /// the meter counted).
+    fn account_cell(
+        &mut self,
+        started: tokio::time::Instant,
+        before: Option<crate::ResourceUsage>,
+        sink: &ChannelSink,
+    ) {
+        let after = self.agent.runtime.resource_usage();
+        let ledger = &mut self.agent.ledger;
+        ledger.cells = ledger.cells.saturating_add(1);
+        ledger.cell_seconds += started.elapsed().as_secs_f64();
+        ledger.add_resources(
+            cpu_between(before, after),
+            after.and_then(|a| a.peak_memory),
+        );
+        for (mcp, name, calls) in sink.meter.take() {
+            ledger.count_call(&name, mcp, calls);
+        }
+        ledger.refused_host_calls = ledger
+            .refused_host_calls
+            .saturating_add(sink.meter.refused());
+    }
+
+    /// Interrupts the execution in flight and gives it a moment to unwind: whether the
+    /// runtime's state was lost, and whether the execution is still pending after the grace.
+    async fn stop_execution<F>(
         &mut self,
         execution: std::pin::Pin<&mut F>,
-        limit: f64,
-    ) -> Result<(Event, Message), Failure>
+    ) -> Result<(bool, bool), Failure>
     where
         F: std::future::Future<Output = Result<crate::Execution, RuntimeError>>,
     {
@@ -357,27 +466,68 @@ impl Run<'_> {
             Ok(Err(error)) => return Err(Failure::Runtime(error)),
             Err(_) => true,
         };
+        Ok((state_lost, pending))
+    }
+
+    /// The execution ran for `limit` seconds, its `max_exec_timeout` or what was left of the
+    /// run's `max_run_time`: interrupt it and give it a moment to unwind.
+    pub(super) async fn timed_out<F>(
+        &mut self,
+        execution: std::pin::Pin<&mut F>,
+        limit: f64,
+    ) -> Result<(Event, Message), Failure>
+    where
+        F: std::future::Future<Output = Result<crate::Execution, RuntimeError>>,
+    {
+        let (state_lost, pending) = self.stop_execution(execution).await?;
         tracing::info!(
             limit,
             state_lost,
             pending,
             "execution stopped at its time limit"
         );
-        let mut result = prompt::execution_timeout(limit);
-        if state_lost {
-            result.push_str("\n\n");
-            result.push_str(prompt::STATE_LOST_NOTICE);
-        }
-        if pending {
-            result.push_str("\n\n");
-            result.push_str(prompt::INTERRUPT_PENDING_NOTICE);
-        }
+        let result = prompt::execution_timeout(limit);
         Ok((
             Event::ExecutionTimeout {
                 timeout: limit,
                 state_lost,
             },
-            Message::execution_result(result),
+            Message::execution_result(stopped_notes(result, state_lost, pending)),
+        ))
+    }
+
+    /// The session's processor-time budget ran out while the execution ran: interrupt it, and
+    /// tell the model (the run then stops, the budget being spent).
+    async fn cpu_spent<F>(
+        &mut self,
+        execution: std::pin::Pin<&mut F>,
+    ) -> Result<(Event, Message), Failure>
+    where
+        F: std::future::Future<Output = Result<crate::Execution, RuntimeError>>,
+    {
+        let (state_lost, pending) = self.stop_execution(execution).await?;
+        let budget = self
+            .agent
+            .config
+            .max_cpu_time
+            .map_or(0.0, |b| b.as_secs_f64());
+        tracing::info!(
+            budget,
+            state_lost,
+            pending,
+            "execution stopped: the processor-time budget is spent"
+        );
+        let output = prompt::cpu_budget_spent(budget);
+        let message = stopped_notes(output.clone(), state_lost, pending);
+        Ok((
+            Event::ExecutionResult {
+                output,
+                success: false,
+                persisted: false,
+                persisted_variable: None,
+                state_lost,
+            },
+            Message::execution_result(message),
         ))
     }
 
@@ -422,6 +572,20 @@ impl Run<'_> {
             )),
         ))
     }
+}
+
+/// What the model reads about a stopped execution: `result`, and whether the runtime's state
+/// was lost and the execution is still unwinding.
+fn stopped_notes(mut result: String, state_lost: bool, pending: bool) -> String {
+    if state_lost {
+        result.push_str("\n\n");
+        result.push_str(prompt::STATE_LOST_NOTICE);
+    }
+    if pending {
+        result.push_str("\n\n");
+        result.push_str(prompt::INTERRUPT_PENDING_NOTICE);
+    }
+    result
 }
 
 /// The image an item can send to a model that reads images: its PNG or JPEG form, when its

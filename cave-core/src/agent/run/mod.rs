@@ -104,7 +104,7 @@ pub(super) async fn drive(
         }
     };
     run.armed = false;
-    spans::finish_run(&span, run.usage, run.steps, reason);
+    spans::finish_run(&span, run.usage, run.steps, reason, &run.agent.ledger);
     let stopped = Event::Stopped {
         content: std::mem::take(&mut run.final_content),
         stop_reason: reason,
@@ -112,6 +112,7 @@ pub(super) async fn drive(
         elapsed: run.started.elapsed().as_secs_f64(),
         usage: run.usage,
         error,
+        ledger: Box::new(run.agent.ledger.clone()),
     };
     drop(run);
     emit.emit(stopped).await;
@@ -258,13 +259,22 @@ impl<'a> Run<'a> {
         .await;
         let before = self.usage;
         let sent = self.agent.history.len();
+        turn.ledger_estimated_before = self.agent.ledger.tokens.estimated;
         let usage = self.settle_usage(&turn);
-        spans::finish_chat(&chat, usage, streamed.as_ref().err());
+        let cost = match (turn.reported_cost, &self.agent.config.price) {
+            (Some(usd), _) => Some((usd, "reported")),
+            (None, Some(price)) => Some((price.cost(&usage), "computed")),
+            (None, None) => None,
+        };
+        spans::finish_chat(&chat, usage, cost, streamed.as_ref().err());
         let mut step = StepCost {
             step: self.steps,
             usage,
             model_seconds: called.elapsed().as_secs_f64(),
         };
+        let ledger = &mut self.agent.ledger;
+        ledger.model_calls = ledger.model_calls.saturating_add(1);
+        ledger.model_seconds += step.model_seconds;
         if let Err(error) = streamed {
             self.keep_partial(&turn);
             return Err(Failure::Model(error));

@@ -3,9 +3,12 @@
 //! `otel.name`, `otel.kind` and `otel.status_code`, and exports the rest as attributes):
 //!
 //! ```text
-//! invoke_agent cave-agent          gen_ai.operation.name, gen_ai.request.model, usage, stop
+//! invoke_agent cave-agent          gen_ai.operation.name, gen_ai.request.model, usage, stop,
+//! │                                the session's ledger (cave.ledger.*)
 //! ├─ step                          cave.step
-//! │  ├─ chat MODEL                 gen_ai.request.model, gen_ai.usage.{input,output}_tokens
+//! │  ├─ chat MODEL                 gen_ai.request.model, gen_ai.usage.{input,output}_tokens,
+//! │                                gen_ai.usage.cache_read.input_tokens,
+//! │                                gen_ai.usage.reasoning.output_tokens, cave.cost.usd
 //! │  └─ execute_tool python        the cell: success, state lost; code and output opt-in
 //! └─ compaction                    a summary written to make room
 //! ```
@@ -35,8 +38,20 @@ pub(crate) fn run(model: &str) -> Span {
         gen_ai.request.model = model,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        gen_ai.usage.reasoning.output_tokens = Empty,
         cave.stop_reason = Empty,
         cave.steps = Empty,
+        cave.ledger.cost_usd = Empty,
+        cave.ledger.cost_reported_usd = Empty,
+        cave.ledger.total_tokens = Empty,
+        cave.ledger.cells = Empty,
+        cave.ledger.cell_seconds = Empty,
+        cave.ledger.cpu_seconds = Empty,
+        cave.ledger.peak_memory = Empty,
+        cave.ledger.host_calls = Empty,
+        cave.ledger.mcp_calls = Empty,
+        cave.ledger.egress_bytes = Empty,
         error.type = Empty,
     )
 }
@@ -47,11 +62,37 @@ fn int(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
-/// The end of a run, on its span.
-pub(super) fn finish_run(span: &Span, usage: Usage, steps: u32, reason: StopReason) {
-    span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
-    span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+/// The end of a run, on its span: the run's tokens in the GenAI attributes, the session's
+/// ledger in `cave.ledger.*` (the conventions have no names for money or processor time).
+pub(super) fn finish_run(
+    span: &Span,
+    usage: Usage,
+    steps: u32,
+    reason: StopReason,
+    ledger: &crate::Ledger,
+) {
+    record_usage(span, usage);
     span.record("cave.steps", i64::from(steps));
+    span.record("cave.ledger.cost_usd", ledger.cost.usd);
+    span.record("cave.ledger.cost_reported_usd", ledger.cost.reported);
+    span.record("cave.ledger.total_tokens", int(ledger.tokens.total_tokens));
+    span.record("cave.ledger.cells", int(ledger.cells));
+    span.record("cave.ledger.cell_seconds", ledger.cell_seconds);
+    if let Some(cpu) = ledger.cpu_seconds {
+        span.record("cave.ledger.cpu_seconds", cpu);
+    }
+    if let Some(peak) = ledger.peak_memory {
+        span.record("cave.ledger.peak_memory", int(peak));
+    }
+    let calls = |map: &std::collections::BTreeMap<String, u64>| {
+        int(map.values().fold(0u64, |a, n| a.saturating_add(*n)))
+    };
+    span.record("cave.ledger.host_calls", calls(&ledger.host_calls));
+    span.record("cave.ledger.mcp_calls", calls(&ledger.mcp_calls));
+    span.record(
+        "cave.ledger.egress_bytes",
+        int(ledger.egress.sent.saturating_add(ledger.egress.received)),
+    );
     let reason = reason.as_str();
     span.record("cave.stop_reason", reason);
     if !matches!(reason, "completed") {
@@ -78,16 +119,47 @@ pub(super) fn chat(model: &str) -> Span {
         gen_ai.request.model = model,
         gen_ai.usage.input_tokens = Empty,
         gen_ai.usage.output_tokens = Empty,
+        gen_ai.usage.cache_read.input_tokens = Empty,
+        gen_ai.usage.reasoning.output_tokens = Empty,
         cave.usage.estimated = Empty,
+        cave.cost.usd = Empty,
+        cave.cost.source = Empty,
         error.type = Empty,
     )
 }
 
-/// The end of a model call, on its span.
-pub(super) fn finish_chat(span: &Span, usage: Usage, error: Option<&crate::ModelError>) {
+/// Tokens on a span: the GenAI attributes, the cached and reasoning ones when there are any.
+fn record_usage(span: &Span, usage: Usage) {
     span.record("gen_ai.usage.input_tokens", int(usage.prompt_tokens));
     span.record("gen_ai.usage.output_tokens", int(usage.completion_tokens));
+    if usage.cached_tokens > 0 {
+        span.record(
+            "gen_ai.usage.cache_read.input_tokens",
+            int(usage.cached_tokens),
+        );
+    }
+    if usage.reasoning_tokens > 0 {
+        span.record(
+            "gen_ai.usage.reasoning.output_tokens",
+            int(usage.reasoning_tokens),
+        );
+    }
+}
+
+/// The end of a model call, on its span: its tokens and, when known, its cost (`reported` by
+/// the provider, else `computed` from the price).
+pub(super) fn finish_chat(
+    span: &Span,
+    usage: Usage,
+    cost: Option<(f64, &'static str)>,
+    error: Option<&crate::ModelError>,
+) {
+    record_usage(span, usage);
     span.record("cave.usage.estimated", usage.estimated);
+    if let Some((usd, source)) = cost {
+        span.record("cave.cost.usd", usd);
+        span.record("cave.cost.source", source);
+    }
     if let Some(error) = error {
         span.record("error.type", error_kind(error).as_str());
         span.record("otel.status_code", "ERROR");

@@ -20,8 +20,13 @@ pub(super) struct Turn {
     pub(super) refusal: String,
     pub(super) finish: Option<FinishReason>,
     pub(super) reported_usage: Option<Usage>,
+    /// What the provider said the call cost, in US dollars.
+    pub(super) reported_cost: Option<f64>,
+    /// Whether the ledger's tokens were marked estimated before this call was charged (so that
+    /// a late report that replaces this call's estimate can take the mark back).
+    pub(super) ledger_estimated_before: bool,
     /// The end of an answer stopped at its block, read in the background for its usage.
-    pub(super) tail: Option<tokio::task::JoinHandle<Option<Usage>>>,
+    pub(super) tail: Option<tokio::task::JoinHandle<Tail>>,
     pub(super) code: Option<String>,
     /// The code is a block the answer ended in, without a closing fence.
     pub(super) unclosed: bool,
@@ -293,6 +298,9 @@ impl Run<'_> {
             if let Some(usage) = delta.usage {
                 turn.reported_usage = Some(usage);
             }
+            if delta.reported_cost.is_some() {
+                turn.reported_cost = delta.reported_cost;
+            }
             if delta.finish_reason.is_some() {
                 turn.finish = delta.finish_reason;
             }
@@ -500,22 +508,32 @@ pub(super) const TAIL_WAIT: Duration = Duration::from_millis(250);
 /// The most deltas of an answer's end that are read for its usage.
 const TAIL_DELTAS: usize = 256;
 
+/// What the end of an answer reported after the block the agent stopped at.
+#[derive(Debug, Default)]
+pub(super) struct Tail {
+    pub(super) usage: Option<Usage>,
+    pub(super) cost: Option<f64>,
+}
+
 /// Reads what follows the block the agent stopped at, for at most [`TAIL_WAIT`], and returns
-/// the usage reported there, if any.
-async fn tail_usage(mut stream: crate::DeltaStream) -> Option<Usage> {
+/// the usage and cost reported there, if any.
+async fn tail_usage(mut stream: crate::DeltaStream) -> Tail {
     let deadline = tokio::time::Instant::now() + TAIL_WAIT;
-    let mut usage = None;
+    let mut tail = Tail::default();
     for _ in 0..TAIL_DELTAS {
         match tokio::time::timeout_at(deadline, stream.next()).await {
             Ok(Some(Ok(delta))) => {
                 if let Some(reported) = delta.usage.filter(|u| u.total_tokens != 0) {
-                    usage = Some(reported);
+                    tail.usage = Some(reported);
+                }
+                if delta.reported_cost.is_some() {
+                    tail.cost = delta.reported_cost;
                 }
             }
             Ok(Some(Err(_)) | None) | Err(_) => break,
         }
     }
-    usage
+    tail
 }
 
 fn stalled(limit: Duration) -> ModelError {
