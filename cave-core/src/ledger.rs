@@ -296,7 +296,9 @@ pub fn format_usd(usd: f64) -> String {
 /// every runtime asks it before each host call (cave-cell's `run_host_call`).
 #[derive(Debug, Default)]
 pub struct HostCallMeter {
-    calls: Mutex<BTreeMap<(bool, String), u64>>,
+    /// Calls by name: host functions' and methods' first, MCP tools' second (looked up by
+    /// `&str`: a call of a name already counted allocates nothing).
+    calls: Mutex<[BTreeMap<String, u64>; 2]>,
     made: AtomicU64,
     refused: AtomicU64,
     /// The most calls this cell may make, and the session budget that says so.
@@ -340,14 +342,13 @@ impl HostCallMeter {
             self.made.fetch_add(1, Ordering::AcqRel);
         }
         let mut calls = crate::lock(&self.calls);
-        let len = calls.len();
-        let key = (mcp, name.to_owned());
-        match calls.get_mut(&key) {
-            Some(n) => *n = n.saturating_add(1),
-            None if len < MAX_LEDGER_TOOLS => {
-                calls.insert(key, 1);
-            }
-            None => *calls.entry((mcp, OTHER_TOOLS.to_owned())).or_default() += 1,
+        let calls = &mut calls[usize::from(mcp)];
+        if let Some(n) = calls.get_mut(name) {
+            *n = n.saturating_add(1);
+        } else if calls.len() < MAX_LEDGER_TOOLS {
+            calls.insert(name.to_owned(), 1);
+        } else {
+            *calls.entry(OTHER_TOOLS.to_owned()).or_default() += 1;
         }
         Ok(())
     }
@@ -364,9 +365,10 @@ impl HostCallMeter {
 
     /// The calls counted, by tool: `(mcp, name, calls)`, emptying the meter's list.
     pub fn take(&self) -> Vec<(bool, String, u64)> {
-        std::mem::take(&mut *crate::lock(&self.calls))
-            .into_iter()
-            .map(|((mcp, name), n)| (mcp, name, n))
+        let [host, mcp] = std::mem::take(&mut *crate::lock(&self.calls));
+        host.into_iter()
+            .map(|(name, n)| (false, name, n))
+            .chain(mcp.into_iter().map(|(name, n)| (true, name, n)))
             .collect()
     }
 }

@@ -36,6 +36,19 @@ pub(crate) struct ChildGroup {
     dirs: Vec<(&'static str, PathBuf)>,
     /// The `cgroup.procs` files the child joins (written in the child before `exec`).
     procs: Vec<CString>,
+    /// The files the ledger reads, opened at their first reading and read again from their
+    /// start (a reading before each cell and after it: an open each time cost more than the
+    /// read).
+    cpu_file: std::sync::OnceLock<Option<std::fs::File>>,
+    memory_file: std::sync::OnceLock<Option<std::fs::File>>,
+}
+
+/// A control file's contents, read from its start (the kernel writes it anew at offset 0).
+fn read_from_start(file: &std::fs::File) -> Option<String> {
+    use std::os::unix::fs::FileExt;
+    let mut buffer = [0u8; 1024];
+    let n = file.read_at(&mut buffer, 0).ok()?;
+    std::str::from_utf8(&buffer[..n]).ok().map(str::to_owned)
 }
 
 impl ChildGroup {
@@ -94,6 +107,8 @@ impl ChildGroup {
             version,
             dirs: Vec::new(),
             procs: Vec::new(),
+            cpu_file: std::sync::OnceLock::new(),
+            memory_file: std::sync::OnceLock::new(),
         };
         for (controller, parent) in parents {
             sweep_stale_once(parent);
@@ -131,35 +146,37 @@ impl ChildGroup {
     /// Processor time the group's processes have used, in seconds (v2's `cpu.stat`, which
     /// every group has; v1's `cpuacct` hierarchy, when it could be joined).
     pub(crate) fn cpu_seconds(&self) -> Option<f64> {
+        let file = self.cpu_file.get_or_init(|| {
+            let path = if self.version == 2 {
+                self.dirs.first()?.1.join("cpu.stat")
+            } else {
+                let (_, dir) = self.dirs.iter().find(|(c, _)| *c == "cpuacct")?;
+                dir.join("cpuacct.usage")
+            };
+            std::fs::File::open(path).ok()
+        });
+        let text = read_from_start(file.as_ref()?)?;
         if self.version == 2 {
-            let stat = std::fs::read_to_string(self.dirs.first()?.1.join("cpu.stat")).ok()?;
-            let usec: u64 = stat
+            let usec: u64 = text
                 .lines()
                 .find_map(|l| l.strip_prefix("usage_usec ")?.trim().parse().ok())?;
             return Some(usec as f64 / 1e6);
         }
-        let (_, dir) = self.dirs.iter().find(|(c, _)| *c == "cpuacct")?;
-        let nanos: u64 = std::fs::read_to_string(dir.join("cpuacct.usage"))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()?;
+        let nanos: u64 = text.trim().parse().ok()?;
         Some(nanos as f64 / 1e9)
     }
 
     /// The most memory the group has held, in bytes, where the memory controller is on for it.
     pub(crate) fn peak_memory(&self) -> Option<u64> {
-        let dir = self.dir("memory")?;
-        let file = if self.version == 2 {
-            "memory.peak"
-        } else {
-            "memory.max_usage_in_bytes"
-        };
-        std::fs::read_to_string(dir.join(file))
-            .ok()?
-            .trim()
-            .parse()
-            .ok()
+        let file = self.memory_file.get_or_init(|| {
+            let name = if self.version == 2 {
+                "memory.peak"
+            } else {
+                "memory.max_usage_in_bytes"
+            };
+            std::fs::File::open(self.dir("memory")?.join(name)).ok()
+        });
+        read_from_start(file.as_ref()?)?.trim().parse().ok()
     }
 
     fn dir(&self, controller: &str) -> Option<&Path> {
@@ -265,6 +282,8 @@ impl ChildGroup {
 impl Drop for ChildGroup {
     fn drop(&mut self) {
         self.kill_all();
+        // Closed before the directories are removed.
+        drop((self.cpu_file.take(), self.memory_file.take()));
         for (_, dir) in &self.dirs {
             // Empty once its processes are reaped; a few tries cover the reaping.
             for _ in 0..50 {
