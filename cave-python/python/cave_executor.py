@@ -586,10 +586,40 @@ def _rebound_note(rebound):
     )
 
 
-def run_cell(source, namespace, filename, write, show=None, display_limit=None):
+def _compile_as_read(source, filename, split):
+    """The cell compiled from its source as the host read it (`split`: 0 when its last
+    statement is not an expression, else `(start, line)`, where the trailing expression starts,
+    in characters, at the start of line `line`): the body's code and the trailing expression's,
+    or None when the reading does not compile (the parse then decides, and reports the error as
+    it always does)."""
+    try:
+        if split == 0:
+            return compile(source, filename, "exec", _TOP_LEVEL_AWAIT), None
+        start, line = split
+        body, last = source[:start], source[start:]
+        code = compile(body, filename, "exec", _TOP_LEVEL_AWAIT)
+        # On its own line, as in the cell: tracebacks name the right line.
+        trailing = compile("\n" * (line - 1) + last, filename, "eval", _TOP_LEVEL_AWAIT)
+        return code, trailing
+    except (SyntaxError, ValueError):
+        return None
+
+
+def _compile_parsed(source, filename):
+    """The cell parsed, its trailing expression (IPython's rule: the last statement, when it is
+    an expression statement) taken off the body: the body's code and the expression's."""
+    tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | _TOP_LEVEL_AWAIT)
+    trailing = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        trailing = compile(ast.Expression(tree.body.pop().value), filename, "eval", _TOP_LEVEL_AWAIT)
+    return compile(tree, filename, "exec", _TOP_LEVEL_AWAIT), trailing
+
+
+def run_cell(source, namespace, filename, write, show=None, display_limit=None, split=None):
     """Runs `source` in `namespace`, writing its output with `write` and sending its display
     items to `show` (`(bundle, omitted)`, see `_send`), each form at most `display_limit`
-    bytes (None: the default, `set_display_limit`).
+    bytes (None: the default, `set_display_limit`). `split` is where the host read the cell's
+    trailing expression to be (see `_compile_as_read`); None: the cell is parsed for it.
 
     Returns None on success, or `(type name, message)` of the exception it raised (its
     traceback has been written). The value of a trailing expression is echoed as its repr, and
@@ -609,18 +639,18 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None):
     )
     try:
         linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+        compiled = _compile_as_read(source, filename, split) if split is not None else None
+        if compiled is None:
+            try:
+                compiled = _compile_parsed(source, filename)
+            except (SyntaxError, ValueError) as error:
+                write("".join(traceback.format_exception_only(type(error), error)))
+                return (type(error).__name__, str(error))
+        code, trailing = compiled
         try:
-            tree = compile(source, filename, "exec", ast.PyCF_ONLY_AST | _TOP_LEVEL_AWAIT)
-        except (SyntaxError, ValueError) as error:
-            write("".join(traceback.format_exception_only(type(error), error)))
-            return (type(error).__name__, str(error))
-        trailing = None
-        if tree.body and isinstance(tree.body[-1], ast.Expr):
-            trailing = ast.Expression(tree.body.pop().value)
-        try:
-            _evaluate(compile(tree, filename, "exec", _TOP_LEVEL_AWAIT), namespace)
+            _evaluate(code, namespace)
             if trailing is not None:
-                value = _evaluate(compile(trailing, filename, "eval", _TOP_LEVEL_AWAIT), namespace)
+                value = _evaluate(trailing, namespace)
                 if value is not None:
                     namespace["_"] = value
                     if has_rich_form(value):

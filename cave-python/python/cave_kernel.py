@@ -1172,7 +1172,7 @@ def _shower(execution):
     return show
 
 
-def _execute(request_id, code, number, display_limit=None):
+def _execute(request_id, code, number, display_limit=None, split=None):
     write = _writer(request_id)
     _State.running.append(request_id)
     try:
@@ -1184,6 +1184,7 @@ def _execute(request_id, code, number, display_limit=None):
                 write,
                 _shower(request_id),
                 display_limit,
+                split,
             )
         except BaseException as error:  # an interrupt that landed in the executor's own frames
             message = str(error)
@@ -1239,7 +1240,7 @@ def _reply(request_id, status, payload):
 def _handle(message):
     operation, request_id = message[0], message[1]
     if operation == "execute":
-        _execute(request_id, message[2], message[3], *message[4:5])
+        _execute(request_id, message[2], message[3], *message[4:6])
     elif operation == "bind":
         failed = _bind(message[2], set(message[3]))
         _reply(request_id, "ok" if failed is None else "failed", failed)

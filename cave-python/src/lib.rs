@@ -18,8 +18,10 @@
 pub mod exports;
 mod interpreter;
 pub mod report;
+mod trailing;
 
 pub use interpreter::{EnvironmentSource, Interpreter, find_interpreter};
+pub use trailing::{Trailing, executor_split, trailing};
 
 /// The oldest Python the runtimes run, as `(major, minor)`: the kernel worker refuses an
 /// older interpreter when it starts, the in-process runtime an older libpython when it

@@ -688,7 +688,7 @@ impl Inner {
         let (limit, cap) = (limits.max_cell_output, limits.held());
         {
             let mut outputs = lock(&self.output);
-            let spool = OutputSpool::new(std::env::temp_dir(), limit).unlinked();
+            let spool = OutputSpool::new(spool_dir(), limit).unlinked();
             let mut cell = CellOutput::new(cap, Some(live))
                 .with_span(span)
                 .with_spool(spool)
@@ -703,6 +703,7 @@ impl Inner {
         let captured = capture
             .as_ref()
             .and_then(|c| c.begin_cell(self.output.clone()));
+        let split = trailing_split(py, code).map_err(backend("execute"))?;
         self.interrupt.begin(number);
         let result = executor.call_method1(
             "run_cell",
@@ -713,6 +714,7 @@ impl Inner {
                 self.write.bind(py),
                 self.show.bind(py),
                 limits.max_display,
+                split,
             ),
         );
         self.interrupt.end(py);
@@ -1239,4 +1241,22 @@ fn process_peak_memory() -> Option<u64> {
             .unwrap_or(0)
             .saturating_mul(1024)
     })
+}
+
+/// Where the cell's trailing expression is, as `run_cell` takes it (`split`): read here from
+/// the source, so that the executor compiles the cell without building its syntax tree; `None`
+/// when the reading is not sure (the executor parses the cell).
+fn trailing_split<'py>(py: Python<'py>, code: &str) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match cave_python::executor_split(code) {
+        Some(None) => 0u8.into_pyobject(py)?.into_any(),
+        Some(Some(at)) => at.into_pyobject(py)?.into_any(),
+        None => py.None().into_bound(py),
+    })
+}
+
+/// Where a cell's whole output is spooled past the cap: the temporary directory, read once
+/// (each cell asked the environment for it).
+fn spool_dir() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(std::env::temp_dir).clone()
 }

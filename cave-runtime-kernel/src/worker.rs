@@ -484,12 +484,22 @@ impl Worker {
         let (done, rx) = oneshot::channel();
         lock(&self.shared.pending).insert(id, Pending::Execution { output, done });
         lock(&self.shared.executing).get_or_insert(id);
+        // Where the trailing expression is, read here: the worker compiles the cell without
+        // building its syntax tree (see `cave_python::executor_split`).
+        let split = match cave_python::executor_split(code) {
+            Some(None) => Value::Int(0),
+            Some(Some((start, line))) => {
+                Value::Tuple(vec![Value::Int(start as i128), Value::Int(line as i128)])
+            }
+            None => Value::None,
+        };
         let message = Data::Owned(Value::Tuple(vec![
             "execute".into(),
             Value::Int(id.into()),
             code.into(),
             Value::Int(number.into()),
             Value::Int(max_display as i128),
+            split,
         ]));
         if let Err(e) = self.send(&message) {
             lock(&self.shared.pending).remove(&id);

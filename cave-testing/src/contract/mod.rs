@@ -369,6 +369,28 @@ pub async fn errors_show_the_cells_own_lines(rt: &dyn Runtime) {
         out.error.map(|e| e.python_type),
         Some("SyntaxError".to_owned())
     );
+    // A trailing expression (compiled apart from the body, where the host reads it) raises on
+    // its own line; a syntax error in it or before it reads as the whole cell's.
+    let out = run(rt, "x = 1\ny = 0\nx / y").await;
+    assert!(
+        out.output.contains(", line 3, in <module>\n    x / y\n"),
+        "{}",
+        out.output
+    );
+    for (cell, line) in [("x = 1\nx +", 2), ("def f(:\n    pass\nf()", 1)] {
+        let out = run(rt, cell).await;
+        assert_eq!(
+            out.error.as_ref().map(|e| e.python_type.as_str()),
+            Some("SyntaxError"),
+            "{cell:?}: {}",
+            out.output
+        );
+        assert!(
+            out.output.contains(&format!(", line {line}\n")),
+            "{cell:?}: {}",
+            out.output
+        );
+    }
 }
 
 /// Top-level `await` works, and coroutines persist across cells.
