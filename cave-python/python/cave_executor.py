@@ -209,15 +209,14 @@ class Type:
 # them. Each item reaches the host through the current cell's `show` (set per execution, like
 # `_output`) as `(bundle, omitted)`: `{mime: str | bytes}` with `text/plain` always, and
 # `{mime: size}` for the forms left out because they were over the limit.
-_show = contextvars.ContextVar("cave_show", default=None)
-# Whose figures a cell shows: its runtime's (the `owner` of its `show`, or `show` itself). In
-# one interpreter several runtimes run cells at once, and pyplot's figures are global.
-_figure_owner = contextvars.ContextVar("cave_figure_owner", default=None)
+# One variable for the three a cell sets (each set and reset costs a cell time): `show`; whose
+# figures a cell shows, its runtime's (the `owner` of its `show`, or `show` itself: in one
+# interpreter several runtimes run cells at once, and pyplot's figures are global); and the
+# largest form of one display item, in bytes, the runtime's (None: `_display_limit`).
+_display = contextvars.ContextVar("cave_display", default=(None, None, None))
 
-# The largest form of one display item, in bytes: the runtime's, per cell (`run_cell`), or
-# the default (`set_display_limit`).
+# The default largest form of one display item (`set_display_limit`).
 _display_limit = [16 << 20]
-_cell_display_limit = contextvars.ContextVar("cave_display_limit", default=None)
 
 # The `_repr_*_` methods, in the order IPython prefers them.
 _REPR_METHODS = (
@@ -348,7 +347,7 @@ def _send(bundle):
     """Writes an item's text form into the output (where it was shown) and sends the item to
     the current cell's host, leaving out forms over the limit; without a cell (a thread
     outlived it), the text is printed alone."""
-    limit = _cell_display_limit.get()
+    limit = _display.get()[2]
     if limit is None:
         limit = _display_limit[0]
     omitted = {}
@@ -363,7 +362,7 @@ def _send(bundle):
         omitted["text/plain"] = len(text)
         bundle["text/plain"] = text[:limit]
     write = _output.get()
-    show = _show.get()
+    show = _display.get()[0]
     if write is None or show is None:
         sys.stdout.write(bundle.get("text/plain", "") + "\n")
         return
@@ -400,7 +399,7 @@ def _show_figures():
     gcf = getattr(helpers, "Gcf", None)
     if gcf is None:
         return
-    owner = _figure_owner.get()
+    owner = _display.get()[1]
     managers = [
         m
         for m in gcf.get_all_fig_managers()
@@ -430,7 +429,7 @@ def _matplotlib_backend():
 
                 def __init__(self, *args, **kwargs):
                     super().__init__(*args, **kwargs)
-                    self._cave_owner = _figure_owner.get()
+                    self._cave_owner = _display.get()[1]
 
             value.__name__ = value.__qualname__ = "FigureCanvas"
         elif name == "FigureManager":
@@ -509,6 +508,9 @@ def _evaluate(code, namespace):
 def _restore_routing():
     """Puts the routers back if the cell replaced `sys.stdout`/`sys.stderr` and left them so;
     returns the names it restored."""
+    # Most cells leave both in place: said at once.
+    if sys.stdout is _routers.get("stdout") and sys.stderr is _routers.get("stderr"):
+        return ()
     replaced = [name for name, router in _routers.items() if getattr(sys, name, None) is not router]
     for name in replaced:
         setattr(sys, name, _routers[name])
@@ -626,9 +628,7 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None, 
     shown as an item too when it has a rich form; figures left open are shown at the end.
     """
     token = _output.set(write)
-    shown = _show.set(show)
-    owned = _figure_owner.set(getattr(show, "owner", show))
-    limited = _cell_display_limit.set(display_limit)
+    displaying = _display.set((show, getattr(show, "owner", show), display_limit))
     # Whatever an earlier cell (or a thread) did to them, this cell's output is routed.
     _restore_routing()
     bindings = namespace.get(_HOST_KEY)
@@ -686,9 +686,7 @@ def run_cell(source, namespace, filename, write, show=None, display_limit=None, 
                 "later output is seen. Use contextlib.redirect_stdout to capture output temporarily.]\n"
             )
         _output.reset(token)
-        _show.reset(shown)
-        _figure_owner.reset(owned)
-        _cell_display_limit.reset(limited)
+        _display.reset(displaying)
 
 
 _HIDDEN_FILES.add(run_cell.__code__.co_filename)
