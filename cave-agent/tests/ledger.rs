@@ -288,3 +288,31 @@ fn a_budget_that_is_not_a_number_is_refused_at_build() {
         "max_cost must be a number of zero or more, not NaN"
     );
 }
+
+/// A call whose cost is known before its cell runs (the answer ended inside its block, so the
+/// usage came first) and spends the budget: the cell is refused, unasked and unrun.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cell_a_spent_budget_would_start_is_refused() {
+    let runtime = Arc::new(InProcRuntime::new().expect("embeds Python"));
+    let model = ScriptedModel::new([Reply::text("```python\nran = 1\n").cost(0.6)]);
+    let mut builder = Agent::builder(model, runtime.clone());
+    builder.max_cost(0.5);
+    let mut agent = builder.build().expect("builds");
+    let events: Vec<Event> = agent.stream("Run it.").collect().await;
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::ExecutionRefused { reason: Some(r) }
+            if r.contains("cost budget of $0.50 is spent"))),
+        "{events:?}"
+    );
+    let Some(Event::Stopped { error, ledger, .. }) = events.last() else {
+        panic!("no stopped event");
+    };
+    assert_eq!(error.as_ref().map(|e| e.kind), Some(StopErrorKind::MaxCost));
+    assert_eq!(ledger.cells, 0);
+    assert!(
+        !runtime.is_bound("ran").await.expect("asks"),
+        "the cell ran"
+    );
+}

@@ -16,6 +16,27 @@ pub const MAX_LEDGER_TOOLS: usize = 1000;
 /// The name calls of tools past [`MAX_LEDGER_TOOLS`] are counted under.
 pub const OTHER_TOOLS: &str = "(other tools)";
 
+/// The most characters of a tool's name a ledger keeps (a cell can call a method by any name
+/// through `getattr`, and the call is counted before the object says there is none).
+const MAX_TOOL_NAME: usize = 200;
+
+/// Adds `calls` to `name`'s count in `map`: a name cut to [`MAX_TOOL_NAME`], and past
+/// [`MAX_LEDGER_TOOLS`] names, [`OTHER_TOOLS`]. A name already counted allocates nothing.
+fn count_into(map: &mut BTreeMap<String, u64>, name: &str, calls: u64) {
+    let (name, _) = crate::shorten(name, MAX_TOOL_NAME);
+    if let Some(n) = map.get_mut(name) {
+        *n = n.saturating_add(calls);
+    } else {
+        let key = if map.len() < MAX_LEDGER_TOOLS {
+            name
+        } else {
+            OTHER_TOOLS
+        };
+        let n = map.entry(key.to_owned()).or_default();
+        *n = n.saturating_add(calls);
+    }
+}
+
 /// A model's price, in US dollars per million tokens: what the ledger computes a call's cost
 /// with when the provider reports none.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -190,13 +211,7 @@ impl Ledger {
         } else {
             &mut self.host_calls
         };
-        let key = if map.contains_key(name) || map.len() < MAX_LEDGER_TOOLS {
-            name
-        } else {
-            OTHER_TOOLS
-        };
-        let n = map.entry(key.to_owned()).or_default();
-        *n = n.saturating_add(calls);
+        count_into(map, name, calls);
     }
 
     /// Adds a cell's processor seconds, and keeps the higher peak of memory.
@@ -341,15 +356,7 @@ impl HostCallMeter {
         } else {
             self.made.fetch_add(1, Ordering::AcqRel);
         }
-        let mut calls = crate::lock(&self.calls);
-        let calls = &mut calls[usize::from(mcp)];
-        if let Some(n) = calls.get_mut(name) {
-            *n = n.saturating_add(1);
-        } else if calls.len() < MAX_LEDGER_TOOLS {
-            calls.insert(name.to_owned(), 1);
-        } else {
-            *calls.entry(OTHER_TOOLS.to_owned()).or_default() += 1;
-        }
+        count_into(&mut crate::lock(&self.calls)[usize::from(mcp)], name, 1);
         Ok(())
     }
 
@@ -434,6 +441,15 @@ mod tests {
         assert_eq!(ledger.host_calls.len(), MAX_LEDGER_TOOLS + 1);
         assert_eq!(ledger.host_calls[OTHER_TOOLS], 5);
         assert_eq!(ledger.total_calls(), MAX_LEDGER_TOOLS as u64 + 5);
+        // A name a cell made up is kept short, in the ledger and in the meter alike.
+        let long = format!("obj.{}", "x".repeat(1 << 20));
+        let mut ledger = Ledger::new();
+        ledger.count_call(&long, true, 1);
+        let meter = HostCallMeter::new();
+        meter.admit(&long, true).unwrap();
+        let (_, name, _) = &meter.take()[0];
+        assert_eq!(name.chars().count(), MAX_TOOL_NAME);
+        assert_eq!(ledger.mcp_calls.keys().next(), Some(name));
     }
 
     #[test]

@@ -166,15 +166,9 @@ impl Run<'_> {
 
     /// Runs the code (unless the policy refuses it): the event and the execution result.
     pub(super) async fn execute(&mut self, code: &str) -> Result<(Event, Message), Failure> {
-        if let Some(refused) = self.screen(code) {
-            return Ok(refused);
-        }
-        if let Some(refused) = self.ask_approval(code).await {
-            return Ok(refused);
-        }
         if let Some(spent) = self.session_budget_error() {
-            // A budget a cell would overrun is spent: nothing runs, and the run stops before
-            // its next step.
+            // A budget a cell would overrun is spent: nothing runs (nor is anyone asked to
+            // approve it), and the run stops before its next step.
             let message = prompt::budget_spent(&spent.message);
             return Ok((
                 Event::ExecutionRefused {
@@ -182,6 +176,12 @@ impl Run<'_> {
                 },
                 Message::execution_result(message),
             ));
+        }
+        if let Some(refused) = self.screen(code) {
+            return Ok(refused);
+        }
+        if let Some(refused) = self.ask_approval(code).await {
+            return Ok(refused);
         }
         let runtime = self.agent.runtime.clone();
         let (sender, mut live) = mpsc::unbounded_channel();
