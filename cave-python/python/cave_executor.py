@@ -139,6 +139,34 @@ def _start_with_output(thread, *args, **kwargs):
     return _thread_start(thread, *args, **kwargs)
 
 
+# Threads in which a `KeyboardInterrupt` was swallowed: raised inside a weakref callback or a
+# `__del__` (importlib's own among them), where Python only reports it. The in-process runtime
+# raises its interrupt again there (`take_swallowed_interrupt`).
+_swallowed_interrupts = set()
+
+
+class _UnraisableHook:
+    """Notes a swallowed `KeyboardInterrupt` instead of printing it; hands anything else on."""
+
+    def __init__(self, previous):
+        self.previous = previous
+
+    def __call__(self, unraisable):
+        if isinstance(unraisable.exc_value, KeyboardInterrupt):
+            _swallowed_interrupts.add(threading.get_ident())
+            return
+        self.previous(unraisable)
+
+
+def take_swallowed_interrupt(ident):
+    """Whether a `KeyboardInterrupt` was swallowed in thread `ident` since last asked."""
+    try:
+        _swallowed_interrupts.remove(ident)
+    except KeyError:
+        return False
+    return True
+
+
 def install(threads_keep_the_route=False):
     """Routes `sys.stdout` and `sys.stderr` through the executor, and provides the
     `cave_agent.runtime` compatibility module (idempotent). `threads_keep_the_route`: threads
@@ -153,6 +181,8 @@ def install(threads_keep_the_route=False):
         elif name not in _routers:
             _routers[name] = current
     _install_display()
+    if not isinstance(sys.unraisablehook, _UnraisableHook):
+        sys.unraisablehook = _UnraisableHook(sys.unraisablehook)
     if "cave_agent.runtime" not in sys.modules:
         package = types.ModuleType("cave_agent", "CaveAgent compatibility: injection modules import from here.")
         runtime = types.ModuleType("cave_agent.runtime")
@@ -515,6 +545,32 @@ def _restore_routing():
     for name in replaced:
         setattr(sys, name, _routers[name])
     return replaced
+
+
+def release_import_locks():
+    """Gives back the import locks this thread still holds between cells; returns how many.
+
+    An exception raised in a thread from outside (an interrupt) can land inside importlib
+    between its taking a lock and the `try` that gives it back. Between cells this thread
+    imports nothing, so a lock it holds then is such a one: held on, it would stop every other
+    thread's imports for good."""
+    import _imp
+
+    released = 0
+    while True:
+        try:
+            _imp.release_lock()
+        except RuntimeError:  # not held by this thread (any more)
+            break
+        released += 1
+    me = threading.get_ident()
+    bootstrap = sys.modules.get("_frozen_importlib")
+    for ref in list(getattr(bootstrap, "_module_locks", {}).values()):
+        lock = ref()
+        while lock is not None and getattr(lock, "owner", None) == me and lock.count:
+            lock.release()
+            released += 1
+    return released
 
 
 # Files whose frames a traceback never shows: the executor's, and those of the runtime's own

@@ -1205,6 +1205,10 @@ def _execute(request_id, code, number, display_limit=None, split=None):
         _State.running.pop()
         if not _State.running:
             _State.pending_interrupt = False
+    if raised is not None and raised[0] == "KeyboardInterrupt" and not _State.running:
+        # The interrupt may have landed inside importlib and left its locks held by this
+        # thread, which would stop every later import (the in-process runtime does the same).
+        executor.release_import_locks()
     _answering(request_id)
     send(("done", request_id, raised))
 

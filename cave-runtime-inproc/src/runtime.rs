@@ -1192,6 +1192,7 @@ where
     let args = Args::new(values);
     let call_cell = cell.call_cell();
     let interrupted = cell.interrupt.host_calls();
+    let waiting = cell.interrupt.host_call_waiting();
     let result = py.detach(|| {
         handle.block_on(async {
             tokio::select! {
@@ -1203,6 +1204,7 @@ where
             }
         })
     });
+    drop(waiting);
     let Some(result) = result else {
         return Err(pyo3::exceptions::PyKeyboardInterrupt::new_err(format!(
             "the host call {name} was dropped: its cell was interrupted or has ended"

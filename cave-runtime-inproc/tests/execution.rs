@@ -101,3 +101,55 @@ async fn each_runtime_shows_only_its_own_matplotlib_figures() {
     assert!(quick.1.items().is_empty(), "{:?}", quick.1.items());
     assert_eq!(drawn.1.items().len(), 1, "the figure is its own cell's");
 }
+
+/// An interrupt that finds a cell importing lands where importlib can unwind it: never
+/// between its taking the interpreter's import lock and the `try` that gives it back, which
+/// left the lock held and every later import in the process waiting forever (a CI hang on
+/// Python 3.13). A thread of the cell imports without pause meanwhile, so the interrupted
+/// thread is often waiting for that lock when the interrupt comes; the cell's own loop does
+/// some work of its own between imports, as real cells do, where the interrupt can land.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupt_during_imports_leaves_imports_working() {
+    let rt = InProcRuntime::new().unwrap();
+    run(
+        &rt,
+        "import sys, threading\nstop = False\ndef churn():\n    while not stop:\n        sys.modules.pop('colorsys', None)\n        import colorsys\nchurner = threading.Thread(target=churn, daemon=True)\nchurner.start()",
+    )
+    .await;
+    let interrupter = rt.interrupter().expect("the runtime can interrupt");
+    for round in 0..60u64 {
+        let interrupter = interrupter.clone();
+        let stopper = tokio::spawn(async move {
+            // Different moments of the import loop from one round to the next.
+            tokio::time::sleep(std::time::Duration::from_millis(2 + round % 17)).await;
+            while interrupter.interrupt() == cave_core::Interruption::Idle {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        });
+        let out = bounded(run(
+            &rt,
+            "while True:\n    sys.modules.pop('sched', None)\n    import sched\n    for _ in range(300):\n        pass",
+        ))
+        .await;
+        stopper.await.expect("the stopper ran");
+        assert_eq!(
+            out.error.map(|e| e.python_type).as_deref(),
+            Some("KeyboardInterrupt"),
+            "round {round}"
+        );
+    }
+    // Another thread still imports: the lock was given back each time.
+    let out = bounded(run(
+        &rt,
+        "stop = True\nchurner.join(10)\ndef probe():\n    sys.modules.pop('colorsys', None)\n    import colorsys\nprober = threading.Thread(target=probe, daemon=True)\nprober.start()\nprober.join(10)\nprint(churner.is_alive(), prober.is_alive())",
+    ))
+    .await;
+    assert_eq!(out.output, "False False\n", "{out:?}");
+}
+
+/// A cell's result, or a failure (not a hang) if the interpreter wedged.
+async fn bounded(cell: impl std::future::Future<Output = Execution>) -> Execution {
+    tokio::time::timeout(std::time::Duration::from_secs(60), cell)
+        .await
+        .expect("the cell ended: the interpreter's import lock was left held")
+}

@@ -59,6 +59,7 @@ macro_rules! runtime_contract_tests {
             a_cell_that_rebinds_a_host_name_is_told,
             a_panicking_host_function_fails_its_call_only,
             a_host_call_that_never_returns_is_interrupted,
+            an_interrupt_leaves_no_import_lock_held,
             host_calls_run_side_by_side,
             a_failing_call_among_many_reaches_the_cell,
             calls_in_flight_end_with_their_cell,
@@ -258,6 +259,39 @@ hang()",
             "the call's future was dropped"
         );
     }
+}
+
+/// A cell interrupted while its thread holds the interpreter's import lock (as when the
+/// interrupt lands inside importlib, between its taking the lock and the `try` that gives it
+/// back) leaves it held by no one: another thread's import completes afterwards.
+pub async fn an_interrupt_leaves_no_import_lock_held(rt: &dyn Runtime) {
+    run(rt, "import threading, sys, time").await;
+    let interrupter = rt.interrupter().expect("the runtime can interrupt");
+    let stopper = interrupt_once_running(interrupter);
+    let holding = run(
+        rt,
+        "import _imp\n_imp.acquire_lock()\nwhile True:\n    time.sleep(0.01)",
+    );
+    let out = tokio::time::timeout(Duration::from_secs(60), holding)
+        .await
+        .expect("the cell holding the lock was never stopped");
+    assert_eq!(
+        stopper.await.expect("the stopper ran").0,
+        Interruption::Delivered
+    );
+    assert_eq!(
+        out.error.as_ref().map(|e| e.python_type.as_str()),
+        Some("KeyboardInterrupt"),
+        "{out:?}"
+    );
+    // Imported afresh on a thread of its own (the cell's thread may take the lock again: it
+    // is reentrant); bounded, so that a lock still held fails the check instead of hanging it.
+    let probe = run(
+        rt,
+        "sys.modules.pop('sched', None)\nprobe = threading.Thread(target=__import__, args=('sched',), daemon=True)\nprobe.start()\nprobe.join(20)\nprint('blocked' if probe.is_alive() else 'imported')",
+    )
+    .await;
+    assert_eq!(probe.output, "imported\n", "{probe:?}");
 }
 
 /// Runs a cell; the runtime itself must not fail.
