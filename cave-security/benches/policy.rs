@@ -43,8 +43,7 @@ fn four_rules(c: &mut Criterion) {
     c.bench_function("check_300_lines_4_rules_door_in_every_block", |b| {
         b.iter(|| black_box(policy.check(black_box(&every))))
     });
-    // The worst case: a door's name on every line (in a comment), so every statement is
-    // parsed and walked, one by one.
+    // A door's name on every line, in a comment: text, so nothing is parsed.
     let every_line: String = code
         .lines()
         .map(|line| format!("{line}  # getattr\n"))
@@ -53,6 +52,21 @@ fn four_rules(c: &mut Criterion) {
     c.bench_function("check_300_lines_4_rules_door_on_every_line", |b| {
         b.iter(|| black_box(policy.check(black_box(&every_line))))
     });
+    // The worst case: a door in the code of every statement, so the whole cell is parsed and
+    // walked, and every door's argument read.
+    let every_statement = door_in_every_statement();
+    assert!(policy.check(&every_statement).is_empty());
+    c.bench_function("check_300_lines_4_rules_door_in_every_statement", |b| {
+        b.iter(|| black_box(policy.check(black_box(&every_statement))))
+    });
+}
+
+/// 300 statements, each reaching a column by string (`xtask/compare/caveagent.py` builds the
+/// same cell).
+fn door_in_every_statement() -> String {
+    (0..300)
+        .map(|i| format!("total_{i} = getattr(frame, 'column_{i}').sum() / len(frame)\n"))
+        .collect()
 }
 
 criterion_group!(benches, four_rules);
@@ -78,6 +92,11 @@ fn parse_reusing_the_parser(c: &mut Criterion) {
         .unwrap();
     c.bench_function("parse_300_lines_reused_parser", |b| {
         b.iter(|| black_box(parser.parse(black_box(&code), None)))
+    });
+    // The worst case's cell: what parsing alone takes of its check.
+    let every_statement = door_in_every_statement();
+    c.bench_function("parse_door_in_every_statement_reused_parser", |b| {
+        b.iter(|| black_box(parser.parse(black_box(&every_statement), None)))
     });
 }
 criterion_group!(parse, parse_only, parse_reusing_the_parser);

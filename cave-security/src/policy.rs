@@ -307,6 +307,34 @@ where
     }
 }
 
+/// The word offsets in `code[range]`, as positions in a source holding that text after
+/// `prefix` bytes; `None` (walk every node) when the text is not ASCII, where Python folds
+/// names (`ｅｖａｌ` is `eval`) that the word scan does not see.
+fn words_in(
+    code: &str,
+    offsets: &[usize],
+    range: Range<usize>,
+    prefix: usize,
+) -> Option<Vec<usize>> {
+    if !code[range.clone()].is_ascii() {
+        return None;
+    }
+    let first = offsets.partition_point(|&at| at < range.start);
+    Some(
+        offsets[first..]
+            .iter()
+            .take_while(|&&at| at < range.end)
+            .map(|&at| at - range.start + prefix)
+            .collect(),
+    )
+}
+
+/// Whether `at` lies in one of `ranges` (in order, not overlapping).
+fn within(ranges: &[Range<usize>], at: usize) -> bool {
+    let after = ranges.partition_point(|r| r.end <= at);
+    ranges.get(after).is_some_and(|r| r.start <= at)
+}
+
 /// Where `word` occurs in `code` not inside a longer identifier.
 fn word_matches<'c>(code: &'c str, word: &'c str) -> impl Iterator<Item = usize> + 'c {
     let is_ident = |c: u8| c.is_ascii_alphanumeric() || c == b'_';
@@ -347,6 +375,14 @@ impl SecurityPolicy {
         if code.trim().is_empty() {
             return vec![Violation::new("The code is empty").with_kind(ViolationKind::Syntax)];
         }
+        // Python reads `\r\n` and a lone `\r` as `\n`; tree-sitter does not end a comment at
+        // `\r`, so code after one would go unseen. Read as Python reads it.
+        let code: Cow<'_, str> = if code.contains('\r') {
+            Cow::Owned(code.replace("\r\n", "\n").replace('\r', "\n"))
+        } else {
+            Cow::Borrowed(code)
+        };
+        let code = code.as_ref();
         let mut found = Vec::new();
         for pattern in &self.patterns {
             if let Some(m) = pattern.regex.find(code) {
@@ -365,9 +401,22 @@ impl SecurityPolicy {
         // Where the words that could break a rule occur: none (in ASCII code) means nothing
         // the tree could show. (Code that does not parse is then reported by Python itself
         // when it runs.)
-        let offsets = self.word_offsets(code);
+        let mut offsets = self.word_offsets(code);
         if offsets.is_empty() && code.is_ascii() {
             return found;
+        }
+        // A word in a comment or a plain string is text: a rule is broken only by code (a
+        // string names something only as the argument of a door, itself a word in code).
+        let reading = if split == Split::Never {
+            None
+        } else {
+            statements::read(code)
+        };
+        if let Some(reading) = &reading {
+            offsets.retain(|&at| !within(&reading.inert, at));
+            if offsets.is_empty() && code.is_ascii() {
+                return found;
+            }
         }
         if code.len() > MAX_ANALYSED_BYTES {
             found.push(Violation::new(format!(
@@ -389,13 +438,20 @@ impl SecurityPolicy {
         }
         // Parsing is most of a check's time, and a statement without a forbidden word or a
         // door to one cannot break a rule: only the statements that could are parsed.
-        if split != Split::Never
-            && let Some(parts) = self.check_parts(&mut parser, code, &offsets, split)
+        if let Some(reading) = reading
+            && let Some(parts) =
+                self.check_parts(&mut parser, code, reading.statements, &offsets, split)
         {
             found.extend(parts);
             return found;
         }
-        let Some(mut walk) = self.walk(&mut parser, code, 0, false) else {
+        // (Split::Never is the reference the tests hold the rest to: every node walked.)
+        let words = if split == Split::Never {
+            None
+        } else {
+            words_in(code, &offsets, 0..code.len(), 0)
+        };
+        let Some(mut walk) = self.walk(&mut parser, code, 0, false, words.as_deref()) else {
             found.push(
                 Violation::new("The code policy could not parse the code")
                     .with_kind(ViolationKind::TooComplex),
@@ -416,20 +472,19 @@ impl SecurityPolicy {
         found
     }
 
-    /// The violations of the cell's top-level statements that hold a word at `offsets` (or
+    /// The violations of the cell's top-level `statements` that hold a word at `offsets` (or
     /// non-ASCII text), each parsed alone; of a compound statement whose header holds none,
-    /// only its block's statements that do. `None` when the cell is not split, when the parts
-    /// to read are most of it (one parse is then cheaper than many; so is a cell of one simple
+    /// only its block's statements that do. `None` when the parts to read are most of it (one parse is then cheaper than many; so is a cell of one simple
     /// statement), or when a part does not parse alone (perhaps split inside a statement): then
     /// the whole cell decides.
     fn check_parts(
         &self,
         parser: &mut Parser,
         code: &str,
+        statements: Vec<Range<usize>>,
         offsets: &[usize],
         split: Split,
     ) -> Option<Vec<Violation>> {
-        let statements = statements::top_level_statements(code)?;
         let worth_reading = |range: &Range<usize>| {
             let first = offsets.partition_point(|&at| at < range.start);
             offsets.get(first).is_some_and(|&at| at < range.end) || !code[range.clone()].is_ascii()
@@ -469,10 +524,12 @@ impl SecurityPolicy {
             let walk = if in_block {
                 // Under a header of its own, a block's statement parses as it does in place:
                 // same text, indentation and depth.
+                let words = words_in(code, offsets, range.clone(), BLOCK_HEADER.len());
                 let source = format!("{BLOCK_HEADER}{}", &code[range]);
-                self.walk(parser, &source, line - 1, too_deep)?
+                self.walk(parser, &source, line - 1, too_deep, words.as_deref())?
             } else {
-                self.walk(parser, &code[range], line, too_deep)?
+                let words = words_in(code, offsets, range.clone(), 0);
+                self.walk(parser, &code[range], line, too_deep, words.as_deref())?
             };
             if walk.syntax_error.is_some() {
                 return None;
@@ -483,14 +540,16 @@ impl SecurityPolicy {
         Some(found)
     }
 
-    /// Parses `source` (lines numbered from `first_line + 1`) and checks every node; `None`
+    /// Parses `source` (lines numbered from `first_line + 1`) and checks its nodes; `None`
     /// if the parser gave up. `too_deep`: the cell was already reported as nested too deep.
+    /// `words`: where in `source` the policy's words start (`None`: walk every node).
     fn walk(
         &self,
         parser: &mut Parser,
         source: &str,
         first_line: usize,
         too_deep: bool,
+        words: Option<&[usize]>,
     ) -> Option<Walked> {
         let tree = parser.parse(source, None)?;
         let mut walk = Walk {
@@ -501,6 +560,7 @@ impl SecurityPolicy {
             syntax_error: None,
             parents: Vec::new(),
             too_deep,
+            words,
         };
         walk.visit(&mut tree.walk());
         Some(Walked {
@@ -520,10 +580,11 @@ struct Walked {
     too_deep: bool,
 }
 
-/// Whether a check parses the statements that could break a rule alone.
+/// Whether a check parses the statements that could break a rule alone (and ignores the
+/// words in text, and walks only the nodes that hold a word).
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Split {
-    /// The whole cell, always.
+    /// The whole cell, always, every word and every node: the reference.
     Never,
     /// Those statements, unless they are most of the cell (one parse is then cheaper).
     WhenCheaper,
@@ -547,6 +608,8 @@ struct Walk<'a, 't> {
     parents: Vec<&'t str>,
     /// Some part nested deeper than the policy analyses (reported once).
     too_deep: bool,
+    /// Where the policy's words start in the source (`None`: everywhere is worth a look).
+    words: Option<&'a [usize]>,
 }
 
 /// Parents under which an identifier is a name being defined, not a value being used.
@@ -586,7 +649,8 @@ impl<'a, 't> Walk<'a, 't> {
             let node = cursor.node();
             let field = cursor.field_name();
             self.check_node(node, field);
-            if depth >= MAX_TREE_DEPTH && node.child_count() > 0 {
+            let descend = node.child_count() > 0 && self.worth_descending(node);
+            if descend && depth >= MAX_TREE_DEPTH {
                 // Fail closed: what lies below is not analysed, so the cell is refused.
                 if !self.too_deep {
                     self.too_deep = true;
@@ -599,7 +663,7 @@ impl<'a, 't> Walk<'a, 't> {
                         .with_kind(ViolationKind::TooComplex),
                     );
                 }
-            } else if cursor.goto_first_child() {
+            } else if descend && cursor.goto_first_child() {
                 self.parents.push(node.kind());
                 depth += 1;
                 continue;
@@ -615,6 +679,18 @@ impl<'a, 't> Walk<'a, 't> {
                 depth -= 1;
             }
         }
+    }
+
+    /// Whether a node's children could hold a finding: a word of the policy starts inside it
+    /// (what the tree can show is made of words: a name, an import's module, a door), or a
+    /// syntax error lies below (the first one's line is reported).
+    fn worth_descending(&self, node: Node<'_>) -> bool {
+        let Some(words) = self.words else {
+            return true;
+        };
+        let start = node.start_byte();
+        let first = words.partition_point(|&at| at < start);
+        words.get(first).is_some_and(|&at| at < node.end_byte()) || node.has_error()
     }
 
     fn check_node(&mut self, node: Node<'_>, field: Option<&str>) {
@@ -1102,6 +1178,20 @@ mod tests {
         "def ｆ():\n    x = 1\n",
         "def one(): return open\n",
         "class F:\n    def m(self):\n        pass\n    x = ｅｖａｌ\n",
+        // Words in comments and strings, beside code that holds them or not.
+        "x = '#'; y = eval\n",
+        "s = \"it's # no comment\"; z = open\n",
+        "y = 1  # eval, open, getattr\nz = 2\n",
+        "s = 'getattr(a, \"__globals__\")'\n",
+        "s = r'\\''; t = eval\n",
+        "d = '''\neval\n'''; e = getattr(d, 'upper')\n",
+        "f = f'{eval(1)}' + f'{{open}}'\n",
+        "g = rb'exec' + b'open' + u'vars'\n",
+        "h = \"\"  \"eval\" '' 'globals'\n",
+        "i = ''' ''' ; j = '''open''' + '''\n''' + getattr(i, '__dict__')\n",
+        "# import os\nk = 1\n",
+        "def m():\n    '''Opens it with open, then eval.'''\n    return 1  # getattr\n",
+        "n = (1,  # eval\n     open)\n",
     ];
 
     fn corpus() -> Vec<&'static str> {
@@ -1152,6 +1242,27 @@ mod tests {
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(found[0].line, Some(42), "{found:?}");
         assert_eq!(found, policy().check_statements(&code, Split::Never));
+    }
+
+    #[test]
+    fn words_in_comments_and_strings_are_text_but_code_after_a_lone_cr_is_not() {
+        let policy = policy();
+        assert_eq!(
+            policy.check("x = 1  # eval\ns = 'open' + \"getattr\"\n"),
+            []
+        );
+        // Python ends the comment at `\r`: the call is code.
+        let found = policy.check("x = 1  # note\reval('1')\n");
+        assert!(
+            found.iter().any(|v| v.message.contains("'eval'")),
+            "{found:?}"
+        );
+        // A field is code.
+        let found = policy.check("s = f'{open(1)}'  # open\n");
+        assert!(
+            found.iter().any(|v| v.message.contains("'open'")),
+            "{found:?}"
+        );
     }
 
     #[test]

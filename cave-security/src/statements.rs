@@ -8,18 +8,34 @@
 //! f-string's field that Python 3.11 and 3.12 read differently, a `\r`, or an unterminated
 //! string. A part too many is harmless (statements merged); a split inside a statement would
 //! not be, so the policy also analyses the whole cell when a part does not parse.
+//!
+//! The same reading says which text is inert (comments, strings without fields), whose words
+//! the policy then ignores. That must be exact, as a parse cannot catch it: a string taken to
+//! end late, or a comment that Python ends at a lone `\r`, would hide code. So a string ends
+//! only where Python's tokenizer ends it, and a `\r` anywhere gives up on the whole reading.
 
 use std::ops::Range;
 
-/// The byte ranges of the cell's top-level statements, in order and covering the whole cell
-/// (comments and blank lines belong to the statement before them; decorators, `else`,
-/// `elif`, `except` and `finally` to theirs). `None` when the cell is not split.
-pub(crate) fn top_level_statements(code: &str) -> Option<Vec<Range<usize>>> {
+/// A cell as the policy reads it before parsing anything.
+pub(crate) struct Reading {
+    /// The byte ranges of the cell's top-level statements, in order and covering the whole
+    /// cell (comments and blank lines belong to the statement before them; decorators, `else`,
+    /// `elif`, `except` and `finally` to theirs).
+    pub(crate) statements: Vec<Range<usize>>,
+    /// Where the cell holds only text Python never runs, in order: its comments and its string
+    /// literals without replacement fields (f-strings and t-strings are never inert).
+    pub(crate) inert: Vec<Range<usize>>,
+}
+
+/// The cell's top-level statements and its inert text, in one pass; `None` when the cell is
+/// not split (and then nothing of it is taken as inert).
+pub(crate) fn read(code: &str) -> Option<Reading> {
     let b = code.as_bytes();
     let mut starts = vec![0];
+    let mut inert = Vec::new();
     // The last statement that started at column 0 is a decorator: the next one is its target.
     let mut decorated = false;
-    for at in logical_lines(code)? {
+    for at in logical_lines(code, Some(&mut inert))? {
         let c = b[at];
         if begins_statement(c) {
             if at > 0 && !decorated && !continues_clause(&b[at..]) {
@@ -28,17 +44,20 @@ pub(crate) fn top_level_statements(code: &str) -> Option<Vec<Range<usize>>> {
             decorated = c == b'@';
         }
     }
-    Some(ranges(&starts, b.len()))
+    Some(Reading {
+        statements: ranges(&starts, b.len()),
+        inert,
+    })
 }
 
-/// A compound statement (`statement`, one of [`top_level_statements`]) as its header and the
+/// A compound statement (`statement`, one of [`Reading::statements`]) as its header and the
 /// statements of its block: the header's end, then the block's statements, covering the rest
 /// in order (comments, blank lines, clauses and decorators kept as at the top level). `None`
 /// when the statement is not one header followed by one indented block: a decorated
 /// definition, a statement with `else`/`except` clauses, a one-line body, a simple statement.
 pub(crate) fn block_statements(statement: &str) -> Option<(usize, Vec<Range<usize>>)> {
     let b = statement.as_bytes();
-    let lines = logical_lines(statement)?;
+    let lines = logical_lines(statement, None)?;
     // The header: the first logical line, which must start the statement (not a decorator).
     if b.first().is_none_or(|&c| c == b'@' || !begins_statement(c)) {
         return None;
@@ -90,8 +109,14 @@ fn ranges(starts: &[usize], end: usize) -> Vec<Range<usize>> {
 
 /// Where the code's logical lines begin (lines that start outside any string and bracket and
 /// do not continue a joined line; the first at 0), or `None` when the code does not
-/// tokenize the same on every Python version (see the module's documentation).
-fn logical_lines(code: &str) -> Option<Vec<usize>> {
+/// tokenize the same on every Python version (see the module's documentation). `inert`, if
+/// given, receives the ranges of the comments and of the strings without fields, in order.
+fn logical_lines(code: &str, mut inert: Option<&mut Vec<Range<usize>>>) -> Option<Vec<usize>> {
+    let mut note_inert = |range: Range<usize>| {
+        if let Some(inert) = inert.as_deref_mut() {
+            inert.push(range);
+        }
+    };
     let b = code.as_bytes();
     let mut lines = Vec::new();
     let mut depth = 0usize;
@@ -114,10 +139,16 @@ fn logical_lines(code: &str) -> Option<Vec<usize>> {
             }
             b'\r' => return None,
             b'#' => {
-                at = b[at..]
+                let end = b[at..]
                     .iter()
-                    .position(|&c| c == b'\n')
-                    .map_or(b.len(), |i| at + i)
+                    .position(|&c| c == b'\n' || c == b'\r')
+                    .map_or(b.len(), |i| at + i);
+                // Python ends a line at a lone `\r` too: what follows it is code.
+                if b.get(end) == Some(&b'\r') {
+                    return None;
+                }
+                note_inert(at..end);
+                at = end;
             }
             b'\\' => {
                 if b.get(at + 1) != Some(&b'\n') {
@@ -135,11 +166,20 @@ fn logical_lines(code: &str) -> Option<Vec<usize>> {
                 depth = depth.checked_sub(1)?;
                 at += 1;
             }
-            b'\'' | b'"' => at = skip_string(b, at, Prefix::default(), 0)?,
+            b'\'' | b'"' => {
+                let end = skip_string(b, at, Prefix::default(), 0)?;
+                note_inert(at..end);
+                at = end;
+            }
             c if c.is_ascii_alphanumeric() || c == b'_' => {
                 let end = identifier_end(b, at);
                 if matches!(b.get(end), Some(b'\'' | b'"')) {
-                    at = skip_string(b, end, Prefix::of(&b[at..end])?, 0)?;
+                    let prefix = Prefix::of(&b[at..end])?;
+                    let string_end = skip_string(b, end, prefix, 0)?;
+                    if !prefix.fields {
+                        note_inert(end..string_end);
+                    }
+                    at = string_end;
                 } else {
                     at = end;
                 }
@@ -301,7 +341,12 @@ fn skip_spec(b: &[u8], from: usize, quote: u8, nesting: usize) -> Option<usize> 
 
 #[cfg(test)]
 mod tests {
-    use super::{block_statements, top_level_statements};
+    use super::{block_statements, read};
+    use std::ops::Range;
+
+    fn top_level_statements(code: &str) -> Option<Vec<Range<usize>>> {
+        read(code).map(|reading| reading.statements)
+    }
     use proptest::prelude::*;
 
     proptest! {
@@ -413,6 +458,152 @@ mod tests {
             parts("elsewhere = 1\nelse_ = 2\n").unwrap(),
             ["elsewhere = 1\n", "else_ = 2\n"]
         );
+    }
+
+    fn inert(code: &str) -> Option<Vec<&str>> {
+        read(code).map(|r| r.inert.into_iter().map(|r| &code[r]).collect())
+    }
+
+    #[test]
+    fn comments_and_strings_without_fields_are_inert() {
+        assert_eq!(
+            inert("x = 'a#b'  # eval\ns = rb\"\\\"\" + f'{open}' + '''\nexec'''\n").unwrap(),
+            ["'a#b'", "# eval", "\"\\\"\"", "'''\nexec'''"]
+        );
+        // Python ends a comment at a lone `\r`: not read at all.
+        assert_eq!(inert("# a\reval(1)\n"), None);
+        assert_eq!(inert("s = 'a\rb'\n"), None);
+    }
+
+    proptest! {
+        /// Any text: inert ranges are in order, apart, and each a comment or a whole string.
+        #[test]
+        fn inert_ranges_are_comments_or_strings(code in "[a-f_#'\"\\\\(){}:=\n \tr]{0,80}") {
+            if let Some(reading) = read(&code) {
+                let mut end = 0;
+                for range in reading.inert {
+                    prop_assert!(range.start >= end && range.end > range.start);
+                    end = range.end;
+                    let text = &code[range];
+                    let quote = text.as_bytes()[0];
+                    let quoted = text.len() >= 2
+                        && matches!(quote, b'\'' | b'"')
+                        && text.as_bytes()[text.len() - 1] == quote;
+                    prop_assert!(text.starts_with('#') || quoted, "{:?}", text);
+                }
+                prop_assert!(end <= code.len());
+            }
+        }
+    }
+
+    /// What the reading takes as inert is what CPython's own tokenizer reads as a comment or
+    /// a string without fields, on cells built at random from pieces that stress the edges.
+    #[test]
+    fn inert_text_is_what_python_tokenizes_as_comments_and_plain_strings() {
+        const PIECES: &[&str] = &[
+            "x = ",
+            "'a#b'",
+            "\"it's\"",
+            "'''\n#x\n'''",
+            "\"\"\"q\"\"\"",
+            "r'\\''",
+            "rb\"\\\\\"",
+            "f'{a}'",
+            "f'{b!r:>{w}}'",
+            "F\"{'k'}\"",
+            "# c\n",
+            "#\n",
+            "(",
+            ")",
+            "\n",
+            " ",
+            "\\\n",
+            "u'x'",
+            "B'y'",
+            "'' ",
+            "\"\"",
+            "eval",
+            "getattr(a, 'b')",
+            "1",
+            ", ",
+            "[",
+            "]",
+            "{",
+            "}",
+            ":",
+            "'\\n'",
+            "'\\\\'",
+            "\"#\"",
+            "'''a''' ",
+            "r'''\\''''",
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let mut next = |n: usize| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % n as u64) as usize
+        };
+        let cells: Vec<String> = (0..4000)
+            .map(|_| {
+                (0..1 + next(12))
+                    .map(|_| PIECES[next(PIECES.len())])
+                    .collect()
+            })
+            .collect();
+        let script = r#"
+import io, json, sys, tokenize
+out = []
+for cell in json.load(sys.stdin):
+    starts = [0]
+    for line in cell.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    at = lambda pos: starts[pos[0] - 1] + pos[1]
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(cell).readline))
+    except (tokenize.TokenError, SyntaxError, IndentationError):
+        out.append(None)
+        continue
+    spans = []
+    for t in tokens:
+        if t.type == tokenize.COMMENT:
+            spans.append([at(t.start), at(t.end)])
+        elif t.type == tokenize.STRING:
+            prefix = len(t.string) - len(t.string.lstrip("rbuRBUfF"))
+            if "f" not in t.string[:prefix].lower():
+                spans.append([at(t.start) + prefix, at(t.end)])
+    out.append(spans)
+json.dump(out, sys.stdout)
+"#;
+        let mut child = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("python3 on PATH (the runtimes need it too)");
+        let input = serde_json::to_vec(&cells).expect("serialises");
+        let mut stdin = child.stdin.take().expect("piped");
+        let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &input));
+        let output = child.wait_with_output().expect("python3 ran");
+        writer.join().expect("wrote").expect("wrote");
+        assert!(output.status.success(), "python3 failed");
+        let python: Vec<Option<Vec<[usize; 2]>>> =
+            serde_json::from_slice(&output.stdout).expect("python3's answer");
+        let mut compared = 0;
+        for (cell, spans) in cells.iter().zip(python) {
+            let (Some(reading), Some(spans)) = (read(cell), spans) else {
+                continue;
+            };
+            for range in &reading.inert {
+                assert!(
+                    spans.contains(&[range.start, range.end]),
+                    "{cell:?}: {:?} is inert here, not to Python ({spans:?})",
+                    &cell[range.clone()]
+                );
+            }
+            compared += usize::from(!reading.inert.is_empty());
+        }
+        assert!(compared > 500, "only {compared} cells compared");
     }
 
     #[test]
