@@ -24,6 +24,7 @@
 #![deny(missing_docs)]
 #![warn(unreachable_pub, missing_debug_implementations)]
 
+mod bytecode;
 mod cgroup;
 mod checkpoint;
 mod child;

@@ -52,6 +52,8 @@ pub(crate) struct Started {
     /// The worker has its sources already (a branch, forked from a worker): the handshake
     /// only waits for its `ready`.
     pub(crate) has_sources: bool,
+    /// The worker's code compiled by its interpreter, sent beside the sources when known.
+    pub(crate) precompiled: Option<std::sync::Arc<crate::bytecode::Precompiled>>,
 }
 
 /// Acts on one started worker beyond its frames.

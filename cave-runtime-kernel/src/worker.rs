@@ -220,6 +220,7 @@ impl Worker {
             ended,
             what,
             has_sources,
+            precompiled,
         } = started;
         let setup = |e: std::io::Error| KernelError::Start {
             message: e.to_string(),
@@ -245,11 +246,23 @@ impl Worker {
             forking: tokio::sync::Mutex::new(()),
         };
         if !has_sources {
-            worker
-                .send(&Data::Owned(sources()))
-                .map_err(|e| KernelError::Start {
-                    message: e.to_string(),
-                })?;
+            // With the compiled code when there is some and the frame can carry it.
+            let sent = match precompiled {
+                Some(code) => worker
+                    .send(&Data::Owned(sources(Some(&code))))
+                    .or_else(|_| worker.send(&Data::Owned(sources(None)))),
+                None => worker.send(&Data::Owned(sources(None))),
+            };
+            match sent {
+                // A worker that has already ended (one that refused its interpreter) says why
+                // below, from its last words.
+                Ok(()) | Err(KernelError::Died) => {}
+                Err(e) => {
+                    return Err(KernelError::Start {
+                        message: e.to_string(),
+                    });
+                }
+            }
         }
         let mut reader = FramedRead::new(
             read,
@@ -641,20 +654,26 @@ impl Drop for Worker {
     }
 }
 
-/// The sources frame: the executor and the worker, loaded as modules by the bootstrap.
-fn sources() -> Value {
-    Value::List(vec![
-        Value::Tuple(vec![
-            cave_python::EXECUTOR_MODULE.into(),
-            cave_python::EXECUTOR_FILE.into(),
-            cave_python::EXECUTOR.into(),
-        ]),
-        Value::Tuple(vec![
-            cave_python::KERNEL_MODULE.into(),
-            cave_python::KERNEL_FILE.into(),
-            cave_python::KERNEL.into(),
-        ]),
-    ])
+/// The sources frame: the executor and the worker, loaded as modules by the bootstrap, each
+/// `(name, filename, source)`, and `(magic, code)` after them where `precompiled` has it.
+fn sources(precompiled: Option<&crate::bytecode::Precompiled>) -> Value {
+    Value::List(
+        crate::bytecode::sources()
+            .iter()
+            .map(|(name, filename, source)| {
+                let mut module = vec![(*name).into(), (*filename).into(), (*source).into()];
+                if let Some(code) =
+                    precompiled.and_then(|p| Some((&p.magic, p.modules.get(*name)?)))
+                {
+                    module.push(Value::Tuple(vec![
+                        Value::Bytes(code.0.clone()),
+                        Value::Bytes(code.1.clone()),
+                    ]));
+                }
+                Value::Tuple(module)
+            })
+            .collect(),
+    )
 }
 
 /// The pid of the process serving, from the worker's `ready` message.

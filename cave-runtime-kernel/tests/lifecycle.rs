@@ -529,3 +529,155 @@ async fn a_start_that_never_got_ready_is_tried_once_more() {
     rt.stop().await;
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Whether the runtime's worker loaded its own two modules precompiled (from the bytecode
+/// cache): both, or neither (anything else fails the test).
+async fn precompiled(config: KernelConfig) -> bool {
+    match loaded(config).await {
+        (true, true) => true,
+        (false, false) => false,
+        other => panic!("one module precompiled, the other not: {other:?}"),
+    }
+}
+
+/// What `code` prints in a fresh runtime of `config` (stopped after).
+async fn printed(config: KernelConfig, code: &str) -> String {
+    let rt = KernelRuntime::with_config(config.spare(false)).expect("python");
+    let out = rt.execute(code, &DiscardOutput).await.expect("runs");
+    rt.stop().await;
+    out.output
+}
+
+/// Whether the worker loaded its executor, then its kernel module, precompiled.
+async fn loaded(config: KernelConfig) -> (bool, bool) {
+    let out = printed(
+        config,
+        "import sys\nprint(sys.modules['cave_executor'].__cave_precompiled__, sys.modules['cave_kernel'].__cave_precompiled__)\nprint(1 + 1)",
+    )
+    .await;
+    match out.as_str() {
+        "True True\n2\n" => (true, true),
+        "True False\n2\n" => (true, false),
+        "False True\n2\n" => (false, true),
+        "False False\n2\n" => (false, false),
+        other => panic!("unexpected: {other:?}"),
+    }
+}
+
+/// The only file in the cache directory `dir` (none left aside).
+fn cache_file(dir: &std::path::Path) -> std::path::PathBuf {
+    let files: Vec<_> = std::fs::read_dir(dir)
+        .expect("the cache directory exists")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .collect();
+    match files.as_slice() {
+        [file] if file.extension().is_some_and(|x| x == "bin") => file.clone(),
+        _ => panic!("not one cache file in {dir:?}: {files:?}"),
+    }
+}
+
+/// A copy of the cache `file` in a fresh cache directory under `root`, changed by `change`.
+fn cache_copy(
+    root: &std::path::Path,
+    name: &str,
+    file: &std::path::Path,
+    change: impl FnOnce(&mut Vec<u8>),
+) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = root.join(name);
+    std::fs::create_dir(&dir).expect("creates");
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+    let mut bytes = std::fs::read(file).expect("reads");
+    change(&mut bytes);
+    let copy = dir.join(file.file_name().expect("named"));
+    std::fs::write(&copy, bytes).expect("writes");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    dir
+}
+
+/// The worker's own code is compiled once per interpreter and kept: a runtime with an empty
+/// cache has the host compile it and fill the cache, the next takes it from memory, a runtime
+/// of another directory holding that file reads it (and leaves it); a file cut short, damaged,
+/// changed, or that others can write is not read but compiled afresh and replaced. Without a
+/// cache, the worker compiles its sources. (What `read` refuses: `bytecode.rs`'s tests.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_workers_code_is_kept_compiled_and_a_cache_in_doubt_is_replaced() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let root = cave_testing::TestDir::new("bytecode-cache");
+    let cache = root.join("first");
+    let config = |dir: &std::path::Path| KernelConfig::new().bytecode_cache(Some(dir.to_owned()));
+    assert!(
+        precompiled(config(&cache)).await,
+        "compiled by the host at the first start"
+    );
+    let file = cache_file(&cache);
+    let meta = |p: &std::path::Path| std::fs::metadata(p).expect("exists");
+    assert_eq!(meta(&cache).mode() & 0o777, 0o700);
+    assert_eq!(meta(&file).mode() & 0o777, 0o600);
+    assert!(
+        precompiled(config(&cache)).await,
+        "taken from this process's memory"
+    );
+    let copied = cache_copy(&root, "copied", &file, |_| {});
+    let before = meta(&cache_file(&copied)).ino();
+    assert!(precompiled(config(&copied)).await, "read from disk");
+    assert_eq!(
+        meta(&cache_file(&copied)).ino(),
+        before,
+        "read, not replaced"
+    );
+    // The interpreter's magic number, which another version's bytecode would not have.
+    let magic = {
+        let out = printed(
+            KernelConfig::new(),
+            "import importlib.util\nprint(importlib.util.MAGIC_NUMBER.hex())",
+        )
+        .await;
+        let hex = out.trim().to_owned();
+        (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).expect("hex"))
+            .collect::<Vec<u8>>()
+    };
+    /// How a copy of the file is changed.
+    type Change<'a> = Box<dyn FnOnce(&mut Vec<u8>) + 'a>;
+    let changes: [(&str, Change); 4] = [
+        ("cut", Box::new(|b: &mut Vec<u8>| b.truncate(b.len() - 100))),
+        (
+            "garbage",
+            Box::new(|b: &mut Vec<u8>| {
+                let end = b.len();
+                b[end - 1000..].fill(0x4e);
+            }),
+        ),
+        (
+            "other-magic",
+            Box::new(|b: &mut Vec<u8>| {
+                let at = b
+                    .windows(magic.len())
+                    .position(|w| w == magic.as_slice())
+                    .expect("the magic is in the file");
+                b[at] ^= 0x55;
+            }),
+        ),
+        ("open-to-all", Box::new(|_: &mut Vec<u8>| {})),
+    ];
+    for (name, change) in changes {
+        let dir = cache_copy(&root, name, &file, change);
+        let doubtful = cache_file(&dir);
+        if name == "open-to-all" {
+            std::fs::set_permissions(&doubtful, std::fs::Permissions::from_mode(0o666))
+                .expect("chmod");
+        }
+        let before = meta(&doubtful).ino();
+        assert!(precompiled(config(&dir)).await, "{name}: compiled afresh");
+        let replaced = cache_file(&dir);
+        assert_ne!(meta(&replaced).ino(), before, "{name}: replaced");
+        assert_eq!(meta(&replaced).mode() & 0o777, 0o600, "{name}");
+    }
+    assert!(
+        !precompiled(KernelConfig::new().bytecode_cache(None)).await,
+        "no cache: compiled at every start"
+    );
+}

@@ -283,6 +283,7 @@ impl PreparedBranch for Branch {
                 ended,
                 what,
                 has_sources: true,
+                precompiled: None,
             },
             Box::new(transport),
         ))

@@ -24,7 +24,8 @@ const HANDOVER_FD: i32 = 5;
 
 /// Refuses an interpreter the worker does not support (argv 6: the oldest version, argv 7:
 /// why free-threaded builds are refused), reads the sources frame, loads the executor and the
-/// worker as modules, and serves (argv 9: where it tells its guard who serves, -1: no guard).
+/// worker as modules (from the code compiled beside a source when its bytecode is this
+/// interpreter's, `bytecode.rs`), and serves (argv 9: where it tells its guard who serves, -1: no guard).
 /// Written in syntax any Python 3 parses, so that an old one hears why it is refused.
 const BOOTSTRAP: &str = "\
 import os, sys
@@ -72,11 +73,21 @@ def read(n):
             os._exit(0)
         data += chunk
     return bytes(data)
-for name, filename, source in marshal.loads(read(int.from_bytes(read(4), 'big'))):
+magic = getattr(sys.modules.get('_frozen_importlib_external'), 'MAGIC_NUMBER', None)
+for entry in marshal.loads(read(int.from_bytes(read(4), 'big'))):
+    name, filename, source = entry[0], entry[1], entry[2]
+    code = None
+    # Compiled by this interpreter (the host's cache), if its bytecode is this one's.
+    if len(entry) > 3 and magic is not None and entry[3][0] == magic:
+        try:
+            code = marshal.loads(entry[3][1])
+        except Exception:
+            code = None
     module = types.ModuleType(name)
     module.__file__ = filename
+    module.__cave_precompiled__ = code is not None
     sys.modules[name] = module
-    exec(compile(source, filename, 'exec'), module.__dict__)
+    exec(code if code is not None else compile(source, filename, 'exec'), module.__dict__)
 sys.modules['cave_kernel'].main(fd, int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[8]), int(sys.argv[9]))
 ";
 /// Tells the worker where, under its work directory, the session's environment is, which
@@ -227,12 +238,23 @@ pub(super) async fn spawn(
         interpreter: interpreter.clone(),
         proxy,
     };
+    // Read (or on a machine's first start, compiled) while the child starts its interpreter.
+    let precompiled = match (config.bytecode_cache.clone(), python.to_path_buf()) {
+        (Some(dir), python) => {
+            tokio::task::spawn_blocking(move || crate::bytecode::precompiled(&dir, &python))
+                .await
+                .ok()
+                .flatten()
+        }
+        (None, _) => None,
+    };
     Ok(Started {
         link: Box::new(link),
         socket: host,
         ended,
         what: python.display().to_string(),
         has_sources: false,
+        precompiled,
     })
 }
 

@@ -414,6 +414,7 @@ async fn connect(config: &JupyterConfig, max_frame: usize) -> Result<Started, Ke
         ended,
         what: format!("the Jupyter kernel at {}", config.url),
         has_sources: false,
+        precompiled: None,
     })
 }
 
