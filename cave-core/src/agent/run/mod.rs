@@ -303,13 +303,6 @@ impl<'a> Run<'a> {
                 unclosed,
                 tool,
             } => {
-                self.emit
-                    .emit(Event::Code {
-                        code: code.clone(),
-                        unclosed,
-                        tool_call: tool.clone(),
-                    })
-                    .await;
                 // Code from a tool call is recorded as the block it stands for: the request
                 // advertises no tools, and the next one stays valid for every provider.
                 let text = match &tool {
@@ -320,8 +313,18 @@ impl<'a> Run<'a> {
                     }
                     None => text,
                 };
+                // Recorded before it is told: a run cancelled while the event is handed over
+                // (a reader that stops at the code) still has the code, and its result says
+                // it was cancelled.
                 let message = Message::code(text).with_reasoning(thinking);
                 self.agent.history.push(message);
+                self.emit
+                    .emit(Event::Code {
+                        code: code.clone(),
+                        unclosed,
+                        tool_call: tool.clone(),
+                    })
+                    .await;
                 let started = Instant::now();
                 let content = self.agent.config.trace_content;
                 // The code is redacted only when it is to be recorded (most runs: never).
