@@ -2,14 +2,14 @@
 //! starts from code objects instead of compiling its 110 KB of Python source every time
 //! (about 17 ms of each start, on the 2-core development VM).
 //!
-//! On a miss (the first start with an interpreter on this machine) the host runs the interpreter
-//! once, isolated (`-I -S`), to compile the sources, while the worker it just started is still
-//! starting, and writes the result; that worker, and every later one of this process or of a
-//! later one, takes it. Only the host writes the cache, never a worker (whose cells are the
-//! model's): a cell cannot plant code in a later session. The worker uses a cached module only if the interpreter's
-//! magic number (the bytecode format) matches its own, and compiles the source otherwise.
-//! The directory and its files must be the user's and not writable by anyone else, or the
-//! cache is not read.
+//! On a miss (the first start with an interpreter on this machine) the host runs the
+//! interpreter once, isolated (`-I -S`), to compile the sources, while the worker it just
+//! started is still starting, and writes the result; that worker, and every later one of this
+//! process or of a later one, takes it. Only the host writes the cache, never a worker (whose
+//! cells are the model's): a cell cannot plant code in a later session. The worker uses a
+//! cached module only if the interpreter's magic number (the bytecode format) matches its own,
+//! and compiles the source otherwise. The directory and its files must be the user's and not
+//! writable by anyone else, or the cache is not read.
 
 use crate::marshal::{self, Data};
 use cave_core::Value;
@@ -105,16 +105,14 @@ pub(crate) fn precompiled(dir: &Path, python: &Path) -> Option<Arc<Precompiled>>
 }
 
 /// What names the code: the interpreter (its real path, size and time of change) and the
-/// worker's sources, in 128 bits.
+/// worker's sources, in 128 bits. (The sources' 110 KB are hashed once per process: this runs
+/// at every start.)
 fn key(python: &Path) -> Option<u128> {
+    static SOURCES: OnceLock<u128> = OnceLock::new();
+    let sources = *SOURCES.get_or_init(|| hash128(&sources()));
     let real = std::fs::canonicalize(python).ok()?;
     let meta = std::fs::metadata(&real).ok()?;
-    Some(hash128(&(
-        real,
-        meta.len(),
-        meta.modified().ok(),
-        sources(),
-    )))
+    Some(hash128(&(real, meta.len(), meta.modified().ok(), sources)))
 }
 
 /// 128 bits of `value`'s hash: two differently salted SipHash runs (a cache's names and
@@ -129,8 +127,30 @@ fn hash128(value: &impl Hash) -> u128 {
     (u128::from(half(1)) << 64) | u128::from(half(2))
 }
 
+/// The sources frame the bootstrap reads (`child/spawn.rs`): each module
+/// `(name, filename, source)`, and `(magic, code)` after them where `precompiled` has it.
+pub(crate) fn frame(precompiled: Option<&Precompiled>) -> Value {
+    Value::List(
+        sources()
+            .iter()
+            .map(|(name, filename, source)| {
+                let mut module = vec![(*name).into(), (*filename).into(), (*source).into()];
+                if let Some((magic, code)) =
+                    precompiled.and_then(|p| Some((&p.magic, p.modules.get(*name)?)))
+                {
+                    module.push(Value::Tuple(vec![
+                        Value::Bytes(magic.clone()),
+                        Value::Bytes(code.clone()),
+                    ]));
+                }
+                Value::Tuple(module)
+            })
+            .collect(),
+    )
+}
+
 /// The modules the worker loads: `(name, filename, source)`.
-pub(crate) fn sources() -> [(&'static str, &'static str, &'static str); 2] {
+fn sources() -> [(&'static str, &'static str, &'static str); 2] {
     [
         (
             cave_python::EXECUTOR_MODULE,
@@ -207,20 +227,8 @@ fn parse(body: &[u8]) -> Result<Precompiled, String> {
 /// Runs `python` to compile the worker's sources, and writes the result to `file` (whole or
 /// not at all: written aside, then renamed); the code is used even if it cannot be written.
 fn compile(dir: &Path, file: &Path, python: &Path, key: u128) -> Result<Precompiled, String> {
-    let modules = Data::List(
-        sources()
-            .iter()
-            .map(|(name, filename, source)| {
-                Data::Owned(Value::Tuple(vec![
-                    (*name).into(),
-                    (*filename).into(),
-                    (*source).into(),
-                ]))
-            })
-            .collect(),
-    );
     let mut input = Vec::new();
-    marshal::encode(&modules, &mut input).map_err(|e| e.to_string())?;
+    marshal::encode(&Data::Owned(frame(None)), &mut input).map_err(|e| e.to_string())?;
     let mut child = Command::new(python)
         .args(["-I", "-S", "-c", COMPILER])
         .stdin(Stdio::piped())

@@ -249,9 +249,9 @@ impl Worker {
             // With the compiled code when there is some and the frame can carry it.
             let sent = match precompiled {
                 Some(code) => worker
-                    .send(&Data::Owned(sources(Some(&code))))
-                    .or_else(|_| worker.send(&Data::Owned(sources(None)))),
-                None => worker.send(&Data::Owned(sources(None))),
+                    .send(&Data::Owned(crate::bytecode::frame(Some(&code))))
+                    .or_else(|_| worker.send(&Data::Owned(crate::bytecode::frame(None)))),
+                None => worker.send(&Data::Owned(crate::bytecode::frame(None))),
             };
             match sent {
                 // A worker that has already ended (one that refused its interpreter) says why
@@ -652,28 +652,6 @@ impl Drop for Worker {
     fn drop(&mut self) {
         self.release();
     }
-}
-
-/// The sources frame: the executor and the worker, loaded as modules by the bootstrap, each
-/// `(name, filename, source)`, and `(magic, code)` after them where `precompiled` has it.
-fn sources(precompiled: Option<&crate::bytecode::Precompiled>) -> Value {
-    Value::List(
-        crate::bytecode::sources()
-            .iter()
-            .map(|(name, filename, source)| {
-                let mut module = vec![(*name).into(), (*filename).into(), (*source).into()];
-                if let Some(code) =
-                    precompiled.and_then(|p| Some((&p.magic, p.modules.get(*name)?)))
-                {
-                    module.push(Value::Tuple(vec![
-                        Value::Bytes(code.0.clone()),
-                        Value::Bytes(code.1.clone()),
-                    ]));
-                }
-                Value::Tuple(module)
-            })
-            .collect(),
-    )
 }
 
 /// The pid of the process serving, from the worker's `ready` message.

@@ -329,6 +329,12 @@ fn words_in(
     )
 }
 
+/// Whether one of `offsets` (in order) lies in `range`.
+fn any_in(offsets: &[usize], range: Range<usize>) -> bool {
+    let first = offsets.partition_point(|&at| at < range.start);
+    offsets.get(first).is_some_and(|&at| at < range.end)
+}
+
 /// Whether `at` lies in one of `ranges` (in order, not overlapping).
 fn within(ranges: &[Range<usize>], at: usize) -> bool {
     let after = ranges.partition_point(|r| r.end <= at);
@@ -474,9 +480,9 @@ impl SecurityPolicy {
 
     /// The violations of the cell's top-level `statements` that hold a word at `offsets` (or
     /// non-ASCII text), each parsed alone; of a compound statement whose header holds none,
-    /// only its block's statements that do. `None` when the parts to read are most of it (one parse is then cheaper than many; so is a cell of one simple
-    /// statement), or when a part does not parse alone (perhaps split inside a statement): then
-    /// the whole cell decides.
+    /// only its block's statements that do. `None` when the parts to read are most of it (one
+    /// parse is then cheaper than many; so is a cell of one simple statement), or when a part
+    /// does not parse alone (perhaps split inside a statement): then the whole cell decides.
     fn check_parts(
         &self,
         parser: &mut Parser,
@@ -486,8 +492,7 @@ impl SecurityPolicy {
         split: Split,
     ) -> Option<Vec<Violation>> {
         let worth_reading = |range: &Range<usize>| {
-            let first = offsets.partition_point(|&at| at < range.start);
-            offsets.get(first).is_some_and(|&at| at < range.end) || !code[range.clone()].is_ascii()
+            any_in(offsets, range.clone()) || !code[range.clone()].is_ascii()
         };
         // What to parse: (range in the cell, whether it is a block's statement, lines before).
         let mut parts: Vec<(Range<usize>, bool, usize)> = Vec::new();
@@ -688,9 +693,7 @@ impl<'a, 't> Walk<'a, 't> {
         let Some(words) = self.words else {
             return true;
         };
-        let start = node.start_byte();
-        let first = words.partition_point(|&at| at < start);
-        words.get(first).is_some_and(|&at| at < node.end_byte()) || node.has_error()
+        any_in(words, node.start_byte()..node.end_byte()) || node.has_error()
     }
 
     fn check_node(&mut self, node: Node<'_>, field: Option<&str>) {

@@ -342,12 +342,12 @@ fn skip_spec(b: &[u8], from: usize, quote: u8, nesting: usize) -> Option<usize> 
 #[cfg(test)]
 mod tests {
     use super::{block_statements, read};
+    use proptest::prelude::*;
     use std::ops::Range;
 
     fn top_level_statements(code: &str) -> Option<Vec<Range<usize>>> {
         read(code).map(|reading| reading.statements)
     }
-    use proptest::prelude::*;
 
     proptest! {
         /// Any text, however malformed: no panic, and the parts cover it in order, each

@@ -25,7 +25,8 @@ const HANDOVER_FD: i32 = 5;
 /// Refuses an interpreter the worker does not support (argv 6: the oldest version, argv 7:
 /// why free-threaded builds are refused), reads the sources frame, loads the executor and the
 /// worker as modules (from the code compiled beside a source when its bytecode is this
-/// interpreter's, `bytecode.rs`), and serves (argv 9: where it tells its guard who serves, -1: no guard).
+/// interpreter's, `bytecode.rs`), and serves (argv 9: where it tells its guard who serves,
+/// -1: no guard).
 /// Written in syntax any Python 3 parses, so that an old one hears why it is refused.
 const BOOTSTRAP: &str = "\
 import os, sys
@@ -239,14 +240,15 @@ pub(super) async fn spawn(
         proxy,
     };
     // Read (or on a machine's first start, compiled) while the child starts its interpreter.
-    let precompiled = match (config.bytecode_cache.clone(), python.to_path_buf()) {
-        (Some(dir), python) => {
+    let precompiled = match config.bytecode_cache.clone() {
+        Some(dir) => {
+            let python = python.to_path_buf();
             tokio::task::spawn_blocking(move || crate::bytecode::precompiled(&dir, &python))
                 .await
                 .ok()
                 .flatten()
         }
-        (None, _) => None,
+        None => None,
     };
     Ok(Started {
         link: Box::new(link),
