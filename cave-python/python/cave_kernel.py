@@ -108,9 +108,8 @@ class _Busy:
         if threading.get_ident() != _State.main_thread:
             return
         _State.protocol_busy -= 1
-        if _State.protocol_busy == 0 and _State.pending_interrupt and _State.running and exc[0] is None:
-            _State.pending_interrupt = False
-            raise KeyboardInterrupt
+        if _State.pending_interrupt and exc[0] is None:
+            _raise_held()
 
 
 _busy = _Busy()
@@ -123,12 +122,25 @@ def _hold_interrupts(step):
         _State.protocol_busy += step
 
 
+def _raise_held():
+    """Raises the interrupt `_on_sigint` held, if the main thread may take it here: nothing
+    holds interrupts and a cell runs."""
+    if (
+        _State.pending_interrupt
+        and not _State.protocol_busy
+        and _State.running
+        and threading.get_ident() == _State.main_thread
+    ):
+        _State.pending_interrupt = False
+        raise KeyboardInterrupt
+
+
 # How long after a host call was answered `KeyboardInterrupt` a SIGINT is taken to be that
 # same interrupt, arriving late (through a Jupyter server it can trail the answer by a while).
 _ANSWERED_INTERRUPT_SECONDS = 2.0
 
 
-def _on_sigint(_signum, _frame):
+def _on_sigint(_signum, frame):
     # Only a running cell is interrupted; between cells the signal is a late one and is dropped.
     if not _State.running:
         return
@@ -138,7 +150,7 @@ def _on_sigint(_signum, _frame):
         if time.monotonic() - answered < _ANSWERED_INTERRUPT_SECONDS:
             # The cell was stopped already, by the host's answer to the call it waited on.
             return
-    if _State.protocol_busy:
+    if _State.protocol_busy or (frame is not None and frame.f_code in _HOLDS_INTERRUPTS):
         _State.pending_interrupt = True
         return
     raise KeyboardInterrupt
@@ -384,6 +396,8 @@ class _Buffered:
 def _flush_output():
     with _Buffered.lock:
         _flush_locked()
+    if _State.pending_interrupt:
+        _raise_held()
 
 
 def _flush_locked():
@@ -447,6 +461,8 @@ def _writer(execution):
                 os.write(_State.wake_fd, b"w")
             except OSError:
                 pass
+        if _State.pending_interrupt:
+            _raise_held()
 
     write.flush = _flush_output
     return write
@@ -557,6 +573,8 @@ def host_call(handle, method, bound):
                 _State.abandoned.add(call)
         raise
     if ok:
+        if _State.pending_interrupt:
+            _raise_held()
         return payload
     python_type, message = payload
     kind = getattr(builtins, python_type, None)
@@ -1175,8 +1193,12 @@ def _shower(execution):
 def _execute(request_id, code, number, display_limit=None, split=None):
     write = _writer(request_id)
     _State.running.append(request_id)
+    held = 0
+    unreported = None
     try:
         try:
+            if _State.pending_interrupt:
+                _raise_held()  # one that landed in this frame as the cell began
             raised = executor.run_cell(
                 code,
                 _State.namespace,
@@ -1187,24 +1209,25 @@ def _execute(request_id, code, number, display_limit=None, split=None):
                 split,
             )
         except BaseException as error:  # an interrupt that landed in the executor's own frames
-            message = str(error)
-            write(f"{type(error).__name__}: {message}\n")
-            raised = (type(error).__name__, message)
+            raised = (type(error).__name__, str(error))
+            unreported = f"{raised[0]}: {raised[1]}\n"
         # What the cell wrote (buffered, and to descriptors 1 and 2) is its output, all of it
-        # before "done". An interrupt that arrives now was meant for code that has ended (a
-        # Jupyter kernel's interrupt can come after the host's answer to a dropped host call
-        # already stopped the cell): held like one inside a frame, then dropped below, so it
-        # neither cuts the output nor escapes this function.
+        # before "done". An interrupt that arrives from here on was meant for code that has
+        # ended (the host's second SIGINT, or a Jupyter kernel's interrupt that trails the
+        # host's answer to a dropped host call): held like one inside a frame, then dropped
+        # below, so it neither cuts the output nor escapes this function, whose caller would
+        # die of it. One landing between these statements is held by `_on_sigint`.
         _hold_interrupts(+1)
-        try:
-            _flush_output()
-            _drain()
-        finally:
-            _hold_interrupts(-1)
+        held = 1
+        if unreported is not None:
+            write(unreported)
+        _flush_output()
+        _drain()
     finally:
         _State.running.pop()
         if not _State.running:
             _State.pending_interrupt = False
+        _hold_interrupts(-held)
     if raised is not None and raised[0] == "KeyboardInterrupt" and not _State.running:
         # The interrupt may have landed inside importlib and left its locks held by this
         # thread, which would stop every later import (the in-process runtime does the same).
@@ -1432,6 +1455,30 @@ def _serve(until=None):
         finally:
             if main:
                 _answering(message[1])
+
+
+# The worker's own functions where `KeyboardInterrupt` must not be raised between two of their
+# statements: around a cell (where nothing would catch it), and where they take a lock with
+# `with` (Python 3.9 can raise between a `with` block's end and its `__exit__`, and the lock
+# would stay taken for good) or keep state that other threads read. A SIGINT that lands while
+# one of them is the innermost frame is held (`_on_sigint`) and raised at the next place that
+# may (`_raise_held`): the end of a frame sent or read, of a write, of a host call.
+_HOLDS_INTERRUPTS = frozenset(
+    function.__code__
+    for function in (
+        _execute,
+        _hold_interrupts,
+        _writer(0),
+        _flush_output,
+        _drain,
+        _answering,
+        _next_message,
+        host_call,
+        _Jupyter.send,
+        _Jupyter.publish,
+        _Jupyter.exchange,
+    )
+)
 
 
 def _forked():

@@ -1,6 +1,9 @@
 //! What model code can do to its process, and how the runtime comes back from it.
 
-use cave_core::{DiscardOutput, Execution, Interruption, Resources, Runtime, Value, Variable};
+use cave_core::{
+    Args, DiscardOutput, Execution, Function, Interruption, Param, Resources, Runtime, Signature,
+    Value, Variable,
+};
 use cave_runtime_kernel::{KernelConfig, KernelRuntime, Limits, Need, PROCESS_DIED};
 use std::time::{Duration, Instant};
 
@@ -103,6 +106,64 @@ async fn sleeps_and_loops_stop_at_their_interrupt() {
         assert!(at.elapsed() < Duration::from_secs(2), "{:?}", at.elapsed());
     }
     assert_eq!(run(&rt, "mine").await.output, "1\n");
+    assert_eq!(rt.pid().await, pid, "the same process");
+}
+
+/// Interrupts that land anywhere, between the worker's own statements around a cell as well
+/// as in the cell, stop at most that cell: a storm of them never ends the process, never leaves
+/// a cell unanswered, and never garbles the next cell's output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storm_of_interrupts_stops_cells_not_the_process() {
+    let rt = prepared(KernelConfig::new()).await;
+    let echo = Function::host(
+        "echo",
+        Signature::new([Param::new("x")]),
+        |args: Args| async move { Ok(args.value("x").cloned().unwrap_or(Value::None)) },
+    );
+    rt.register(Resources::new().function(echo))
+        .await
+        .expect("registers");
+    let pid = rt.pid().await;
+    // From inside, so that signals come far faster than the host would send them.
+    let storm = "import os, signal, threading, time\nn = 0\n\
+                 def storm():\n    time.sleep(0.05)\n    end = time.monotonic() + 3\n    while time.monotonic() < end:\n        \
+                 os.kill(os.getpid(), signal.SIGINT)\n        time.sleep(0.0002)\n\
+                 threading.Thread(target=storm, daemon=True).start()";
+    assert!(run(&rt, storm).await.success());
+    let started = Instant::now();
+    let (mut ended, mut interrupted) = (0, 0);
+    while started.elapsed() < Duration::from_secs(4) {
+        // Host calls between the lines: their waits and locks are in the storm too.
+        let out = run(
+            &rt,
+            "n += 1\nfor i in range(2000):\n    print('n', n, echo(i) if i % 50 == 0 else i)",
+        )
+        .await;
+        let end = &out.output[out
+            .output
+            .floor_char_boundary(out.output.len().saturating_sub(300))..];
+        assert!(!out.state_lost, "{:?} ending {end:?}", out.error);
+        match out.error.as_ref().map(|e| e.python_type.as_str()) {
+            None => {
+                // Whole: nothing the cell printed lost, nothing of another cell's in it.
+                let lines: Vec<&str> = out.output.lines().collect();
+                assert_eq!(lines.len(), 2000, "ending {end:?}");
+                assert!(
+                    lines.iter().enumerate().all(|(i, line)| line.starts_with("n ")
+                        && line.ends_with(&format!(" {i}"))),
+                    "ending {end:?}"
+                );
+                ended += 1;
+            }
+            Some("KeyboardInterrupt") => interrupted += 1,
+            other => panic!("{other:?}: {:?} ending {end:?}", out.error),
+        }
+    }
+    assert!(
+        interrupted > 0 && ended > 0,
+        "{ended} ended, {interrupted} interrupted"
+    );
+    assert_eq!(run(&rt, "print('after')").await.output, "after\n");
     assert_eq!(rt.pid().await, pid, "the same process");
 }
 
