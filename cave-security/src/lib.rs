@@ -25,6 +25,7 @@
 
 mod literal;
 mod policy;
+mod settle;
 mod statements;
 
 pub use policy::{PolicyError, SecurityPolicy};

@@ -191,6 +191,14 @@ def policy():
         "check_300_lines_4_rules_door_in_every_statement",
         timed(lambda: checker.check_code(every_statement), n(200, 30)),
     )
+    computed = "".join(
+        f"total_{i} = getattr(frame, prefix + '{i}').sum() / len(frame)\n" for i in range(300)
+    )
+    assert not checker.check_code(computed)
+    emit(
+        "check_300_lines_4_rules_computed_door_in_every_statement",
+        timed(lambda: checker.check_code(computed), n(200, 30)),
+    )
 
 
 # --- token estimation -----------------------------------------------------------------------
