@@ -9,6 +9,7 @@
 //! what this machine lacks and which tests skip for it (`machine.rs`).
 
 mod bench;
+mod bounded;
 mod crates;
 mod live;
 mod local_llm;
@@ -19,6 +20,7 @@ mod pythons;
 mod test_env;
 
 use std::process::{Command, ExitCode};
+use std::time::Duration;
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -27,7 +29,10 @@ fn main() -> ExitCode {
         .unwrap_or(std::path::Path::new("."))
         .to_owned();
     let result = match args.first().map(String::as_str) {
-        Some("test") if args.iter().any(|a| a == "--pythons") => pythons::run(cargo),
+        // Each interpreter's run bounded: a hang there fails at once, saying what hung.
+        Some("test") if args.iter().any(|a| a == "--pythons") => {
+            pythons::run(cargo_within(Duration::from_secs(20 * 60)))
+        }
         Some("test") if args.iter().any(|a| a == "--crates") => {
             test_env::prepare(&root).and_then(|mut env| {
                 env.extend(test_env::mcp(&root));
@@ -223,6 +228,16 @@ fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!("cargo {} failed: {status}", args.join(" ")))
+    }
+}
+
+/// `cargo` with its wall time bounded: past `bound`, it and what it started are killed.
+fn cargo_within(bound: Duration) -> impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String> {
+    move |args, env| {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
+        let mut command = Command::new(&cargo);
+        command.args(args).envs(env.iter().copied());
+        bounded::run(command, &format!("cargo {}", args.join(" ")), bound)
     }
 }
 
