@@ -123,22 +123,30 @@ async fn a_storm_of_interrupts_stops_cells_not_the_process() {
     rt.register(Resources::new().function(echo))
         .await
         .expect("registers");
+    assert!(run(&rt, "n = 0").await.success());
     let pid = rt.pid().await;
-    // From inside, so that signals come far faster than the host would send them.
-    let storm = "import os, signal, threading, time\nn = 0\n\
-                 def storm():\n    time.sleep(0.05)\n    end = time.monotonic() + 3\n    while time.monotonic() < end:\n        \
-                 os.kill(os.getpid(), signal.SIGINT)\n        time.sleep(0.0002)\n\
-                 threading.Thread(target=storm, daemon=True).start()";
-    assert!(run(&rt, storm).await.success());
+    let worker = libc::pid_t::try_from(pid.expect("a started worker")).expect("a pid");
+    // From a thread of the test: signals at any moment of the worker's own code, as often as
+    // every 50 µs (a thread of the worker would send them only when it gets the GIL).
+    let storm = std::thread::spawn(move || {
+        let end = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < end {
+            // SAFETY: a signal to the worker this test started (alive: see the end).
+            unsafe { libc::kill(worker, libc::SIGINT) };
+            std::thread::sleep(Duration::from_micros(50));
+        }
+    });
     let started = Instant::now();
     let (mut ended, mut interrupted) = (0, 0);
     while started.elapsed() < Duration::from_secs(4) {
-        // Host calls between the lines: their waits and locks are in the storm too.
-        let out = run(
-            &rt,
-            "n += 1\nfor i in range(2000):\n    print('n', n, echo(i) if i % 50 == 0 else i)",
-        )
-        .await;
+        // Host calls between the lines: their waits and locks are in the storm too. Bounded:
+        // a lock an interrupt left taken hangs the cell for good (no interrupt of the host's
+        // comes to kill it).
+        let cell =
+            "n += 1\nfor i in range(2000):\n    print('n', n, echo(i) if i % 500 == 0 else i)";
+        let out = tokio::time::timeout(Duration::from_secs(20), run(&rt, cell))
+            .await
+            .expect("a cell hung in the storm (a lock an interrupt left taken?)");
         let end = &out.output[out
             .output
             .floor_char_boundary(out.output.len().saturating_sub(300))..];
@@ -159,6 +167,7 @@ async fn a_storm_of_interrupts_stops_cells_not_the_process() {
             other => panic!("{other:?}: {:?} ending {end:?}", out.error),
         }
     }
+    storm.join().expect("the storm ran");
     assert!(
         interrupted > 0 && ended > 0,
         "{ended} ended, {interrupted} interrupted"
