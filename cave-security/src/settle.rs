@@ -8,6 +8,8 @@
 //! prefix, an escape or a line break, a concatenation, a third argument) is not settled here,
 //! and its statement is parsed as before. The tests hold the result to the whole cell's walk.
 
+use crate::statements;
+
 /// Doors whose second argument is the name they reach (`literal_arg(1)` in the walk).
 const SECOND_ARGUMENT_DOORS: &[&str] =
     &["getattr", "hasattr", "delattr", "setattr", "getattr_static"];
@@ -36,17 +38,21 @@ pub(crate) fn door_call(code: &str, at: usize) -> Option<(&str, Reached<'_>)> {
     let (reached, end) = match bytes.get(i)? {
         quote @ (b'\'' | b'"') => {
             let body = i + 1;
-            let close = body + bytes[body..].iter().position(|b| b == quote)?;
-            let text = &code[body..close];
-            // `'''`: a triple-quoted string; a backslash or a line break: not its own value.
-            if (close == body && bytes.get(close + 1) == Some(quote))
-                || text
-                    .bytes()
-                    .any(|b| matches!(b, b'\\' | b'\n' | b'\r') || !b.is_ascii())
+            // To the first quote of its kind, backslash or line break (never past the line):
+            // only the quote ends a plain one-line string.
+            let stop = body
+                + bytes[body..]
+                    .iter()
+                    .position(|b| b == quote || matches!(b, b'\\' | b'\n' | b'\r'))?;
+            let text = &code[body..stop];
+            // `'''`: a triple-quoted string.
+            if bytes[stop] != *quote
+                || (stop == body && bytes.get(stop + 1) == Some(quote))
+                || !text.is_ascii()
             {
                 return None;
             }
-            (Reached::Literal(text), close + 1)
+            (Reached::Literal(text), stop + 1)
         }
         _ => (Reached::Computed, dotted_name_end(bytes, i)?),
     };
@@ -54,17 +60,15 @@ pub(crate) fn door_call(code: &str, at: usize) -> Option<(&str, Reached<'_>)> {
     Some((door, reached))
 }
 
-/// The end of the ASCII identifier that starts at `at`.
+/// The end of the identifier that starts at `at`, where Python ends it
+/// (`statements::identifier_end`); `None` unless it is all ASCII (Python folds other names).
 fn identifier_end(bytes: &[u8], at: usize) -> Option<usize> {
     let first = *bytes.get(at)?;
     if !(first.is_ascii_alphabetic() || first == b'_') {
         return None;
     }
-    let len = bytes[at..]
-        .iter()
-        .take_while(|b| b.is_ascii_alphanumeric() || **b == b'_')
-        .count();
-    Some(at + len)
+    let end = statements::identifier_end(bytes, at);
+    bytes[at..end].is_ascii().then_some(end)
 }
 
 /// The end of `name(.name)*` starting at `at`, with nothing between its parts.
@@ -73,11 +77,7 @@ fn dotted_name_end(bytes: &[u8], at: usize) -> Option<usize> {
     while bytes.get(end) == Some(&b'.') {
         end = identifier_end(bytes, end + 1)?;
     }
-    // Followed by what continues an identifier (a non-ASCII letter): not read here.
-    match bytes.get(end) {
-        Some(b) if !b.is_ascii() => None,
-        _ => Some(end),
-    }
+    Some(end)
 }
 
 /// Past the spaces and tabs at `at` (a line break, a backslash or a comment stops the scan).
@@ -115,6 +115,10 @@ mod tests {
         assert_eq!(
             read("getattr(a, '')"),
             Some(("getattr", Reached::Literal("")))
+        );
+        assert_eq!(
+            read("getattr(a, \"it's\")"),
+            Some(("getattr", Reached::Literal("it's")))
         );
         assert_eq!(
             read("getattr(a, name.attr)"),

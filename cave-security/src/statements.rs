@@ -213,7 +213,9 @@ fn continues_clause(line: &[u8]) -> bool {
     })
 }
 
-fn identifier_end(b: &[u8], from: usize) -> usize {
+/// Where the identifier (or keyword) that starts at `from` ends, as Python reads one: non-ASCII
+/// bytes continue it.
+pub(crate) fn identifier_end(b: &[u8], from: usize) -> usize {
     b[from..]
         .iter()
         .position(|&c| !(c.is_ascii_alphanumeric() || c == b'_' || !c.is_ascii()))
