@@ -159,46 +159,27 @@ def policy():
             RegexRule(r"rm\s+-rf"),
         ]
     )
-    assert not checker.check_code(code)
-    emit("check_300_lines_4_rules", timed(lambda: checker.check_code(code), n(200, 30)))
     # CaveAgent parses and walks every cell whole: its figures for the cells our policy reads
     # in part or not at all (cave-security/benches/policy.rs builds the same cells).
-    one_door = code + "getattr(result, 'items')\n"
-    assert not checker.check_code(one_door)
-    emit(
-        "check_300_lines_4_rules_one_door",
-        timed(lambda: checker.check_code(one_door), n(200, 30)),
-    )
-    every_block = code.replace("df.groupby(", "getattr(df, 'groupby')(").replace(
-        "result = ", "result = getattr(data, 'copy')() or "
-    )
-    assert not checker.check_code(every_block)
-    emit(
-        "check_300_lines_4_rules_door_in_every_block",
-        timed(lambda: checker.check_code(every_block), n(200, 30)),
-    )
-    every_line = "".join(f"{line}  # getattr\n" for line in code.splitlines())
-    assert not checker.check_code(every_line)
-    emit(
-        "check_300_lines_4_rules_door_on_every_line",
-        timed(lambda: checker.check_code(every_line), n(200, 30)),
-    )
-    every_statement = "".join(
-        f"total_{i} = getattr(frame, 'column_{i}').sum() / len(frame)\n" for i in range(300)
-    )
-    assert not checker.check_code(every_statement)
-    emit(
-        "check_300_lines_4_rules_door_in_every_statement",
-        timed(lambda: checker.check_code(every_statement), n(200, 30)),
-    )
-    computed = "".join(
-        f"total_{i} = getattr(frame, prefix + '{i}').sum() / len(frame)\n" for i in range(300)
-    )
-    assert not checker.check_code(computed)
-    emit(
-        "check_300_lines_4_rules_computed_door_in_every_statement",
-        timed(lambda: checker.check_code(computed), n(200, 30)),
-    )
+    cells = {
+        "check_300_lines_4_rules": code,
+        "check_300_lines_4_rules_one_door": code + "getattr(result, 'items')\n",
+        "check_300_lines_4_rules_door_in_every_block": code.replace(
+            "df.groupby(", "getattr(df, 'groupby')("
+        ).replace("result = ", "result = getattr(data, 'copy')() or "),
+        "check_300_lines_4_rules_door_on_every_line": "".join(
+            f"{line}  # getattr\n" for line in code.splitlines()
+        ),
+        "check_300_lines_4_rules_door_in_every_statement": "".join(
+            f"total_{i} = getattr(frame, 'column_{i}').sum() / len(frame)\n" for i in range(300)
+        ),
+        "check_300_lines_4_rules_computed_door_in_every_statement": "".join(
+            f"total_{i} = getattr(frame, prefix + '{i}').sum() / len(frame)\n" for i in range(300)
+        ),
+    }
+    for id, cell in cells.items():
+        assert not checker.check_code(cell), id
+        emit(id, timed(lambda: checker.check_code(cell), n(200, 30)))
 
 
 # --- token estimation -----------------------------------------------------------------------

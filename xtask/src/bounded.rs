@@ -28,17 +28,29 @@ pub fn run(mut command: Command, what: &str, bound: Duration) -> Result<(), Stri
         }
         std::thread::sleep(Duration::from_millis(250));
     }
-    let tree = descendants(child.id());
+    // Stopped before anything is killed, parents first, and looked for again until no new one
+    // appears (one not yet stopped may have started another): none is left to start more.
+    signal(child.id(), libc::SIGSTOP);
+    let mut tree: Vec<(u32, String)> = Vec::new();
+    loop {
+        let new: Vec<(u32, String)> = descendants(child.id())
+            .into_iter()
+            .filter(|(pid, _)| !tree.iter().any(|(known, _)| known == pid))
+            .collect();
+        if new.is_empty() {
+            break;
+        }
+        for (pid, _) in &new {
+            signal(*pid, libc::SIGSTOP);
+        }
+        tree.extend(new);
+    }
     println!(
         "xtask: {what} ran past {} s; what it was running:",
         bound.as_secs()
     );
     for (pid, line) in &tree {
         println!("  {pid} {line}");
-    }
-    // Children first would let a parent start more: stopped together, then killed.
-    for (pid, _) in &tree {
-        signal(*pid, libc::SIGSTOP);
     }
     for (pid, _) in &tree {
         signal(*pid, libc::SIGKILL);

@@ -218,12 +218,9 @@ fn target_dir(root: &std::path::Path) -> std::path::PathBuf {
 }
 
 fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-    let status = Command::new(&cargo)
-        .args(args)
-        .envs(env.iter().copied())
+    let status = cargo_command(args, env)
         .status()
-        .map_err(|e| format!("could not run {cargo}: {e}"))?;
+        .map_err(|e| format!("could not run cargo: {e}"))?;
     if status.success() {
         Ok(())
     } else {
@@ -234,11 +231,16 @@ fn cargo(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
 /// `cargo` with its wall time bounded: past `bound`, it and what it started are killed.
 fn cargo_within(bound: Duration) -> impl Fn(&[&str], &[(&str, &str)]) -> Result<(), String> {
     move |args, env| {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned());
-        let mut command = Command::new(&cargo);
-        command.args(args).envs(env.iter().copied());
-        bounded::run(command, &format!("cargo {}", args.join(" ")), bound)
+        let what = format!("cargo {}", args.join(" "));
+        bounded::run(cargo_command(args, env), &what, bound)
     }
+}
+
+/// `cargo ARGS` (the cargo that runs xtask) with `env` added.
+fn cargo_command(args: &[&str], env: &[(&str, &str)]) -> Command {
+    let mut command = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()));
+    command.args(args).envs(env.iter().copied());
+    command
 }
 
 #[cfg(test)]
