@@ -59,13 +59,28 @@ fn four_rules(c: &mut Criterion) {
     c.bench_function("check_300_lines_4_rules_door_in_every_statement", |b| {
         b.iter(|| black_box(policy.check(black_box(&every_statement))))
     });
-    // The worst case: a door with a computed name in every statement, so the whole cell is
-    // parsed and walked, and every door's argument read.
+    // A door with a computed name in every statement (`prefix + '7'`): no string to reach,
+    // read from its tokens, nothing parsed.
     let computed = computed_door_in_every_statement();
     assert!(policy.check(&computed).is_empty());
     c.bench_function(
         "check_300_lines_4_rules_computed_door_in_every_statement",
         |b| b.iter(|| black_box(policy.check(black_box(&computed)))),
+    );
+    // A door on an item of a list in every statement (`frames[7]`): read from its tokens.
+    let on_an_item = door_on_an_item_in_every_statement();
+    assert!(policy.check(&on_an_item).is_empty());
+    c.bench_function(
+        "check_300_lines_4_rules_door_on_an_item_in_every_statement",
+        |b| b.iter(|| black_box(policy.check(black_box(&on_an_item)))),
+    );
+    // The worst case: an object's namespace read in every statement (`vars(frame)`), which
+    // only the tree tells from an index into it, so the whole cell is parsed and walked.
+    let namespaces = namespace_in_every_statement();
+    assert!(policy.check(&namespaces).is_empty());
+    c.bench_function(
+        "check_300_lines_4_rules_namespace_in_every_statement",
+        |b| b.iter(|| black_box(policy.check(black_box(&namespaces)))),
     );
 }
 
@@ -82,6 +97,22 @@ fn door_in_every_statement() -> String {
 fn computed_door_in_every_statement() -> String {
     (0..300)
         .map(|i| format!("total_{i} = getattr(frame, prefix + '{i}').sum() / len(frame)\n"))
+        .collect()
+}
+
+/// 300 statements, each reaching a column of an item by string (`xtask/compare/caveagent.py`
+/// builds the same cell).
+fn door_on_an_item_in_every_statement() -> String {
+    (0..300)
+        .map(|i| format!("total_{i} = getattr(frames[{i}], 'total').sum() / len(frames)\n"))
+        .collect()
+}
+
+/// 300 statements, each listing an object's namespace (`xtask/compare/caveagent.py` builds the
+/// same cell).
+fn namespace_in_every_statement() -> String {
+    (0..300)
+        .map(|i| format!("names_{i} = sorted(vars(frames[{i}]))[:3] + columns\n"))
         .collect()
 }
 
@@ -110,10 +141,9 @@ fn parse_reusing_the_parser(c: &mut Criterion) {
         b.iter(|| black_box(parser.parse(black_box(&code), None)))
     });
     // The worst case's cell: what parsing alone takes of its check.
-    let computed = computed_door_in_every_statement();
-    c.bench_function(
-        "parse_computed_door_in_every_statement_reused_parser",
-        |b| b.iter(|| black_box(parser.parse(black_box(&computed), None))),
-    );
+    let namespaces = namespace_in_every_statement();
+    c.bench_function("parse_namespace_in_every_statement_reused_parser", |b| {
+        b.iter(|| black_box(parser.parse(black_box(&namespaces), None)))
+    });
 }
 criterion_group!(parse, parse_only, parse_reusing_the_parser);

@@ -176,6 +176,12 @@ def policy():
         "check_300_lines_4_rules_computed_door_in_every_statement": "".join(
             f"total_{i} = getattr(frame, prefix + '{i}').sum() / len(frame)\n" for i in range(300)
         ),
+        "check_300_lines_4_rules_door_on_an_item_in_every_statement": "".join(
+            f"total_{i} = getattr(frames[{i}], 'total').sum() / len(frames)\n" for i in range(300)
+        ),
+        "check_300_lines_4_rules_namespace_in_every_statement": "".join(
+            f"names_{i} = sorted(vars(frames[{i}]))[:3] + columns\n" for i in range(300)
+        ),
     }
     for id, cell in cells.items():
         assert not checker.check_code(cell), id
