@@ -892,12 +892,14 @@ impl<'a, 't> Walk<'a, 't> {
         };
         let line = self.line(node);
         self.called_name(&name, line, Use::Call);
+        // Extras are no arguments: comments, and the joined line (`\` at a line's end), which
+        // the grammar also shows as a named node.
         let args: Vec<Node<'_>> = node
             .child_by_field_name("arguments")
             .map(|a| {
                 let mut cursor = a.walk();
                 a.named_children(&mut cursor)
-                    .filter(|c| c.kind() != "comment")
+                    .filter(|c| !c.is_extra())
                     .collect()
             })
             .unwrap_or_default();
@@ -1054,7 +1056,7 @@ impl<'a, 't> Walk<'a, 't> {
                     let mut cursor = node.walk();
                     let parts: Vec<Node<'_>> = node
                         .named_children(&mut cursor)
-                        .filter(|c| c.kind() != "comment")
+                        .filter(|c| !c.is_extra())
                         .collect();
                     pending.extend(parts.into_iter().rev());
                 }
@@ -1070,7 +1072,7 @@ impl<'a, 't> Walk<'a, 't> {
                     let mut cursor = node.walk();
                     let inner: Vec<Node<'_>> = node
                         .named_children(&mut cursor)
-                        .filter(|c| c.kind() != "comment")
+                        .filter(|c| !c.is_extra())
                         .collect();
                     match inner.as_slice() {
                         [only] => pending.push(*only),

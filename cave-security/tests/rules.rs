@@ -593,3 +593,172 @@ fn violations_say_which_rule_fired() {
     let deep = policy.check(&format!("print(eval+{})", vec!["'a'"; 5000].join("+")));
     assert!(deep.iter().any(|v| v.kind == ViolationKind::TooComplex));
 }
+
+/// Cells that reach a forbidden name by string (a door, a namespace indexed, a dynamic
+/// import, `attrgetter`, `methodcaller`), written with every spacing Python allows between
+/// tokens (joined lines, comments, form feeds, a lone `\r`) and every literal form: each one a
+/// real `python3` compiles and finds reaching a forbidden name in its own tree, the policy
+/// must refuse, under a policy that lets computed names be (where a misread argument is not
+/// caught as computed).
+#[test]
+fn every_name_python_reaches_by_string_is_refused() {
+    const SPACES: &[&str] = &["", " ", "\t", "\x0c", "\\\n", "\n", "#c\n", "\r", "\\\r\n"];
+    const FIRST: &[&str] = &[
+        "a",
+        "a.b",
+        "a[0]",
+        "a(1)",
+        "a[b(c[1], d)][-1]",
+        "a(*b)",
+        "(a)",
+        "a . b",
+        "a['k']",
+    ];
+    const DOORS: &[&str] = &[
+        "getattr",
+        "hasattr",
+        "delattr",
+        "x.getattr",
+        "inspect.getattr_static",
+    ];
+    const NAMESPACES: &[&str] = &[
+        "globals()",
+        "vars()",
+        "__builtins__",
+        "x.__dict__",
+        "vars(x)",
+    ];
+    // `{S}` is a literal that reaches the template's name, `{W}` a spacing.
+    const TEMPLATES: &[(&str, &str)] = &[
+        ("{D}({W}{A}{W},{W}{S}{W})", "__globals__"),
+        ("v = {D}({A},{S}, None).sum() / len(y)", "__globals__"),
+        (
+            "if 1:\n    w = [{D}({A}, {S}{W}) for q in r]",
+            "__globals__",
+        ),
+        ("{N}[{W}{S}{W}]", "eval"),
+        ("v = {N}[{S}](1)", "eval"),
+        ("__import__({W}{S}{W})", "os"),
+        ("importlib.import_module({W}{S})", "os"),
+        ("operator.attrgetter('a', {W}{S}{W})", "__globals__"),
+        ("methodcaller({W}{S}{W}, 1)", "eval"),
+    ];
+    let forms = |word: &str| -> Vec<String> {
+        let (a, b) = word.split_at(word.len() / 2);
+        vec![
+            format!("'{word}'"),
+            format!("\"{word}\""),
+            format!("'{a}' '{b}'"),
+            format!("'{a}' + '{b}'"),
+            format!("r'{word}'"),
+            format!("f'{word}'"),
+            format!("('{word}')"),
+            format!("'{a}'\\\n'{b}'"),
+            format!("'{a}' f'{b}'"),
+            format!("'''{word}'''"),
+            format!("'{a}'{{W}}+{{W}}'{b}'"),
+            format!("({{W}}'{a}'{{W}}'{b}'{{W}})"),
+        ]
+    };
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move |n: usize| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed % n as u64) as usize
+    };
+    let mut cells = std::collections::BTreeSet::new();
+    while cells.len() < 4000 {
+        let (template, word) = TEMPLATES[next(TEMPLATES.len())];
+        let literals = forms(word);
+        let mut cell = template.replace("{S}", &literals[next(literals.len())]);
+        for (hole, pool) in [
+            ("{D}", DOORS),
+            ("{A}", FIRST),
+            ("{N}", NAMESPACES),
+            ("{W}", SPACES),
+        ] {
+            while let Some(at) = cell.find(hole) {
+                cell.replace_range(at..at + hole.len(), pool[next(pool.len())]);
+            }
+        }
+        cells.insert(cell);
+    }
+    let cells: Vec<String> = cells.into_iter().collect();
+    // Python's verdict: the cell compiles, and its tree reaches a forbidden name by a string
+    // Python folds from literals.
+    let script = r#"
+import ast, json, sys, warnings
+warnings.simplefilter("ignore")
+def fold(n):
+    if isinstance(n, ast.Constant) and isinstance(n.value, str): return n.value
+    if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
+        l, r = fold(n.left), fold(n.right)
+        return None if l is None or r is None else l + r
+    if isinstance(n, ast.JoinedStr):
+        parts = [fold(v) for v in n.values]
+        return None if None in parts else "".join(parts)
+def name(f):
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+def reaches(tree):
+    for n in ast.walk(tree):
+        if isinstance(n, ast.Subscript):
+            v = n.value
+            if ((isinstance(v, ast.Call) and name(v.func) in ("globals", "vars"))
+                    or (isinstance(v, ast.Name) and v.id == "__builtins__")
+                    or (isinstance(v, ast.Attribute) and v.attr == "__dict__")) and fold(n.slice) == "eval":
+                return True
+        if isinstance(n, ast.Call):
+            f, args = name(n.func), [fold(a) for a in n.args]
+            if f in ("getattr", "hasattr", "delattr", "getattr_static") and args[1:2] == ["__globals__"]: return True
+            if f in ("__import__", "import_module") and args[:1] == ["os"]: return True
+            if f == "attrgetter" and "__globals__" in args: return True
+            if f == "methodcaller" and args[:1] == ["eval"]: return True
+    return False
+out = []
+for cell in json.load(sys.stdin):
+    try:
+        out.append(reaches(compile(cell, "<cell>", "exec", ast.PyCF_ONLY_AST)))
+    except (SyntaxError, ValueError):
+        out.append(None)
+json.dump(out, sys.stdout)
+"#;
+    let mut child = std::process::Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 on PATH (the runtimes need it too)");
+    let input = serde_json::to_vec(&cells).unwrap();
+    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &input).unwrap();
+    drop(child.stdin.take());
+    let output = child.wait_with_output().unwrap();
+    assert!(output.status.success(), "python3 failed");
+    let verdicts: Vec<Option<bool>> = serde_json::from_slice(&output.stdout).unwrap();
+    let policy = SecurityPolicy::new()
+        .deny_imports(["os"], None)
+        .deny_calls(["eval"], None)
+        .deny_attributes(["__globals__"], None);
+    let reaching: Vec<&String> = cells
+        .iter()
+        .zip(&verdicts)
+        .filter(|(_, verdict)| **verdict == Some(true))
+        .map(|(cell, _)| cell)
+        .collect();
+    // The generator must keep producing what it tests.
+    assert!(
+        reaching.len() > 1500,
+        "{} cells reach a name",
+        reaching.len()
+    );
+    let missed: Vec<&&String> = reaching
+        .iter()
+        .filter(|cell| !blocked(&policy, cell))
+        .collect();
+    assert!(
+        missed.is_empty(),
+        "{} let through, such as {:?}",
+        missed.len(),
+        &missed[..missed.len().min(5)]
+    );
+}
