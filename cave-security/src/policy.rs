@@ -671,6 +671,21 @@ impl<'a, 't> Walk<'a, 't> {
         python_name(self.text(node))
     }
 
+    /// A module's dotted name as Python reads it: its names joined by dots, whatever lies
+    /// between them (spaces, or a line joined by `\`: `os` and `.path` so joined is `os.path`).
+    fn module(&self, node: Node<'_>) -> String {
+        if node.kind() != "dotted_name" {
+            return self.name(node).into_owned();
+        }
+        let mut cursor = node.walk();
+        let names: Vec<Cow<'_, str>> = node
+            .named_children(&mut cursor)
+            .filter(|c| !c.is_extra())
+            .map(|c| self.name(c))
+            .collect();
+        names.join(".")
+    }
+
     fn line(&self, node: Node<'_>) -> usize {
         self.first_line + node.start_position().row + 1
     }
@@ -736,10 +751,10 @@ impl<'a, 't> Walk<'a, 't> {
                 let mut cursor = node.walk();
                 for child in node.children_by_field_name("name", &mut cursor) {
                     let module = match child.kind() {
-                        "aliased_import" => child
-                            .child_by_field_name("name")
-                            .map(|n| self.name(n).into_owned()),
-                        _ => Some(self.name(child).into_owned()),
+                        "aliased_import" => {
+                            child.child_by_field_name("name").map(|n| self.module(n))
+                        }
+                        _ => Some(self.module(child)),
                     };
                     if let Some(module) = module {
                         self.import(&module, self.line(child));
@@ -751,7 +766,7 @@ impl<'a, 't> Walk<'a, 't> {
                     .child_by_field_name("module_name")
                     .filter(|m| m.kind() == "dotted_name")
                 {
-                    let module = self.name(module).into_owned();
+                    let module = self.module(module);
                     self.import(&module, self.line(node));
                 }
                 if self.policy.computed_names {

@@ -594,14 +594,14 @@ fn violations_say_which_rule_fired() {
     assert!(deep.iter().any(|v| v.kind == ViolationKind::TooComplex));
 }
 
-/// Cells that reach a forbidden name by string (a door, a namespace indexed, a dynamic
-/// import, `attrgetter`, `methodcaller`), written with every spacing Python allows between
+/// Cells that import a forbidden module or reach a forbidden name by string (a door, a
+/// namespace indexed, a dynamic import, `attrgetter`, `methodcaller`), written with every spacing Python allows between
 /// tokens (joined lines, comments, form feeds, a lone `\r`) and every literal form: each one a
 /// real `python3` compiles and finds reaching a forbidden name in its own tree, the policy
 /// must refuse, under a policy that lets computed names be (where a misread argument is not
 /// caught as computed).
 #[test]
-fn every_name_python_reaches_by_string_is_refused() {
+fn every_name_python_reaches_is_refused() {
     const SPACES: &[&str] = &["", " ", "\t", "\x0c", "\\\n", "\n", "#c\n", "\r", "\\\r\n"];
     const FIRST: &[&str] = &[
         "a",
@@ -628,6 +628,7 @@ fn every_name_python_reaches_by_string_is_refused() {
         "x.__dict__",
         "vars(x)",
     ];
+    const MODULES: &[&str] = &["os", "os{W}.{W}path", "os.path{W}.{W}sep"];
     // `{S}` is a literal that reaches the template's name, `{W}` a spacing.
     const TEMPLATES: &[(&str, &str)] = &[
         ("{D}({W}{A}{W},{W}{S}{W})", "__globals__"),
@@ -642,6 +643,10 @@ fn every_name_python_reaches_by_string_is_refused() {
         ("importlib.import_module({W}{S})", "os"),
         ("operator.attrgetter('a', {W}{S}{W})", "__globals__"),
         ("methodcaller({W}{S}{W}, 1)", "eval"),
+        // Imports: `{M}` is a module, its parts spaced.
+        ("import {M}", ""),
+        ("import a,{W}{M} as b", ""),
+        ("from {M} import (x,{W}y)", ""),
     ];
     let forms = |word: &str| -> Vec<String> {
         let (a, b) = word.split_at(word.len() / 2);
@@ -676,6 +681,7 @@ fn every_name_python_reaches_by_string_is_refused() {
             ("{D}", DOORS),
             ("{A}", FIRST),
             ("{N}", NAMESPACES),
+            ("{M}", MODULES),
             ("{W}", SPACES),
         ] {
             while let Some(at) = cell.find(hole) {
@@ -702,6 +708,8 @@ def name(f):
     return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
 def reaches(tree):
     for n in ast.walk(tree):
+        if isinstance(n, ast.Import) and any(a.name.split(".")[0] == "os" for a in n.names): return True
+        if isinstance(n, ast.ImportFrom) and n.level == 0 and n.module.split(".")[0] == "os": return True
         if isinstance(n, ast.Subscript):
             v = n.value
             if ((isinstance(v, ast.Call) and name(v.func) in ("globals", "vars"))
