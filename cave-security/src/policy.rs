@@ -99,7 +99,7 @@ impl SecurityPolicy {
         self
     }
 
-    /// Forbids calling, or referring to, these functions.
+    /// Forbids calling, referring to, or importing by name (`from m import f`) these functions.
     pub fn deny_calls<I, S>(mut self, functions: I, description: Option<&str>) -> Self
     where
         I: IntoIterator<Item = S>,
@@ -769,6 +769,7 @@ impl<'a, 't> Walk<'a, 't> {
                     let module = self.module(module);
                     self.import(&module, self.line(node));
                 }
+                self.imported_functions(node);
                 if self.policy.computed_names {
                     self.renamed_imports(node);
                 }
@@ -816,6 +817,26 @@ impl<'a, 't> Walk<'a, 't> {
         }
     }
 
+    /// `from builtins import eval as run`: a forbidden function taken by its name from a
+    /// module, perhaps under another one that no rule names.
+    fn imported_functions(&mut self, node: Node<'_>) {
+        if self.policy.calls.is_empty() {
+            return;
+        }
+        let mut cursor = node.walk();
+        let names: Vec<Node<'_>> = node
+            .children_by_field_name("name", &mut cursor)
+            .filter_map(|child| match child.kind() {
+                "aliased_import" => child.child_by_field_name("name"),
+                _ => Some(child),
+            })
+            .collect();
+        for name in names {
+            let line = self.line(name);
+            self.called_name(&self.module(name), line, Use::Import);
+        }
+    }
+
     /// `from operator import attrgetter as get`: a function that reaches names by string,
     /// under a name the policy would not recognise.
     fn renamed_imports(&mut self, node: Node<'_>) {
@@ -851,6 +872,9 @@ impl<'a, 't> Walk<'a, 't> {
                     Use::Reference => format!("Forbidden reference to '{name}' at line {line}"),
                     Use::ByString => {
                         format!("Forbidden access to '{name}' by name at line {line}")
+                    }
+                    Use::Import => {
+                        format!("Forbidden function '{name}' imported at line {line}")
                     }
                 };
                 let message = with_description(found, &rule.description);
@@ -1137,6 +1161,7 @@ enum Use {
     Call,
     Reference,
     ByString,
+    Import,
 }
 
 /// The attribute names a format string's fields read: `{0.a.b}` reads `a` and `b`; `{x[k]}`

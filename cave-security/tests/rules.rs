@@ -86,6 +86,15 @@ fn calls_are_caught_by_name_attribute_and_reference() {
         messages(&policy, "def f(x: int = eval):\n    pass"),
         ["Forbidden reference to 'eval' at line 1"]
     );
+    // Taken from a module by its name, perhaps under another one.
+    assert_eq!(
+        messages(&policy, "from builtins import eval as run\nrun('1')"),
+        ["Forbidden function 'eval' imported at line 1"]
+    );
+    assert_eq!(
+        messages(&policy, "from io import (\n    BytesIO,\n    open,\n)"),
+        ["Forbidden function 'open' imported at line 3"]
+    );
     for code in [
         "x.eval = 1",
         "f(eval=1)",
@@ -94,6 +103,8 @@ fn calls_are_caught_by_name_attribute_and_reference() {
         "# eval(x)",
         "print('eval')",
         "class open: pass",
+        "from evaluation import open_set",
+        "from eval import x",
     ] {
         assert!(
             !blocked(&policy, code),
