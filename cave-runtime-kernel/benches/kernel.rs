@@ -33,6 +33,27 @@ fn cold_start(c: &mut Criterion) {
             })
         })
     });
+    // Like for like with the peer (`cargo xtask bench --compare-python` sets the variable):
+    // the same row on the interpreter CaveAgent's kernel runs on, whose own start may differ
+    // from `python3`'s by tens of milliseconds.
+    if let Some(python) = std::env::var_os("CAVE_BENCH_PEER_PYTHON") {
+        group.bench_function("cold_start_to_first_result_on_the_peers_python", |b| {
+            b.iter(|| {
+                rt.block_on(async {
+                    let runtime = KernelRuntime::with_config(
+                        KernelConfig::new()
+                            .python(&python)
+                            .spare(false)
+                            .sandbox(Sandbox::off()),
+                    )
+                    .expect("python");
+                    let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
+                    assert_eq!(out.output, "1\n");
+                    runtime.stop().await;
+                })
+            })
+        });
+    }
     group.bench_function("cold_start_to_first_result_strict_sandbox", |b| {
         b.iter(|| {
             rt.block_on(async {

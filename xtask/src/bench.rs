@@ -365,6 +365,13 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
             python.display().to_string(),
         ));
     }
+    // The kernel's cold start also runs on the peer's interpreter, for a row like for like.
+    if let Some(python) = &python {
+        bench_env.push((
+            "CAVE_BENCH_PEER_PYTHON".to_owned(),
+            python.display().to_string(),
+        ));
+    }
     let env: Vec<(&str, &str)> = bench_env
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
