@@ -365,8 +365,11 @@ pub(crate) fn run(root: &Path, quick: bool, compare: &Compare) -> Result<PathBuf
             python.display().to_string(),
         ));
     }
-    // The kernel's cold start also runs on the peer's interpreter, for a row like for like.
+    // The kernel's cold start also runs on the peer's interpreter, for a row like for like
+    // (absolute, as benches run in their crate's directory; not resolved, so a virtualenv's
+    // interpreter stays in its environment).
     if let Some(python) = &python {
+        let python = std::path::absolute(python).unwrap_or_else(|_| python.clone());
         bench_env.push((
             "CAVE_BENCH_PEER_PYTHON".to_owned(),
             python.display().to_string(),
