@@ -577,20 +577,7 @@ for cell in json.load(sys.stdin):
     out.append(spans)
 json.dump(out, sys.stdout)
 "#;
-        let mut child = std::process::Command::new("python3")
-            .args(["-c", script])
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("python3 on PATH (the runtimes need it too)");
-        let input = serde_json::to_vec(&cells).expect("serialises");
-        let mut stdin = child.stdin.take().expect("piped");
-        let writer = std::thread::spawn(move || std::io::Write::write_all(&mut stdin, &input));
-        let output = child.wait_with_output().expect("python3 ran");
-        writer.join().expect("wrote").expect("wrote");
-        assert!(output.status.success(), "python3 failed");
-        let python: Vec<Option<Vec<[usize; 2]>>> =
-            serde_json::from_slice(&output.stdout).expect("python3's answer");
+        let python: Vec<Option<Vec<[usize; 2]>>> = cave_testing::python::ask(script, &cells);
         let mut compared = 0;
         for (cell, spans) in cells.iter().zip(python) {
             let (Some(reading), Some(spans)) = (read(cell), spans) else {

@@ -558,18 +558,7 @@ fn literals_decode_exactly_as_python_decodes_them() {
         \x20   v = ast.literal_eval(lit) if not lit.lower().startswith(('f', 'rf')) else eval(lit)\n\
         \x20   out.append(v.decode('latin-1') if isinstance(v, bytes) else v)\n\
         json.dump(out, sys.stdout)\n";
-    let mut child = std::process::Command::new("python3")
-        .args(["-W", "ignore", "-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 on PATH (the runtimes need it too)");
-    let input = serde_json::to_vec(&literals).unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &input).unwrap();
-    drop(child.stdin.take());
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "python3 failed");
-    let values: Vec<String> = serde_json::from_slice(&output.stdout).unwrap();
+    let values: Vec<String> = cave_testing::python::ask(script, &literals);
     for (literal, value) in literals.iter().zip(&values) {
         let policy = SecurityPolicy::new().deny_attributes([value.as_str()], None);
         let cell = format!("getattr(x, {literal})");
@@ -705,8 +694,7 @@ fn every_name_python_reaches_is_refused() {
     // Python's verdict: the cell compiles, and its tree reaches a forbidden name by a string
     // Python folds from literals.
     let script = r#"
-import ast, json, sys, warnings
-warnings.simplefilter("ignore")
+import ast, json, sys
 def fold(n):
     if isinstance(n, ast.Constant) and isinstance(n.value, str): return n.value
     if isinstance(n, ast.BinOp) and isinstance(n.op, ast.Add):
@@ -742,18 +730,7 @@ for cell in json.load(sys.stdin):
         out.append(None)
 json.dump(out, sys.stdout)
 "#;
-    let mut child = std::process::Command::new("python3")
-        .args(["-c", script])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 on PATH (the runtimes need it too)");
-    let input = serde_json::to_vec(&cells).unwrap();
-    std::io::Write::write_all(child.stdin.as_mut().unwrap(), &input).unwrap();
-    drop(child.stdin.take());
-    let output = child.wait_with_output().unwrap();
-    assert!(output.status.success(), "python3 failed");
-    let verdicts: Vec<Option<bool>> = serde_json::from_slice(&output.stdout).unwrap();
+    let verdicts: Vec<Option<bool>> = cave_testing::python::ask(script, &cells);
     let policy = SecurityPolicy::new()
         .deny_imports(["os"], None)
         .deny_calls(["eval"], None)

@@ -1,6 +1,7 @@
 //! The test kit of cave-agent: a scripted [`Model`] and a Python-free [`Runtime`] for testing
 //! agents offline, the runtime contract every runtime passes ([`contract`]), seeded
-//! mutations for decoders ([`fuzz`]), whether a process is still there ([`process`]), and what
+//! mutations for decoders ([`fuzz`]), whether a process is still there ([`process`]), a
+//! question put to a real `python3` ([`python`]), and what
 //! tests and benchmarks measure of processes ([`measure`]), and a `tracing` subscriber that
 //! keeps spans ([`spans`]), a directory removed when a test is done with it ([`TestDir`]),
 //! and how a test skips on a machine that lacks what it needs ([`machine`]).
@@ -32,6 +33,7 @@ pub mod machine;
 pub mod measure;
 pub mod phoenix;
 pub mod process;
+pub mod python;
 pub mod spans;
 
 pub use dir::TestDir;
