@@ -393,6 +393,66 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
     }
 
+    /// The worker takes compiled code only if its magic number (the bytecode's format) is its
+    /// interpreter's: a cache file the host reads (whole, the user's, of the right key) whose
+    /// code is labelled with another magic is not loaded but compiled from source (bytecode of
+    /// another format can crash an interpreter), and the worker runs. The same code with its
+    /// own magic is taken: the probe tells the two apart.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn code_of_another_magic_number_is_compiled_afresh_by_the_worker() {
+        use cave_core::{DiscardOutput, Runtime};
+        // The real executable, as the transport resolves it (the key names the file).
+        let python = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import os, sys; print(os.path.realpath(sys.executable))",
+            ])
+            .output()
+            .expect("python3 on PATH");
+        let python = PathBuf::from(String::from_utf8(python.stdout).unwrap().trim());
+        let root = cave_testing::TestDir::new("bytecode-magic");
+        let key = key(&python).expect("a key");
+        let real = root.join("compiled");
+        let compiled = compile(&real, &real.join("x.bin"), &python, key).expect("compiles");
+        let loaded = |magic: Vec<u8>, name: &str| {
+            let dir = root.join(name);
+            let modules = compiled
+                .modules
+                .iter()
+                .map(|(module, code)| {
+                    Value::Tuple(vec![module.as_str().into(), Value::Bytes(code.clone())])
+                })
+                .collect();
+            let mut output = Vec::new();
+            let value = Value::Tuple(vec![Value::Bytes(magic), Value::List(modules)]);
+            marshal::encode(&Data::Owned(value), &mut output).unwrap();
+            store(&dir, &dir.join(format!("{key:032x}.bin")), key, &output).unwrap();
+            let config = crate::KernelConfig::new()
+                .python(&python)
+                .bytecode_cache(Some(dir))
+                .spare(false);
+            async move {
+                let runtime = crate::KernelRuntime::with_config(config).expect("python");
+                let out = runtime
+                    .execute(
+                        "import sys\nprint(sys.modules['cave_executor'].__cave_precompiled__, sys.modules['cave_kernel'].__cave_precompiled__)\nprint(1 + 1)",
+                        &DiscardOutput,
+                    )
+                    .await
+                    .expect("runs");
+                runtime.stop().await;
+                out.output
+            }
+        };
+        let mut other = compiled.magic.clone();
+        other[0] ^= 0x55;
+        assert_eq!(loaded(other, "other-magic").await, "False False\n2\n");
+        assert_eq!(
+            loaded(compiled.magic.clone(), "own-magic").await,
+            "True True\n2\n"
+        );
+    }
+
     #[test]
     fn what_is_not_the_compilers_output_is_refused() {
         for body in [&b""[..], b"N", b"\xa9\x00"] {
