@@ -6,8 +6,6 @@
 //! it starts.
 
 use cave_python::{Trailing, trailing};
-use std::io::Write;
-use std::process::{Command, Stdio};
 
 /// What Python says of each cell: `"error"`, `"statement"`, or `[line, column]` of a trailing
 /// expression statement.
@@ -161,19 +159,7 @@ fn generated(count: usize) -> Vec<String> {
 
 /// Python's verdict on each cell.
 fn verdicts(cells: &[String]) -> Vec<serde_json::Value> {
-    let mut child = Command::new("python3")
-        .args(["-c", VERDICTS])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("python3 runs");
-    let input = serde_json::to_vec(cells).unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || stdin.write_all(&input));
-    let out = child.wait_with_output().expect("python3 answers");
-    writer.join().unwrap().unwrap();
-    assert!(out.status.success(), "python3 failed");
-    serde_json::from_slice(&out.stdout).expect("a JSON list")
+    cave_testing::python::ask(VERDICTS, cells)
 }
 
 #[test]
