@@ -342,6 +342,27 @@ fn private_file(meta: &std::fs::Metadata) -> Result<(), String> {
     Ok(())
 }
 
+/// Writes into `dir` the cache file a start with `python` reads, holding the worker's code
+/// as `python` compiles it but labelled with the magic number `relabel` makes of its own (for
+/// the test, in `lib.rs`, that a worker takes only code of its own bytecode format).
+#[cfg(test)]
+pub(crate) fn store_relabelled(dir: &Path, python: &Path, relabel: impl FnOnce(&mut Vec<u8>)) {
+    let key = key(python).expect("a key");
+    let scratch = dir.join("scratch");
+    let mut compiled = compile(&scratch, &scratch.join("x.bin"), python, key).expect("compiles");
+    let _ = std::fs::remove_dir_all(&scratch);
+    relabel(&mut compiled.magic);
+    let modules = compiled
+        .modules
+        .into_iter()
+        .map(|(module, code)| Value::Tuple(vec![module.into(), Value::Bytes(code)]))
+        .collect();
+    let value = Value::Tuple(vec![Value::Bytes(compiled.magic), Value::List(modules)]);
+    let mut output = Vec::new();
+    marshal::encode(&Data::Owned(value), &mut output).expect("encodes");
+    store(dir, &dir.join(format!("{key:032x}.bin")), key, &output).expect("stores");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -391,66 +412,6 @@ mod tests {
         std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
         assert!(read_it(7).is_ok());
         let _ = std::fs::remove_dir_all(&root);
-    }
-
-    /// The worker takes compiled code only if its magic number (the bytecode's format) is its
-    /// interpreter's: a cache file the host reads (whole, the user's, of the right key) whose
-    /// code is labelled with another magic is not loaded but compiled from source (bytecode of
-    /// another format can crash an interpreter), and the worker runs. The same code with its
-    /// own magic is taken: the probe tells the two apart.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn code_of_another_magic_number_is_compiled_afresh_by_the_worker() {
-        use cave_core::{DiscardOutput, Runtime};
-        // The real executable, as the transport resolves it (the key names the file).
-        let python = std::process::Command::new("python3")
-            .args([
-                "-c",
-                "import os, sys; print(os.path.realpath(sys.executable))",
-            ])
-            .output()
-            .expect("python3 on PATH");
-        let python = PathBuf::from(String::from_utf8(python.stdout).unwrap().trim());
-        let root = cave_testing::TestDir::new("bytecode-magic");
-        let key = key(&python).expect("a key");
-        let real = root.join("compiled");
-        let compiled = compile(&real, &real.join("x.bin"), &python, key).expect("compiles");
-        let loaded = |magic: Vec<u8>, name: &str| {
-            let dir = root.join(name);
-            let modules = compiled
-                .modules
-                .iter()
-                .map(|(module, code)| {
-                    Value::Tuple(vec![module.as_str().into(), Value::Bytes(code.clone())])
-                })
-                .collect();
-            let mut output = Vec::new();
-            let value = Value::Tuple(vec![Value::Bytes(magic), Value::List(modules)]);
-            marshal::encode(&Data::Owned(value), &mut output).unwrap();
-            store(&dir, &dir.join(format!("{key:032x}.bin")), key, &output).unwrap();
-            let config = crate::KernelConfig::new()
-                .python(&python)
-                .bytecode_cache(Some(dir))
-                .spare(false);
-            async move {
-                let runtime = crate::KernelRuntime::with_config(config).expect("python");
-                let out = runtime
-                    .execute(
-                        "import sys\nprint(sys.modules['cave_executor'].__cave_precompiled__, sys.modules['cave_kernel'].__cave_precompiled__)\nprint(1 + 1)",
-                        &DiscardOutput,
-                    )
-                    .await
-                    .expect("runs");
-                runtime.stop().await;
-                out.output
-            }
-        };
-        let mut other = compiled.magic.clone();
-        other[0] ^= 0x55;
-        assert_eq!(loaded(other, "other-magic").await, "False False\n2\n");
-        assert_eq!(
-            loaded(compiled.magic.clone(), "own-magic").await,
-            "True True\n2\n"
-        );
     }
 
     #[test]

@@ -108,3 +108,53 @@ pub enum KernelError {
         message: String,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use cave_core::{DiscardOutput, Runtime};
+
+    /// Whether the worker started with `config` loaded its own two modules compiled.
+    async fn loaded_compiled(config: crate::KernelConfig) -> String {
+        let runtime = crate::KernelRuntime::with_config(config.spare(false)).expect("python");
+        let out = runtime
+            .execute(
+                "import sys\nprint(sys.modules['cave_executor'].__cave_precompiled__, sys.modules['cave_kernel'].__cave_precompiled__)\nprint(1 + 1)",
+                &DiscardOutput,
+            )
+            .await
+            .expect("runs");
+        runtime.stop().await;
+        out.output
+    }
+
+    /// The worker takes compiled code only if its magic number (the bytecode's format) is its
+    /// interpreter's: a cache file the host reads (whole, the user's, of the right key) whose
+    /// code is labelled with another magic is not loaded but compiled from source (bytecode of
+    /// another format can crash an interpreter), and the worker runs. The same code with its
+    /// own magic is taken: the probe tells the two apart. (Here, not in `bytecode.rs`: it
+    /// starts a runtime, which starts with that module.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn code_of_another_magic_number_is_compiled_afresh_by_the_worker() {
+        // The real executable, as the transport resolves it (the cache's key names the file).
+        let python = std::process::Command::new("python3")
+            .args([
+                "-c",
+                "import os, sys; print(os.path.realpath(sys.executable))",
+            ])
+            .output()
+            .expect("python3 on PATH");
+        let python = std::path::PathBuf::from(String::from_utf8(python.stdout).unwrap().trim());
+        let root = cave_testing::TestDir::new("bytecode-magic");
+        let config = |dir: std::path::PathBuf| {
+            crate::KernelConfig::new()
+                .python(&python)
+                .bytecode_cache(Some(dir))
+        };
+        let other = root.join("other-magic");
+        crate::bytecode::store_relabelled(&other, &python, |magic| magic[0] ^= 0x55);
+        assert_eq!(loaded_compiled(config(other)).await, "False False\n2\n");
+        let own = root.join("own-magic");
+        crate::bytecode::store_relabelled(&own, &python, |_| {});
+        assert_eq!(loaded_compiled(config(own)).await, "True True\n2\n");
+    }
+}
