@@ -14,6 +14,16 @@ mod bench;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
+/// A new runtime with `config` (no spare) until `1` comes back, and its stop.
+fn start_to_first_result(rt: &tokio::runtime::Runtime, config: KernelConfig) {
+    rt.block_on(async {
+        let runtime = KernelRuntime::with_config(config.spare(false)).expect("python");
+        let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
+        assert_eq!(out.output, "1\n");
+        runtime.stop().await;
+    })
+}
+
 fn cold_start(c: &mut Criterion) {
     let rt = bench::tokio(1);
     let mut group = c.benchmark_group("kernel");
@@ -21,17 +31,7 @@ fn cold_start(c: &mut Criterion) {
     // Without the sandbox (the default since it is on), beside the strict one below: what the
     // layers cost at start.
     group.bench_function("cold_start_to_first_result", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let runtime = KernelRuntime::with_config(
-                    KernelConfig::new().spare(false).sandbox(Sandbox::off()),
-                )
-                .expect("python");
-                let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
-                assert_eq!(out.output, "1\n");
-                runtime.stop().await;
-            })
-        })
+        b.iter(|| start_to_first_result(&rt, KernelConfig::new().sandbox(Sandbox::off())))
     });
     // Like for like with the peer (`cargo xtask bench --compare-python` sets the variable):
     // the same row on the interpreter CaveAgent's kernel runs on, whose own start may differ
@@ -39,33 +39,13 @@ fn cold_start(c: &mut Criterion) {
     if let Some(python) = std::env::var_os("CAVE_BENCH_PEER_PYTHON") {
         group.bench_function("cold_start_to_first_result_on_the_peers_python", |b| {
             b.iter(|| {
-                rt.block_on(async {
-                    let runtime = KernelRuntime::with_config(
-                        KernelConfig::new()
-                            .python(&python)
-                            .spare(false)
-                            .sandbox(Sandbox::off()),
-                    )
-                    .expect("python");
-                    let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
-                    assert_eq!(out.output, "1\n");
-                    runtime.stop().await;
-                })
+                let config = KernelConfig::new().python(&python).sandbox(Sandbox::off());
+                start_to_first_result(&rt, config)
             })
         });
     }
     group.bench_function("cold_start_to_first_result_strict_sandbox", |b| {
-        b.iter(|| {
-            rt.block_on(async {
-                let runtime = KernelRuntime::with_config(
-                    KernelConfig::new().spare(false).sandbox(Sandbox::strict()),
-                )
-                .expect("python");
-                let out = runtime.execute("1", &DiscardOutput).await.expect("runs");
-                assert_eq!(out.output, "1\n");
-                runtime.stop().await;
-            })
-        })
+        b.iter(|| start_to_first_result(&rt, KernelConfig::new().sandbox(Sandbox::strict())))
     });
     group.finish();
 }

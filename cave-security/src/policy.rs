@@ -848,8 +848,8 @@ impl<'a, 't> Walk<'a, 't> {
             let Some(name) = child.child_by_field_name("name") else {
                 continue;
             };
-            let name = self.name(name);
-            if BY_STRING.contains(&name.as_ref()) {
+            let name = self.module(name);
+            if BY_STRING.contains(&name.as_str()) {
                 let line = self.line(child);
                 self.found.push(
                     Violation::new(format!(
@@ -857,7 +857,7 @@ impl<'a, 't> Walk<'a, 't> {
                     ))
                     .at_line(line)
                     .with_kind(ViolationKind::ComputedName)
-                    .with_rule(name.as_ref()),
+                    .with_rule(name.as_str()),
                 );
             }
         }

@@ -6,10 +6,12 @@
 //! when called as `x.getattr(...)`) and the name its second argument reaches, when that argument
 //! is a string or a sum of strings (`literal`). An argument that begins with a name is neither,
 //! whatever follows it (a string's prefix touches its quote: `rb'x'` is a string): it is
-//! computed. A form the scan does not take whole (anything between the tokens but spaces and
-//! tabs, a first argument that is not a dotted name, a string with a prefix, an escape or a line
-//! break, a string followed by anything but `,` or `)`) is not settled here, and its statement is
-//! parsed as before. The tests hold the result to the whole cell's walk.
+//! computed, as is a string followed by anything that makes it part of a larger expression
+//! but `+` and another string. A form the scan does not take whole (anything between the tokens
+//! but spaces and tabs, a first argument that is not a name with attributes, items and calls on
+//! one line, a string with a prefix and no field, an escape or a line break, a string followed
+//! by a string or `+` and a string) is not settled here, and its statement is parsed as before.
+//! The tests hold the result to the whole cell's walk.
 
 use crate::statements;
 
